@@ -1,0 +1,22 @@
+"""minigrad: a compact, readable deep-learning framework (autograd, nn, optim, data, and more).
+
+The public API mirrors PyTorch's names: ``minigrad.tensor``, ``minigrad.randn``, ``Tensor.backward``,
+``minigrad.no_grad``. Chapter 01 of the course starts here.
+"""
+
+from minigrad.backend import (
+    Device, bool_, float16, float32, float64, get_default_dtype, int8, int16, int32, int64,
+    manual_seed, set_default_dtype, uint8,
+)
+from minigrad.backend import device  # noqa: F401  (a function: minigrad.device("cuda"))
+from minigrad.tensor import Tensor
+from minigrad import ops as _ops  # noqa: F401  (binds the operators on Tensor)
+from minigrad.autograd import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled
+from minigrad.creation import (
+    arange, empty, empty_like, eye, full, full_like, linspace, ones, ones_like, rand, rand_like,
+    randint, randn, randn_like, randperm, tensor, zeros, zeros_like,
+)
+
+half, float, double, long, int, bool = float16, float32, float64, int64, int32, bool_  # torch's aliases
+
+__version__ = "0.1.0"

@@ -1,0 +1,225 @@
+"""The backward pass: walk the recorded graph from the loss to the leaves (chapter 02).
+
+``topological_order`` lists the nodes reachable from the roots so that every node comes before
+the nodes it points to (its inputs). Walking that list once, each node receives the sum of the
+gradients of all its consumers before it runs, calls its ``backward``, and passes one gradient
+down each in-edge. The walk is iterative, so a chain of 100,000 ops does not hit Python's
+recursion limit. Gradients that were broadcast in forward are summed back to the input's shape
+here, once for every op. ``create_graph=True`` records the backward pass itself, which is how
+higher-order derivatives (``autograd.functional``) are computed.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from minigrad.autograd import function as F
+from minigrad.autograd.function import AccumulateGrad, Function
+from minigrad.autograd.grad_mode import set_grad_enabled
+from minigrad.errors import AutogradError, ShapeError
+from minigrad.tensor import Tensor, _wrap
+
+
+def topological_order(roots: Iterable[Function]) -> list[Function]:
+    """Nodes reachable from ``roots``, each before every node it depends on (reverse post-order
+    of an iterative depth-first search)."""
+    order: list[Function] = []
+    visited: set[Function] = set()
+    for root in roots:
+        if root in visited:
+            continue
+        visited.add(root)
+        stack = [(root, iter(root.next_functions))]
+        while stack:
+            node, edges = stack[-1]
+            for edge in edges:
+                if edge is not None and edge[0] not in visited:
+                    visited.add(edge[0])
+                    stack.append((edge[0], iter(edge[0].next_functions)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    order.reverse()
+    return order
+
+
+def consumers(roots: Iterable[Function]) -> dict[Function, list[Function]]:
+    """The out-edges: for every node reachable from ``roots``, the nodes that use its output."""
+    users: dict[Function, list[Function]] = {}
+    for node in topological_order(roots):
+        users.setdefault(node, [])
+        for edge in node.next_functions:
+            if edge is not None:
+                users.setdefault(edge[0], []).append(node)
+    return users
+
+
+def backward(tensor: Tensor, gradient: Tensor | None = None, retain_graph: bool | None = None,
+             create_graph: bool = False, inputs: Sequence[Tensor] | None = None) -> None:
+    """``tensor.backward()``: accumulate gradients into the ``.grad`` of leaves (or of ``inputs``)."""
+    _run([tensor], [gradient], retain_graph, create_graph, inputs, accumulate=True)
+
+
+def grad(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor],
+         grad_outputs: Tensor | Sequence[Tensor | None] | None = None, retain_graph: bool | None = None,
+         create_graph: bool = False, allow_unused: bool = False) -> tuple[Tensor | None, ...]:
+    """The gradients of ``outputs`` with respect to ``inputs``, returned instead of accumulated."""
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
+    if len(grad_outputs) != len(outputs):
+        raise AutogradError(f"grad: got {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
+    result = _run(outputs, list(grad_outputs), retain_graph, create_graph, inputs, accumulate=False)
+    for i, (t, g) in enumerate(zip(inputs, result)):
+        if g is None and not allow_unused:
+            raise AutogradError(
+                f"grad: input {i} (shape {tuple(t.shape)}) was not used to compute the outputs; "
+                "pass allow_unused=True to get None for it"
+            )
+    return tuple(result)
+
+
+def _root_node(t: Tensor, i: int) -> tuple[Function, int]:
+    if t.grad_fn is not None:
+        return t.grad_fn, t._output_nr
+    if t.requires_grad:
+        return F._accumulator(t), 0
+    raise AutogradError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+
+
+def _root_grad(t: Tensor, g: Tensor | None) -> Tensor:
+    if g is None:
+        if t.data.size != 1:
+            raise AutogradError(
+                f"backward: grad can be implicitly created only for scalar outputs, got shape "
+                f"{tuple(t.shape)}; pass gradient= a tensor of that shape"
+            )
+        return _wrap(t.device.xp.ones(t.shape, t.dtype), t.device)
+    if not isinstance(g, Tensor):
+        g = Tensor(g, dtype=t.dtype, device=t.device)
+    if g.shape != t.shape:
+        raise ShapeError(f"backward: gradient has shape {tuple(g.shape)} but the output has shape {tuple(t.shape)}")
+    return g
+
+
+def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, create_graph: bool,
+         inputs: Sequence[Tensor] | None, accumulate: bool) -> list:
+    if retain_graph is None:
+        retain_graph = create_graph
+    buffers: dict[Function, list] = {}
+    for i, (t, g) in enumerate(zip(roots, root_grads)):
+        node, nr = _root_node(t, i)
+        buf = buffers.setdefault(node, [None] * node._n_outputs)
+        g = _root_grad(t, g)
+        buf[nr] = g if buf[nr] is None else buf[nr] + g
+    order = topological_order(buffers)
+
+    # Where gradients are wanted: every leaf, or only the given inputs (captured at their node).
+    targets: dict[tuple[Function, int], int] | None = None
+    needed: set[Function] | None = None
+    if inputs is not None:
+        inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+        targets = {}
+        for i, t in enumerate(inputs):
+            if not isinstance(t, Tensor) or not t.requires_grad:
+                raise AutogradError(f"input {i} does not require grad, so no gradient can be computed for it")
+            targets[_root_node(t, i)] = i
+        needed = _needed(order, {node for node, _ in targets})
+    captured: list = [None] * (len(inputs) if inputs is not None else 0)
+
+    with set_grad_enabled(create_graph):
+        for node in order:
+            grads = buffers.pop(node, None)
+            if grads is None or (needed is not None and node not in needed):
+                continue
+            if node._pre_hooks:
+                for hook in node._pre_hooks:
+                    new = hook(grads)
+                    if new is not None:
+                        grads = new
+            if targets is not None:
+                for nr, g in enumerate(grads):
+                    i = targets.get((node, nr))
+                    if i is not None and g is not None:
+                        captured[i] = g if captured[i] is None else captured[i] + g
+            if type(node) is AccumulateGrad:
+                if accumulate and grads[0] is not None and (targets is None or (node, 0) in targets):
+                    _accumulate(node.variable, grads[0], create_graph)
+                continue
+            _call_backward(node, grads, buffers, retain_graph)
+
+    if accumulate and targets is not None:  # backward(inputs=[non-leaf, ...]) fills their .grad too
+        for t, g in zip(inputs, captured):
+            if g is not None and t.grad_fn is not None:
+                t.grad = g if t.grad is None else t.grad + g
+    return captured
+
+
+def _needed(order: list[Function], wanted: set[Function]) -> set[Function]:
+    """Nodes from which a wanted node can be reached; the others need not run."""
+    needed = set()
+    for node in reversed(order):  # inputs before their consumers
+        if node in wanted or any(e is not None and e[0] in needed for e in node.next_functions):
+            needed.add(node)
+    return needed
+
+
+def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: bool) -> None:
+    if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
+        xp = node.xp
+        grads = [g if g is not None else _wrap(xp.zeros(shape, dtype), node.device)
+                 for g, (shape, dtype) in zip(grads, node._output_meta)]
+    out = type(node).backward(node, *grads)
+    if type(out) is not tuple:
+        out = (out,)
+    edges = node.next_functions
+    if len(out) < len(edges):
+        raise AutogradError(
+            f"{node.name()}.backward returned {len(out)} gradient(s), expected {len(edges)} (one per forward input)"
+        )
+    if F.anomaly_enabled:
+        from minigrad.autograd.anomaly import check_backward
+
+        check_backward(node, out)
+    for edge, g, meta in zip(edges, out, node._input_meta):
+        if edge is None or g is None:
+            continue
+        shape, dtype = meta
+        if g.shape != shape:
+            g = _unbroadcast(node, g, shape)
+        if g.dtype != dtype:
+            g = g.to(dtype)
+        nxt, nr = edge
+        buf = buffers.get(nxt)
+        if buf is None:
+            buf = buffers[nxt] = [None] * nxt._n_outputs
+        buf[nr] = g if buf[nr] is None else buf[nr] + g
+    if not retain_graph:
+        node._saved = F._FREED
+
+
+def _unbroadcast(node: Function, g: Tensor, shape: tuple) -> Tensor:
+    from minigrad.ops import sum_to
+
+    try:
+        return sum_to(g, shape)
+    except ShapeError:
+        raise ShapeError(
+            f"{node.name()}.backward returned a gradient of shape {tuple(g.shape)} for an input of "
+            f"shape {tuple(shape)}"
+        ) from None
+
+
+def _accumulate(t: Tensor, g: Tensor, create_graph: bool) -> None:
+    """Add ``g`` into a leaf's ``.grad`` (after the leaf's hooks), owning the memory it stores."""
+    if t._hooks:
+        for hook in t._hooks:
+            new = hook(g)
+            if new is not None:
+                g = new
+    if t.grad is None:
+        t.grad = g if create_graph else _wrap(g.data.copy(), t.device)
+    else:
+        t.grad = t.grad + g

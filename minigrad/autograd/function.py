@@ -1,0 +1,247 @@
+"""``Function``: one op of the graph, its forward rule and its backward rule (chapter 02).
+
+Applying a Function computes its output and, when grad mode is on and an input requires grad,
+records a graph node: the Function instance itself (``ctx``), which becomes the output's
+``grad_fn``. A node's in-edges are ``next_functions``: for every input, the node that produced it
+(its ``grad_fn``, or an ``AccumulateGrad`` node for a leaf that requires grad). Backward rules
+receive and return ``Tensor``s and are written with minigrad ops, so with ``create_graph=True``
+the backward pass is itself recorded and can be differentiated again.
+
+User-defined ops are written exactly as in PyTorch::
+
+    class Cube(minigrad.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):              # x is a Tensor; nothing inside is recorded
+            ctx.save_for_backward(x)
+            return x * x * x
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * 3 * x * x
+
+The built-in ops in ``minigrad.ops`` are the same kind of class with one difference that buys
+speed: they set ``array_forward = True`` and their ``forward`` receives and returns raw ``xp``
+arrays (numpy or cupy), so no Tensor is built for intermediate values.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from minigrad.autograd import grad_mode
+from minigrad.backend import cpu
+from minigrad.errors import AutogradError, DeviceError, ShapeError
+from minigrad.tensor import Tensor, _wrap
+
+_FREED = object()  # marks saved tensors released by a backward pass without retain_graph
+anomaly_enabled = False  # switched by minigrad.autograd.detect_anomaly
+
+
+class Function:
+    """Base class of every op and graph node; ``Function.apply(*args)`` runs and records it."""
+
+    array_forward = False  # built-in ops compute on raw arrays; user ops on Tensors
+
+    # ctx fields, set by apply (slots keep the per-op cost low; subclasses still get a __dict__)
+    __slots__ = (
+        "next_functions", "needs_input_grad", "device", "xp", "_saved", "_input_meta",
+        "_pre_hooks", "_n_outputs", "_output_meta", "_trace", "__weakref__", "__dict__",
+    )
+
+    @staticmethod
+    def forward(ctx: Function, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("a Function subclass must define a static forward(ctx, *inputs)")
+
+    @staticmethod
+    def backward(ctx: Function, *grad_outputs: Tensor) -> Any:
+        raise NotImplementedError(f"{type(ctx).__name__} does not define backward")
+
+    # -- what forward may call on ctx -----------------------------------------------------------
+    def save_for_backward(self, *tensors: Any) -> None:
+        """Keep inputs or outputs (or other arrays) for backward; resolved after forward returns."""
+        self._saved = tensors
+
+    def mark_non_differentiable(self, *outputs: Any) -> None:
+        self.__dict__["_non_differentiable"] = outputs
+
+    @property
+    def saved_tensors(self) -> tuple:
+        """The tensors given to ``save_for_backward``, checked against in-place modification."""
+        saved = self._saved
+        if saved is _FREED:
+            raise AutogradError(
+                f"{self.name()}: trying to backward through the graph a second time (or to read "
+                "saved tensors after they were freed); pass retain_graph=True to the first backward"
+            )
+        return tuple([_unpack(self, s) for s in saved]) if saved else ()
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    def register_prehook(self, hook) -> None:
+        """Call ``hook(grad_outputs) -> grad_outputs or None`` before this node's backward."""
+        if self._pre_hooks is None:
+            self._pre_hooks = []
+        self._pre_hooks.append(hook)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}Backward>"
+
+    # -- apply ------------------------------------------------------------------------------------
+    @classmethod
+    def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        ctx = object.__new__(cls)
+        device = None
+        requires_grad = False
+        arrays = []
+        for a in args:
+            if isinstance(a, Tensor):
+                if device is None:
+                    device = a.device
+                elif a.device is not device:
+                    raise DeviceError(
+                        f"{cls.__name__}: expected all tensors on the same device, got {device} and {a.device}"
+                    )
+                requires_grad = requires_grad or a.requires_grad
+                arrays.append(a.data)
+            else:
+                arrays.append(a)
+        if device is None:
+            device = cpu
+        ctx.device = device
+        ctx.xp = device.xp
+        ctx._saved = None
+        ctx._pre_hooks = None
+        record = requires_grad and grad_mode.enabled
+        ctx.needs_input_grad = (
+            tuple(isinstance(a, Tensor) and a.requires_grad for a in args) if record else (False,) * len(args)
+        )
+
+        if cls.array_forward:
+            try:
+                out = cls.forward(ctx, *arrays, **kwargs)
+            except ValueError as e:
+                shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
+                raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
+            if type(out) is tuple:
+                outputs = tuple(_wrap(o, device) for o in out)
+            else:
+                outputs = _wrap(out, device)
+        else:
+            with grad_mode.no_grad():
+                outputs = cls.forward(ctx, *args, **kwargs)
+            if type(outputs) is tuple:
+                outputs = tuple(_fresh_output(o, args) for o in outputs)
+            else:
+                outputs = _fresh_output(outputs, args)
+
+        if record:
+            _record(ctx, args, arrays, outputs)
+        if anomaly_enabled:
+            from minigrad.autograd.anomaly import check_forward
+
+            check_forward(ctx, outputs)
+        return outputs
+
+
+class AccumulateGrad(Function):
+    """The node at a leaf that requires grad: the engine adds the incoming gradient to ``.grad``."""
+
+    __slots__ = ("variable",)
+
+    def name(self) -> str:
+        return "AccumulateGrad"
+
+
+# ---------------------------------------------------------------------------------------------
+def _fresh_output(out: Any, args: tuple) -> Any:
+    """A user forward may return an input as is; the output must be a new Tensor of its own."""
+    if not isinstance(out, Tensor):
+        return out
+    if any(out is a for a in args):
+        return _wrap(out.data, out.device)
+    return out
+
+
+def _edge(t: Tensor) -> tuple | None:
+    if t.grad_fn is not None:
+        return (t.grad_fn, t._output_nr)
+    if t.requires_grad:
+        return (_accumulator(t), 0)
+    return None
+
+
+def _accumulator(t: Tensor) -> AccumulateGrad:
+    """The leaf's AccumulateGrad node, shared by every use of the leaf (the leaf holds it weakly)."""
+    node = t._accum() if t._accum is not None else None
+    if node is None:
+        node = object.__new__(AccumulateGrad)
+        node.variable = t
+        node.next_functions = ()
+        node._n_outputs = 1
+        node._saved = None
+        node._pre_hooks = None
+        t._accum = weakref.ref(node)
+    return node
+
+
+def _record(ctx: Function, args: tuple, arrays: list, outputs: Any) -> None:
+    """Attach the node to its outputs and inputs, and turn saved arrays into saved tensors."""
+    ctx.next_functions = tuple(_edge(a) if isinstance(a, Tensor) else None for a in args)
+    ctx._input_meta = tuple((a.shape, a.dtype) if isinstance(a, Tensor) else None for a in args)
+    non_diff = ctx.__dict__.get("_non_differentiable", ())
+    if type(outputs) is tuple:
+        ctx._n_outputs = len(outputs)
+        ctx._output_meta = tuple((o.shape, o.dtype) for o in outputs)
+        for i, o in enumerate(outputs):
+            if isinstance(o, Tensor) and o.dtype.kind == "f" and not any(o is n for n in non_diff):
+                o.requires_grad, o.grad_fn, o._output_nr = True, ctx, i
+        out_list = outputs
+    else:
+        ctx._n_outputs = 1
+        if outputs.dtype.kind == "f" and not non_diff:
+            outputs.requires_grad, outputs.grad_fn = True, ctx
+        out_list = (outputs,)
+    if ctx._saved:
+        ctx._saved = tuple(_pack(s, args, arrays, out_list) for s in ctx._saved)
+
+
+# A saved entry is (kind, value, version): kind 0 = a tensor kept as is, 1 = an output of this
+# node (kept as its data plus a weak reference, so the node does not keep its output alive), 2 = a
+# constant array (no gradient flows through it), 3 = a plain Python value.
+def _pack(s: Any, args: tuple, arrays: list, outputs: tuple) -> Any:
+    if s is None or not hasattr(s, "shape"):
+        return (3, s, 0)
+    for i, o in enumerate(outputs):
+        if s is o or s is o.data:
+            return (1, (o.data, i, weakref.ref(o)), o._version)
+    if isinstance(s, Tensor):
+        return (0, s, s._version)
+    for a, arr in zip(args, arrays):
+        if s is arr and isinstance(a, Tensor):
+            return (0, a, a._version)
+    return (2, s, 0)
+
+
+def _unpack(ctx: Function, entry: Any) -> Any:
+    kind, value, version = entry
+    if kind == 3:
+        return value
+    if kind == 2:
+        return _wrap(value, ctx.device)
+    if kind == 0:
+        current, t = value._version, value
+    else:
+        data, nr, ref = value
+        o = ref()
+        current = o._version if o is not None else version
+        t = _wrap(data, ctx.device)
+        t.requires_grad, t.grad_fn, t._output_nr = True, ctx, nr
+    if current != version:
+        raise AutogradError(
+            f"{ctx.name()}: a tensor of shape {tuple(t.shape)} saved for backward was modified by an "
+            f"in-place operation (its version is {current}, expected {version}); use an out-of-place "
+            "op (x = x + 1 instead of x += 1) or .clone() it first"
+        )
+    return t

@@ -1,0 +1,68 @@
+"""Grad mode: the one switch that decides whether ops record the graph (chapter 02).
+
+``no_grad()``, ``enable_grad()`` and ``set_grad_enabled(mode)`` work as context managers and as
+decorators, like PyTorch's. The flag is a plain module global that ``Function.apply`` reads; it is
+process-wide (minigrad's DataLoader workers are processes, not threads).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+enabled = True  # read by Function.apply on every op
+
+
+def is_grad_enabled() -> bool:
+    return enabled
+
+
+class _GradMode:
+    mode: bool
+
+    def __enter__(self) -> None:
+        global enabled
+        self.prev, enabled = enabled, self.mode
+
+    def __exit__(self, *exc: Any) -> None:
+        global enabled
+        enabled = self.prev
+
+    def __call__(self, fn: Callable) -> Callable:
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(mode):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradMode):
+    """Run without recording the graph: ``with minigrad.no_grad(): p -= lr * p.grad``."""
+
+    mode = False
+
+
+class enable_grad(_GradMode):
+    """Record the graph again inside a ``no_grad`` block."""
+
+    mode = True
+
+
+class set_grad_enabled(_GradMode):
+    """Set grad mode for a block (``with``), a function (decorator) or from now on (plain call)."""
+
+    def __init__(self, mode: bool) -> None:
+        global enabled
+        self.mode = bool(mode)
+        self.prev, enabled = enabled, self.mode  # a plain call takes effect at once, as in torch
+
+    def __enter__(self) -> None:
+        pass  # __init__ already switched the mode and remembered the previous one
+
+    def __call__(self, fn: Callable) -> Callable:
+        global enabled
+        enabled = self.prev  # used as a decorator: undo the plain-call effect
+        return super().__call__(fn)

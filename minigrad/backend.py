@@ -1,0 +1,217 @@
+"""Devices, array modules, dtypes and random numbers: the one place that knows about numpy and cupy.
+
+A tensor's data is an array of its device's *array module* (``xp``): numpy on ``cpu``, cupy on
+``cuda``. Ops ask for ``xp`` here instead of importing numpy, so the CPU and GPU paths are the same
+lines of code (chapter 03 shows the GPU side). This module also fixes the dtype policy (float32 by
+default, PyTorch's promotion rules) and keeps one seeded random generator per device.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy
+
+from minigrad.errors import DeviceError, DTypeError
+
+# ---------------------------------------------------------------------------------------------
+# dtypes: minigrad uses numpy dtype objects directly, under torch's names.
+float16 = numpy.dtype("float16")
+float32 = numpy.dtype("float32")
+float64 = numpy.dtype("float64")
+int8 = numpy.dtype("int8")
+uint8 = numpy.dtype("uint8")
+int16 = numpy.dtype("int16")
+int32 = numpy.dtype("int32")
+int64 = numpy.dtype("int64")
+bool_ = numpy.dtype("bool")
+
+DTYPES = {d.name: d for d in (float16, float32, float64, int8, uint8, int16, int32, int64, bool_)}
+_default_dtype = float32
+
+
+def get_default_dtype() -> numpy.dtype:
+    """The floating dtype that new tensors get from Python floats (float32 unless changed)."""
+    return _default_dtype
+
+
+def set_default_dtype(dtype: Any) -> None:
+    """Change the default floating dtype (float32 or float64), as ``torch.set_default_dtype``."""
+    global _default_dtype
+    d = as_dtype(dtype)
+    if d.kind != "f":
+        raise DTypeError(f"set_default_dtype: expected a floating dtype, got {d}")
+    _default_dtype = d
+
+
+def as_dtype(dtype: Any) -> numpy.dtype:
+    """Turn ``"float32"``, ``minigrad.float32``, ``numpy.float32`` or a torch-style alias into a dtype."""
+    if isinstance(dtype, numpy.dtype):
+        d = dtype
+    else:
+        try:
+            d = numpy.dtype(dtype)
+        except TypeError:
+            raise DTypeError(f"unknown dtype {dtype!r}; expected one of {sorted(DTYPES)}") from None
+    if d.name not in DTYPES:
+        raise DTypeError(f"dtype {d} is not supported; expected one of {sorted(DTYPES)}")
+    return d
+
+
+def is_floating(dtype: numpy.dtype) -> bool:
+    return dtype.kind == "f"
+
+
+_KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2}
+
+
+def result_type(a: numpy.dtype, b: numpy.dtype, a_is_scalar: bool, b_is_scalar: bool) -> numpy.dtype:
+    """PyTorch's promotion for two tensors: a 0-D tensor only decides the dtype when it is of a
+    higher category (bool < integer < float) than the other operand; int + float gives the float's
+    dtype (numpy would widen int32 + float32 to float64)."""
+    ka, kb = _KIND_RANK[a.kind], _KIND_RANK[b.kind]
+    if ka != kb:
+        return a if ka > kb else b
+    if a_is_scalar != b_is_scalar:
+        return b if a_is_scalar else a
+    return numpy.promote_types(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# devices
+class Device:
+    """Where a tensor lives: ``Device("cpu")`` or ``Device("cuda:0")``. Devices are interned, so
+    ``a.device is b.device`` is the fast same-device test the ops use."""
+
+    __slots__ = ("type", "index", "xp", "_rng")
+    _cache: dict[str, Device] = {}
+
+    def __new__(cls, spec: str | Device = "cpu") -> Device:
+        if isinstance(spec, Device):
+            return spec
+        key = str(spec)
+        dev = cls._cache.get(key)
+        if dev is not None:
+            return dev
+        kind, _, index = key.partition(":")
+        if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
+            raise DeviceError(f"unknown device {spec!r}; expected 'cpu', 'cuda' or 'cuda:N'")
+        if kind == "cuda" and not index:
+            dev = cls("cuda:0")
+            cls._cache[key] = dev
+            return dev
+        dev = object.__new__(cls)
+        dev.type, dev.index = kind, (int(index) if index else None)
+        dev.xp = _array_module(dev)
+        dev._rng = None
+        cls._cache[key] = dev
+        return dev
+
+    def __repr__(self) -> str:
+        return f"device(type='{self.type}'" + (f", index={self.index})" if self.index is not None else ")")
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            try:
+                other = Device(other)
+            except DeviceError:
+                return False
+        return self is other
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __reduce__(self):
+        return (Device, (str(self),))
+
+    @property
+    def rng(self):
+        """This device's random generator (``numpy.random.Generator`` or cupy's), seeded by ``manual_seed``."""
+        if self._rng is None:
+            self._rng = self.xp.random.default_rng(_seed)
+        return self._rng
+
+    def __enter__(self):
+        # `with device("cuda"):` selects the GPU for cupy allocations.
+        if self.type == "cuda":
+            self._ctx = self.xp.cuda.Device(self.index)
+            self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.type == "cuda":
+            self._ctx.__exit__(*exc)
+
+
+def _array_module(dev: Device):
+    if dev.type == "cpu":
+        return numpy
+    try:
+        cupy = importlib.import_module("cupy")
+    except ImportError:
+        raise DeviceError(
+            f"device {dev} needs cupy, which is not installed; install the 'cuda' extra "
+            "(pip install 'minigrad[cuda]') on a machine with an NVIDIA GPU"
+        ) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # the CUDA runtime raises its own error types when there is no driver
+        raise DeviceError(f"device {dev}: cupy is installed but no CUDA GPU is usable ({e})") from None
+    if dev.index >= count:
+        raise DeviceError(f"device {dev}: only {count} CUDA device(s) present")
+    return cupy
+
+
+cpu = Device("cpu")
+
+
+def device(spec: str | Device = "cpu") -> Device:
+    """``minigrad.device("cuda")``: the interned Device for a spec string."""
+    return Device(spec)
+
+
+def device_of(array: Any) -> Device:
+    """The device an array lives on (a cupy array knows its GPU)."""
+    if isinstance(array, numpy.ndarray) or numpy.isscalar(array):
+        return cpu
+    gpu = getattr(array, "device", None)
+    if gpu is not None and type(array).__module__.startswith("cupy"):
+        return Device(f"cuda:{gpu.id}")
+    return cpu
+
+
+def to_device(array: Any, dev: Device) -> Any:
+    """Copy an array to ``dev`` (no copy when it is already there)."""
+    src = device_of(array)
+    if src is dev:
+        return array
+    if dev.type == "cpu":
+        return array.get()
+    with dev:
+        return dev.xp.asarray(array)
+
+
+# ---------------------------------------------------------------------------------------------
+# random numbers
+_seed: int | None = None
+
+
+def manual_seed(seed: int) -> None:
+    """Seed every device's random generator, as ``torch.manual_seed``."""
+    global _seed
+    _seed = int(seed)
+    for dev in Device._cache.values():
+        dev._rng = None
+
+
+def get_rng_state(dev: Device | str = "cpu") -> dict:
+    """A copy of a device's generator state (used by checkpointing to replay dropout exactly)."""
+    return Device(dev).rng.bit_generator.state
+
+
+def set_rng_state(state: dict, dev: Device | str = "cpu") -> None:
+    Device(dev).rng.bit_generator.state = state

@@ -1,0 +1,120 @@
+"""Creation functions with PyTorch's names and defaults: ``tensor, zeros, ones, randn, arange...``.
+
+Floating results default to float32 (``minigrad.get_default_dtype()``), integer ranges to int64.
+Random ones draw from the device's generator, seeded by ``minigrad.manual_seed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from minigrad import backend
+from minigrad.backend import Device
+from minigrad.tensor import Tensor, _shape_arg, _wrap
+
+
+def _make(array: Any, dev: Device, requires_grad: bool) -> Tensor:
+    t = _wrap(array, dev)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _float_dtype(dtype: Any) -> Any:
+    return backend.get_default_dtype() if dtype is None else backend.as_dtype(dtype)
+
+
+def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new tensor holding a copy of ``data`` (nested lists, a scalar, an array or a Tensor)."""
+    return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    dev = Device(device or "cpu")
+    return _make(dev.xp.zeros(_shape_arg(size), _float_dtype(dtype)), dev, requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    dev = Device(device or "cpu")
+    return _make(dev.xp.ones(_shape_arg(size), _float_dtype(dtype)), dev, requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    dev = Device(device or "cpu")
+    return _make(dev.xp.empty(_shape_arg(size), _float_dtype(dtype)), dev, requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    dev = Device(device or "cpu")
+    if dtype is None:
+        dtype = backend.bool_ if isinstance(fill_value, bool) else (
+            backend.int64 if isinstance(fill_value, int) else backend.get_default_dtype())
+    return _make(dev.xp.full(tuple(size), fill_value, backend.as_dtype(dtype)), dev, requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """``arange(5)``, ``arange(1, 4)``, ``arange(0, 1, 0.25)``: int64 unless a bound is a float."""
+    if end is None:
+        start, end = 0, start
+    dev = Device(device or "cpu")
+    if dtype is None:
+        is_int = all(isinstance(v, int) for v in (start, end, step))
+        dtype = backend.int64 if is_int else backend.get_default_dtype()
+    return _make(dev.xp.arange(start, end, step).astype(backend.as_dtype(dtype)), dev, requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False) -> Tensor:
+    dev = Device(device or "cpu")
+    return _make(dev.xp.linspace(start, end, steps).astype(_float_dtype(dtype)), dev, requires_grad)
+
+
+def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    dev = Device(device or "cpu")
+    return _make(dev.xp.eye(n, m, dtype=_float_dtype(dtype)), dev, requires_grad)
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Uniform samples in [0, 1)."""
+    dev = Device(device or "cpu")
+    dt = _float_dtype(dtype)
+    return _make(dev.rng.random(_shape_arg(size)).astype(dt), dev, requires_grad)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Standard normal samples."""
+    dev = Device(device or "cpu")
+    dt = _float_dtype(dtype)
+    return _make(dev.rng.standard_normal(_shape_arg(size)).astype(dt), dev, requires_grad)
+
+
+def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
+    """Integers uniform in [low, high) (``randint(high, size)`` also works, as in torch)."""
+    if high is None:
+        low, high = 0, low
+    dev = Device(device or "cpu")
+    dt = backend.int64 if dtype is None else backend.as_dtype(dtype)
+    return _make(dev.rng.integers(low, high, size=tuple(size)).astype(dt), dev, False)
+
+
+def randperm(n, dtype=None, device=None) -> Tensor:
+    dev = Device(device or "cpu")
+    dt = backend.int64 if dtype is None else backend.as_dtype(dtype)
+    return _make(dev.rng.permutation(n).astype(dt), dev, False)
+
+
+def _like(fn):
+    def like(input: Tensor, dtype=None, device=None, requires_grad=False) -> Tensor:
+        return fn(input.shape, dtype=dtype or input.dtype, device=device or input.device,
+                  requires_grad=requires_grad)
+
+    like.__name__ = fn.__name__ + "_like"
+    like.__doc__ = f"``{fn.__name__}`` with the shape, dtype and device of ``input``."
+    return like
+
+
+zeros_like, ones_like, empty_like, rand_like, randn_like = map(_like, (zeros, ones, empty, rand, randn))
+
+
+def full_like(input: Tensor, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full(input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device,
+                requires_grad=requires_grad)

@@ -1,0 +1,25 @@
+"""Exception types a student can act on: each names the op, what was expected and what was given.
+
+They subclass the built-in exceptions PyTorch raises in the same situations, so code written
+against ``torch`` (``except RuntimeError``) keeps working.
+"""
+
+
+class ShapeError(ValueError):
+    """Shapes that do not fit an op (broadcasting, matmul, reshape, a bad ``dim``)."""
+
+
+class DTypeError(TypeError):
+    """A dtype an op cannot take, or a cast that would lose information in place."""
+
+
+class DeviceError(RuntimeError):
+    """Tensors on different devices, or a device that is not available."""
+
+
+class AutogradError(RuntimeError):
+    """Misuse of the autograd engine: a freed graph, a modified saved tensor, a bad ``backward``."""
+
+
+class AnomalyError(RuntimeError):
+    """NaN or Inf found by ``detect_anomaly``; the message names the op and where it was created."""

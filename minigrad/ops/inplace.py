@@ -1,0 +1,85 @@
+"""In-place ops: ``add_``, ``mul_``, ``copy_``, ``fill_``... and the version counter they bump.
+
+An in-place op writes into the tensor's own memory, so every view of it sees the change, and
+bumps the version counter it shares with those views. When autograd needs to record it, it is
+applied out of place and the result is written back: the tensor's ``grad_fn`` becomes the new
+node, and any node that saved the old value notices the version change and refuses to run
+backward with a wrong value (PyTorch's rule, chapter 02).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from minigrad.autograd import grad_mode
+from minigrad.errors import AutogradError, DTypeError, ShapeError
+from minigrad.tensor import Tensor
+
+
+def _check_target(t: Tensor, op: str, recording: bool) -> None:
+    if not recording:
+        return
+    if t.grad_fn is None and t.requires_grad:
+        raise AutogradError(
+            f"{op}: a leaf tensor that requires grad is being used in an in-place operation; "
+            "wrap the update in `with minigrad.no_grad():`"
+        )
+    if t._base is not None and t._base.requires_grad:
+        raise AutogradError(
+            f"{op}: in-place modification of a view of a tensor that requires grad is not supported "
+            "by minigrad's autograd; use out-of-place ops"
+        )
+
+
+def _write_back(t: Tensor, result: Tensor, op: str) -> None:
+    if result.shape != t.shape:
+        raise ShapeError(
+            f"{op}: the result has shape {tuple(result.shape)}, which does not fit in place into a "
+            f"tensor of shape {tuple(t.shape)}"
+        )
+    if not t.device.xp.can_cast(result.dtype, t.dtype, casting="same_kind"):
+        raise DTypeError(f"{op}: result type {result.dtype} can't be cast to the tensor's dtype {t.dtype} in place")
+    t.device.xp.copyto(t.data, result.data, casting="same_kind")
+    t._bump_version()
+
+
+def inplace(t: Tensor, fn: Callable[..., Tensor], *args: Any) -> Tensor:
+    """Apply ``fn(t, *args)`` and store the result in ``t``'s memory (``t.add_(x)`` and friends)."""
+    op = fn.__name__ + "_"
+    recording = grad_mode.enabled and (
+        t.requires_grad or any(isinstance(a, Tensor) and a.requires_grad for a in args)
+    )
+    _check_target(t, op, recording)
+    if not recording:
+        with grad_mode.no_grad():
+            result = fn(t, *args)
+        _write_back(t, result, op)
+        return t
+    result = fn(t, *args)
+    _write_back(t, result, op)
+    t.grad_fn, t._output_nr, t.requires_grad = result.grad_fn, result._output_nr, True
+    return t
+
+
+def copy_from(t: Tensor, src: Any) -> Tensor:
+    """``t.copy_(src)``: src's values (broadcast to t's shape, cast to t's dtype, moved to t's device)."""
+    from minigrad.ops.elementwise import cast, clone, to_device
+    from minigrad.ops.movement import broadcast_to
+
+    if not isinstance(src, Tensor):
+        src = Tensor(src, dtype=t.dtype, device=t.device)
+    if src.device is not t.device:
+        src = to_device(src, t.device)
+    return clone(broadcast_to(cast(src, t.dtype), t.shape))  # a new node, so the gradient reaches src
+
+
+def fill_(t: Tensor, value: Any) -> Tensor:
+    """``t.fill_(v)`` / ``t.zero_()``: every element set to ``value`` (no gradient flows to t's old value)."""
+    recording = grad_mode.enabled and t.requires_grad
+    _check_target(t, "fill_", recording)
+    t.data[...] = value.data if isinstance(value, Tensor) else value
+    if recording:
+        t.grad_fn = None
+        t.requires_grad = False
+    t._bump_version()
+    return t

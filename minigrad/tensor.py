@@ -1,0 +1,431 @@
+"""``Tensor``: an N-D array on a device, plus what autograd needs to differentiate through it.
+
+A Tensor holds ``data`` (an ``xp`` array), ``requires_grad``, ``grad`` and ``grad_fn`` (the graph
+node that produced it, ``None`` for a leaf). Every operator and method below is one line that
+applies a ``Function`` from ``minigrad.ops``; the graph is recorded there (chapter 01 draws it,
+chapter 02 walks it backwards). Views share memory with their base and its version counter, so
+an in-place change to either is seen by autograd's saved-tensor check.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Iterator, Sequence
+
+from minigrad import backend
+from minigrad.backend import Device, cpu
+from minigrad.errors import AutogradError, DTypeError, ShapeError
+
+
+class Tensor:
+    """An N-D array with autograd. Create one with ``minigrad.tensor(...)`` or ``Tensor(data)``."""
+
+    __slots__ = (
+        "data", "device", "requires_grad", "grad", "grad_fn", "_output_nr", "_vc", "_base",
+        "_accum", "_hooks", "__weakref__",
+    )
+    __array_priority__ = 1000  # numpy array (op) tensor defers to Tensor's reflected operator
+
+    def __init__(self, data: Any, dtype: Any = None, device: str | Device | None = None,
+                 requires_grad: bool = False) -> None:
+        dev = Device(device) if device is not None else (data.device if isinstance(data, Tensor) else cpu)
+        arr = _as_array(data, dtype, dev)
+        _init(self, arr, dev)
+        if requires_grad:
+            self.requires_grad_(True)
+
+    # -- metadata -------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self.data.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def _version(self) -> int:
+        return (self._base if self._base is not None else self)._vc
+
+    def size(self, dim: int | None = None):
+        return self.data.shape if dim is None else self.data.shape[_dim(dim, self.ndim, "size")]
+
+    def dim(self) -> int:
+        return self.data.ndim
+
+    def numel(self) -> int:
+        return self.data.size
+
+    def element_size(self) -> int:
+        return self.data.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.data.shape[0]
+
+    # -- conversion -----------------------------------------------------------------------------
+    def item(self) -> Any:
+        if self.data.size != 1:
+            raise ShapeError(f"item(): only one-element tensors can be converted, got shape {self.shape}")
+        return self.data.item()
+
+    def numpy(self):
+        if self.requires_grad:
+            raise AutogradError("numpy(): the tensor requires grad; call tensor.detach().numpy()")
+        return self.data if self.device is cpu else self.data.get()
+
+    def tolist(self) -> Any:
+        return self.detach().numpy().tolist()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer tensors can be used as an index, got {self.dtype}")
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        if self.data.size != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self.data.size} elements is ambiguous")
+        return bool(self.item())
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.detach().numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __iter__(self) -> Iterator[Tensor]:
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        body = backend.numpy.array2string(
+            self.detach().numpy(), separator=", ", precision=4, prefix="tensor(", threshold=100
+        )
+        extra = []
+        if self.dtype is not backend.get_default_dtype() and self.dtype not in (backend.int64, backend.bool_):
+            extra.append(f"dtype={self.dtype}")
+        if self.device is not cpu:
+            extra.append(f"device='{self.device}'")
+        if self.grad_fn is not None:
+            extra.append(f"grad_fn=<{self.grad_fn.name()}Backward>")
+        elif self.requires_grad:
+            extra.append("requires_grad=True")
+        return "tensor(" + body + "".join(", " + e for e in extra) + ")"
+
+    # -- autograd -------------------------------------------------------------------------------
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None,
+                 create_graph: bool = False, inputs: Sequence[Tensor] | None = None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (see ``autograd.engine``)."""
+        from minigrad.autograd.engine import backward
+
+        backward(self, gradient, retain_graph, create_graph, inputs)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if requires_grad and self.dtype.kind != "f":
+            raise DTypeError(f"only floating point tensors can require gradients, got dtype {self.dtype}")
+        if not requires_grad and self.grad_fn is not None:
+            raise AutogradError("requires_grad_(False) on a non-leaf tensor; use detach() instead")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def detach(self) -> Tensor:
+        """The same data (shared memory, shared version counter), cut from the graph."""
+        t = _wrap(self.data, self.device)
+        t._base = self._base if self._base is not None else self
+        return t
+
+    def detach_(self) -> Tensor:
+        self.grad_fn, self.requires_grad = None, False
+        return self
+
+    def retain_grad(self) -> None:
+        """Keep ``.grad`` on a non-leaf tensor after backward (leaves always keep theirs)."""
+        if self.grad_fn is None:
+            return
+        ref, nr = weakref.ref(self), self._output_nr
+
+        def store(grads):
+            t = ref()
+            if t is not None and grads[nr] is not None:
+                g = grads[nr]
+                t.grad = g if t.grad is None else t.grad + g
+            return None
+
+        self.grad_fn.register_prehook(store)
+
+    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> Callable[[], None]:
+        """Call ``hook(grad)`` when this tensor's gradient is computed; a returned tensor replaces
+        it. Returns a function that removes the hook."""
+        if not self.requires_grad:
+            raise AutogradError("register_hook: cannot register a hook on a tensor that doesn't require grad")
+        if self.grad_fn is None:
+            if self._hooks is None:
+                self._hooks = []
+            self._hooks.append(hook)
+            return lambda: self._hooks.remove(hook)
+        nr = self._output_nr
+
+        def prehook(grads):
+            if grads[nr] is None:
+                return None
+            new = hook(grads[nr])
+            if new is None:
+                return None
+            grads = list(grads)
+            grads[nr] = new
+            return grads
+
+        node = self.grad_fn
+        node.register_prehook(prehook)
+        return lambda: node._pre_hooks.remove(prehook)
+
+    # -- dtype and device -----------------------------------------------------------------------
+    def to(self, *args: Any, dtype: Any = None, device: Any = None) -> Tensor:
+        """``to(dtype)``, ``to(device)``, ``to(device, dtype)`` or ``to(other_tensor)``; differentiable."""
+        for a in args:
+            if isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            elif isinstance(a, Device) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
+                device = a
+            else:
+                dtype = a
+        out = self
+        if device is not None and Device(device) is not self.device:
+            out = _ops.to_device(out, Device(device))
+        if dtype is not None and backend.as_dtype(dtype) != out.dtype:
+            out = _ops.cast(out, backend.as_dtype(dtype))
+        return out
+
+    def astype(self, dtype: Any) -> Tensor:
+        return self.to(dtype=dtype)
+
+    type = astype
+
+    def float(self) -> Tensor:
+        return self.to(dtype=backend.float32)
+
+    def double(self) -> Tensor:
+        return self.to(dtype=backend.float64)
+
+    def half(self) -> Tensor:
+        return self.to(dtype=backend.float16)
+
+    def long(self) -> Tensor:
+        return self.to(dtype=backend.int64)
+
+    def int(self) -> Tensor:
+        return self.to(dtype=backend.int32)
+
+    def bool(self) -> Tensor:
+        return self.to(dtype=backend.bool_)
+
+    def cpu(self) -> Tensor:
+        return self.to(device=cpu)
+
+    def cuda(self, index: int = 0) -> Tensor:
+        return self.to(device=f"cuda:{index}")
+
+    def clone(self) -> Tensor:
+        return _ops.clone(self)
+
+    def contiguous(self) -> Tensor:
+        return _ops.contiguous(self)
+
+    def is_contiguous(self) -> bool:
+        return bool(self.data.flags.c_contiguous)
+
+    # -- arithmetic (numpy broadcasting; Python scalars do not promote the tensor's dtype) -------
+    def __add__(self, other): return _ops.add(self, other)
+    def __radd__(self, other): return _ops.add(other, self)
+    def __sub__(self, other): return _ops.sub(self, other)
+    def __rsub__(self, other): return _ops.sub(other, self)
+    def __mul__(self, other): return _ops.mul(self, other)
+    def __rmul__(self, other): return _ops.mul(other, self)
+    def __truediv__(self, other): return _ops.div(self, other)
+    def __rtruediv__(self, other): return _ops.div(other, self)
+    def __pow__(self, other): return _ops.pow(self, other)
+    def __rpow__(self, other): return _ops.pow(other, self)
+    def __matmul__(self, other): return _ops.matmul(self, other)
+    def __rmatmul__(self, other): return _ops.matmul(other, self)
+    def __neg__(self): return _ops.neg(self)
+    def __pos__(self): return self
+    def __abs__(self): return _ops.abs(self)
+    def __eq__(self, other): return _ops.eq(self, other)  # type: ignore[override]
+    def __ne__(self, other): return _ops.ne(self, other)  # type: ignore[override]
+    def __lt__(self, other): return _ops.lt(self, other)
+    def __le__(self, other): return _ops.le(self, other)
+    def __gt__(self, other): return _ops.gt(self, other)
+    def __ge__(self, other): return _ops.ge(self, other)
+    def __and__(self, other): return _ops.logical_and(self, other)
+    def __or__(self, other): return _ops.logical_or(self, other)
+    def __invert__(self): return _ops.logical_not(self)
+
+    add = __add__
+    sub = __sub__
+    mul = __mul__
+    div = __truediv__
+    matmul = __matmul__
+    neg = __neg__
+    eq = __eq__
+    ne = __ne__
+    lt = __lt__
+    le = __le__
+    gt = __gt__
+    ge = __ge__
+
+    def pow(self, exponent): return _ops.pow(self, exponent)
+    def exp(self): return _ops.exp(self)
+    def log(self): return _ops.log(self)
+    def sqrt(self): return _ops.sqrt(self)
+    def rsqrt(self): return _ops.rsqrt(self)
+    def abs(self): return _ops.abs(self)
+    def sign(self): return _ops.sign(self)
+    def sin(self): return _ops.sin(self)
+    def cos(self): return _ops.cos(self)
+    def tanh(self): return _ops.tanh(self)
+    def sigmoid(self): return _ops.sigmoid(self)
+    def relu(self): return _ops.relu(self)
+    def clamp(self, min=None, max=None): return _ops.clamp(self, min, max)
+    clip = clamp
+    def maximum(self, other): return _ops.maximum(self, other)
+    def minimum(self, other): return _ops.minimum(self, other)
+
+    # -- reductions ---------------------------------------------------------------------------
+    def sum(self, dim=None, keepdim=False): return _ops.sum(self, dim, keepdim)
+    def mean(self, dim=None, keepdim=False): return _ops.mean(self, dim, keepdim)
+    def prod(self, dim=None, keepdim=False): return _ops.prod(self, dim, keepdim)
+    def max(self, dim=None, keepdim=False): return _ops.max(self, dim, keepdim)
+    def min(self, dim=None, keepdim=False): return _ops.min(self, dim, keepdim)
+    def amax(self, dim=None, keepdim=False): return _ops.amax(self, dim, keepdim)
+    def amin(self, dim=None, keepdim=False): return _ops.amin(self, dim, keepdim)
+    def argmax(self, dim=None, keepdim=False): return _ops.argmax(self, dim, keepdim)
+    def argmin(self, dim=None, keepdim=False): return _ops.argmin(self, dim, keepdim)
+    def var(self, dim=None, correction=1, keepdim=False): return _ops.var(self, dim, correction, keepdim)
+    def std(self, dim=None, correction=1, keepdim=False): return _ops.std(self, dim, correction, keepdim)
+    def logsumexp(self, dim, keepdim=False): return _ops.logsumexp(self, dim, keepdim)
+    def softmax(self, dim): return _ops.softmax(self, dim)
+    def log_softmax(self, dim): return _ops.log_softmax(self, dim)
+
+    # -- movement -------------------------------------------------------------------------------
+    def reshape(self, *shape): return _ops.reshape(self, _shape_arg(shape))
+    def view(self, *shape): return _ops.view(self, _shape_arg(shape))
+    def flatten(self, start_dim=0, end_dim=-1): return _ops.flatten(self, start_dim, end_dim)
+    def squeeze(self, dim=None): return _ops.squeeze(self, dim)
+    def unsqueeze(self, dim): return _ops.unsqueeze(self, dim)
+    def transpose(self, dim0, dim1): return _ops.transpose(self, dim0, dim1)
+    def permute(self, *dims): return _ops.permute(self, _shape_arg(dims))
+    def expand(self, *sizes): return _ops.expand(self, _shape_arg(sizes))
+    def broadcast_to(self, shape): return _ops.broadcast_to(self, tuple(shape))
+    def expand_as(self, other): return _ops.expand(self, other.shape)
+    def view_as(self, other): return _ops.view(self, other.shape)
+    def reshape_as(self, other): return _ops.reshape(self, other.shape)
+    def split(self, split_size_or_sections, dim=0): return _ops.split(self, split_size_or_sections, dim)
+    def chunk(self, chunks, dim=0): return _ops.chunk(self, chunks, dim)
+    def flip(self, dims): return _ops.flip(self, dims)
+    def repeat(self, *sizes): return _ops.repeat(self, _shape_arg(sizes))
+    def __getitem__(self, index): return _ops.getitem(self, index)
+
+    @property
+    def T(self) -> Tensor:
+        return _ops.permute(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> Tensor:
+        return _ops.transpose(self, -2, -1)
+
+    # -- in-place ops: bump the version counter; recorded out-of-place when grad is needed ------
+    def __setitem__(self, index, value) -> None:
+        _ops.setitem(self, index, value)
+
+    def add_(self, other, alpha=1): return _ops.inplace(self, _ops.add, other if alpha == 1 else other * alpha)
+    def sub_(self, other, alpha=1): return _ops.inplace(self, _ops.sub, other if alpha == 1 else other * alpha)
+    def mul_(self, other): return _ops.inplace(self, _ops.mul, other)
+    def div_(self, other): return _ops.inplace(self, _ops.div, other)
+    def pow_(self, other): return _ops.inplace(self, _ops.pow, other)
+    def clamp_(self, min=None, max=None): return _ops.inplace(self, _ops.clamp, min, max)
+    def copy_(self, src): return _ops.inplace(self, _ops.copy_from, src)
+    def zero_(self): return _ops.fill_(self, 0)
+    def fill_(self, value): return _ops.fill_(self, value)
+    __iadd__ = add_
+    __isub__ = sub_
+    __imul__ = mul_
+    __itruediv__ = div_
+
+    def _bump_version(self) -> None:
+        (self._base if self._base is not None else self)._vc += 1
+
+
+# ---------------------------------------------------------------------------------------------
+def _init(t: Tensor, data: Any, device: Device) -> None:
+    t.data, t.device = data, device
+    t.requires_grad, t.grad, t.grad_fn = False, None, None
+    t._output_nr, t._vc, t._base, t._accum, t._hooks = 0, 0, None, None, None
+
+
+def _wrap(data: Any, device: Device) -> Tensor:
+    """A Tensor around an array, without copying or checking it (used on every op's output)."""
+    t = object.__new__(Tensor)
+    t.data, t.device = data, device
+    t.requires_grad, t.grad, t.grad_fn = False, None, None
+    t._output_nr, t._vc, t._base, t._accum, t._hooks = 0, 0, None, None, None
+    return t
+
+
+def _as_array(data: Any, dtype: Any, dev: Device) -> Any:
+    """Copy ``data`` (a Tensor, array, scalar or nested list) into a new array on ``dev``."""
+    xp = dev.xp
+    if isinstance(data, Tensor):
+        data = data.data
+    if dtype is not None:
+        dtype = backend.as_dtype(dtype)
+    elif not hasattr(data, "dtype"):
+        probe = backend.numpy.asarray(data)
+        if probe.dtype.kind == "f":
+            dtype = backend.get_default_dtype()
+        elif probe.dtype.kind == "i":
+            dtype = backend.int64
+        elif probe.dtype.kind not in "bu":
+            raise DTypeError(f"tensor(): cannot make a tensor from data of dtype {probe.dtype}")
+        data = probe
+    elif data.dtype.name not in backend.DTYPES:
+        raise DTypeError(f"tensor(): unsupported dtype {data.dtype}; expected one of {sorted(backend.DTYPES)}")
+    data = backend.to_device(data, dev)
+    return xp.array(data, dtype=dtype, copy=True)
+
+
+def _shape_arg(shape: tuple) -> tuple:
+    """Accept both ``x.reshape(2, 3)`` and ``x.reshape((2, 3))``."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+def _dim(dim: int, ndim: int, op: str) -> int:
+    """Normalise a possibly negative ``dim``, naming the op when it is out of range."""
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise ShapeError(f"{op}: dim {dim} is out of range for a tensor with {ndim} dimension(s)")
+    return dim % n
+
+
+from minigrad import ops as _ops  # noqa: E402  (ops import Tensor from this module)
