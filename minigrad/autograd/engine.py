@@ -187,16 +187,21 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
         if edge is None or g is None:
             continue
         shape, dtype = meta
-        if g.shape != shape:
+        data = g.data
+        if data.shape != shape:
             g = _unbroadcast(node, g, shape)
-        if g.dtype != dtype:
+        if data.dtype is not dtype and data.dtype != dtype:
             g = g.to(dtype)
         nxt, nr = edge
         buf = buffers.get(nxt)
         if buf is None:
             buf = buffers[nxt] = [None] * nxt._n_outputs
-        buf[nr] = g if buf[nr] is None else buf[nr] + g
-    if not retain_graph:
+            buf[nr] = g
+        elif buf[nr] is None:
+            buf[nr] = g
+        else:
+            buf[nr] = buf[nr] + g
+    if not retain_graph and node._saved is not None:
         node._saved = F._FREED
 
 

@@ -42,12 +42,15 @@ class Function:
     """Base class of every op and graph node; ``Function.apply(*args)`` runs and records it."""
 
     array_forward = False  # built-in ops compute on raw arrays; user ops on Tensors
+    _non_differentiable: tuple = ()  # outputs a user forward marked as having no gradient
 
     # ctx fields, set by apply (slots keep the per-op cost low; subclasses still get a __dict__)
     __slots__ = (
-        "next_functions", "needs_input_grad", "device", "xp", "_saved", "_input_meta",
-        "_pre_hooks", "_n_outputs", "_output_meta", "_trace", "__weakref__", "__dict__",
+        "next_functions", "needs_input_grad", "device", "xp", "_input_meta", "_n_outputs",
+        "_output_meta", "_trace", "__weakref__", "__dict__",
     )
+    _saved: Any = None  # what forward passed to save_for_backward; packed by _attach
+    _pre_hooks: list | None = None  # hooks on the gradients arriving at this node
 
     @staticmethod
     def forward(ctx: Function, *args: Any, **kwargs: Any) -> Any:
@@ -63,7 +66,7 @@ class Function:
         self._saved = tensors
 
     def mark_non_differentiable(self, *outputs: Any) -> None:
-        self.__dict__["_non_differentiable"] = outputs
+        self._non_differentiable = outputs
 
     @property
     def saved_tensors(self) -> tuple:
@@ -103,7 +106,8 @@ class Function:
                     raise DeviceError(
                         f"{cls.__name__}: expected all tensors on the same device, got {device} and {a.device}"
                     )
-                requires_grad = requires_grad or a.requires_grad
+                if a.requires_grad:
+                    requires_grad = True
                 arrays.append(a.data)
             else:
                 arrays.append(a)
@@ -111,12 +115,11 @@ class Function:
             device = cpu
         ctx.device = device
         ctx.xp = device.xp
-        ctx._saved = None
-        ctx._pre_hooks = None
         record = requires_grad and grad_mode.enabled
-        ctx.needs_input_grad = (
-            tuple(isinstance(a, Tensor) and a.requires_grad for a in args) if record else (False,) * len(args)
-        )
+        if record:
+            _connect(ctx, args)
+        else:
+            ctx.needs_input_grad = _NONE_NEEDED[len(args)] if len(args) < 8 else (False,) * len(args)
 
         if cls.array_forward:
             try:
@@ -125,24 +128,27 @@ class Function:
                 shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
                 raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
             if type(out) is tuple:
-                outputs = tuple(_wrap(o, device) for o in out)
+                outputs = tuple([_wrap(o, device) for o in out])
             else:
                 outputs = _wrap(out, device)
         else:
             with grad_mode.no_grad():
                 outputs = cls.forward(ctx, *args, **kwargs)
             if type(outputs) is tuple:
-                outputs = tuple(_fresh_output(o, args) for o in outputs)
+                outputs = tuple([_fresh_output(o, args) for o in outputs])
             else:
                 outputs = _fresh_output(outputs, args)
 
         if record:
-            _record(ctx, args, arrays, outputs)
+            _attach(ctx, args, arrays, outputs)
         if anomaly_enabled:
             from minigrad.autograd.anomaly import check_forward
 
             check_forward(ctx, outputs)
         return outputs
+
+
+_NONE_NEEDED = [(False,) * n for n in range(8)]
 
 
 class AccumulateGrad(Function):
@@ -164,14 +170,6 @@ def _fresh_output(out: Any, args: tuple) -> Any:
     return out
 
 
-def _edge(t: Tensor) -> tuple | None:
-    if t.grad_fn is not None:
-        return (t.grad_fn, t._output_nr)
-    if t.requires_grad:
-        return (_accumulator(t), 0)
-    return None
-
-
 def _accumulator(t: Tensor) -> AccumulateGrad:
     """The leaf's AccumulateGrad node, shared by every use of the leaf (the leaf holds it weakly)."""
     node = t._accum() if t._accum is not None else None
@@ -180,31 +178,51 @@ def _accumulator(t: Tensor) -> AccumulateGrad:
         node.variable = t
         node.next_functions = ()
         node._n_outputs = 1
-        node._saved = None
-        node._pre_hooks = None
         t._accum = weakref.ref(node)
     return node
 
 
-def _record(ctx: Function, args: tuple, arrays: list, outputs: Any) -> None:
-    """Attach the node to its outputs and inputs, and turn saved arrays into saved tensors."""
-    ctx.next_functions = tuple(_edge(a) if isinstance(a, Tensor) else None for a in args)
-    ctx._input_meta = tuple((a.shape, a.dtype) if isinstance(a, Tensor) else None for a in args)
-    non_diff = ctx.__dict__.get("_non_differentiable", ())
+def _connect(ctx: Function, args: tuple) -> None:
+    """Record the node's in-edges: for each input, the node that produced it (its grad_fn, or
+    its leaf's AccumulateGrad), plus its shape and dtype so gradients can be checked against them."""
+    needs, edges, meta = [], [], []
+    for a in args:
+        if isinstance(a, Tensor):
+            rg = a.requires_grad
+            needs.append(rg)
+            if a.grad_fn is not None:
+                edges.append((a.grad_fn, a._output_nr))
+            else:
+                edges.append((_accumulator(a), 0) if rg else None)
+            meta.append((a.data.shape, a.data.dtype))
+        else:
+            needs.append(False)
+            edges.append(None)
+            meta.append(None)
+    ctx.needs_input_grad = tuple(needs)
+    ctx.next_functions = tuple(edges)
+    ctx._input_meta = tuple(meta)
+
+
+def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any) -> None:
+    """Make the node the grad_fn of its (floating) outputs, and turn saved arrays into saved tensors."""
+    non_diff = ctx._non_differentiable
     if type(outputs) is tuple:
         ctx._n_outputs = len(outputs)
-        ctx._output_meta = tuple((o.shape, o.dtype) for o in outputs)
+        ctx._output_meta = tuple([(o.data.shape, o.data.dtype) for o in outputs])
         for i, o in enumerate(outputs):
-            if isinstance(o, Tensor) and o.dtype.kind == "f" and not any(o is n for n in non_diff):
+            if isinstance(o, Tensor) and o.data.dtype.kind == "f" and not any(o is n for n in non_diff):
                 o.requires_grad, o.grad_fn, o._output_nr = True, ctx, i
         out_list = outputs
     else:
         ctx._n_outputs = 1
-        if outputs.dtype.kind == "f" and not non_diff:
-            outputs.requires_grad, outputs.grad_fn = True, ctx
+        if outputs.data.dtype.kind == "f" and not non_diff:
+            outputs.requires_grad = True
+            outputs.grad_fn = ctx
         out_list = (outputs,)
-    if ctx._saved:
-        ctx._saved = tuple(_pack(s, args, arrays, out_list) for s in ctx._saved)
+    saved = ctx._saved
+    if saved:
+        ctx._saved = tuple([_pack(x, args, arrays, out_list) for x in saved])
 
 
 # A saved entry is (kind, value, version): kind 0 = a tensor kept as is, 1 = an output of this
@@ -213,14 +231,15 @@ def _record(ctx: Function, args: tuple, arrays: list, outputs: Any) -> None:
 def _pack(s: Any, args: tuple, arrays: list, outputs: tuple) -> Any:
     if s is None or not hasattr(s, "shape"):
         return (3, s, 0)
+    for a, arr in zip(args, arrays):
+        if s is arr or s is a:
+            if isinstance(a, Tensor):
+                return (0, a, a._version)
     for i, o in enumerate(outputs):
         if s is o or s is o.data:
             return (1, (o.data, i, weakref.ref(o)), o._version)
     if isinstance(s, Tensor):
         return (0, s, s._version)
-    for a, arr in zip(args, arrays):
-        if s is arr and isinstance(a, Tensor):
-            return (0, a, a._version)
     return (2, s, 0)
 
 

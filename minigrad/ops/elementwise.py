@@ -179,9 +179,21 @@ class Tanh(Op):
         return out
 
     @staticmethod
-    def backward(ctx, g):
-        out = ctx.saved_tensors[0]
-        return g * (1 - out * out)
+    def backward(ctx, g): return TanhBackward.apply(g, ctx.saved_tensors[0])
+
+
+class TanhBackward(Op):
+    """``g * (1 - y*y)`` in one op instead of three; differentiable again for higher orders."""
+
+    @staticmethod
+    def forward(ctx, g, y):
+        ctx.save_for_backward(g, y)
+        return g * (1 - y * y)
+
+    @staticmethod
+    def backward(ctx, gg):
+        g, y = ctx.saved_tensors
+        return gg * (1 - y * y), -2 * gg * g * y
 
 
 class Sigmoid(Op):
@@ -193,9 +205,21 @@ class Sigmoid(Op):
         return out
 
     @staticmethod
-    def backward(ctx, g):
-        out = ctx.saved_tensors[0]
-        return g * out * (1 - out)
+    def backward(ctx, g): return SigmoidBackward.apply(g, ctx.saved_tensors[0])
+
+
+class SigmoidBackward(Op):
+    """``g * y * (1 - y)`` in one op; differentiable again for higher orders."""
+
+    @staticmethod
+    def forward(ctx, g, y):
+        ctx.save_for_backward(g, y)
+        return g * y * (1 - y)
+
+    @staticmethod
+    def backward(ctx, gg):
+        g, y = ctx.saved_tensors
+        return gg * y * (1 - y), gg * g * (1 - 2 * y)
 
 
 class Relu(Op):
@@ -361,7 +385,7 @@ def _scalar_operand(s: Any, t: Tensor) -> tuple[Any, Tensor]:
 def _binary(cls: type[Function], a: Any, b: Any) -> Tensor:
     if isinstance(a, Tensor):
         if isinstance(b, Tensor):
-            if a.dtype is not b.dtype:
+            if a.data.dtype is not b.data.dtype:
                 dt = backend.result_type(a.dtype, b.dtype, a.ndim == 0, b.ndim == 0)
                 a, b = (a if a.dtype == dt else cast(a, dt)), (b if b.dtype == dt else cast(b, dt))
             return cls.apply(a, b)
