@@ -17,6 +17,8 @@ from minigrad.creation import (
     randint, randn, randn_like, randperm, tensor, zeros, zeros_like,
 )
 
+from minigrad.serialization import load, save
+
 half, float, double, long, int, bool = float16, float32, float64, int64, int32, bool_  # torch's aliases
 
 __version__ = "0.1.0"

@@ -16,6 +16,13 @@ from minigrad.autograd.function import Function
 from minigrad.errors import DTypeError
 from minigrad.tensor import Tensor
 
+__all__ = [
+    "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "eq", "erf", "exp",
+    "ge", "gelu", "gt", "le", "leaky_relu", "log", "logical_and", "logical_not", "logical_or", "lt",
+    "maximum", "minimum", "mul", "ne", "neg", "pow", "relu", "rsqrt", "sigmoid", "sign", "silu", "sin",
+    "softplus", "sqrt", "sub", "tanh", "to_device", "where",
+]
+
 
 class Op(Function):
     """A built-in op: forward receives and returns raw ``xp`` arrays."""

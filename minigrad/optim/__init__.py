@@ -1,0 +1,9 @@
+"""Optimizers and learning-rate schedules with PyTorch's names, arguments and update rules."""
+
+from minigrad.optim import lr_scheduler
+from minigrad.optim.adam import Adam, AdamW
+from minigrad.optim.optimizer import Optimizer
+from minigrad.optim.rmsprop import RMSprop
+from minigrad.optim.sgd import SGD
+
+__all__ = ["Adam", "AdamW", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]

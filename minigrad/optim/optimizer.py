@@ -1,0 +1,130 @@
+"""``Optimizer``: parameter groups, per-parameter state, ``zero_grad`` and ``state_dict`` (chapter 02).
+
+An optimizer holds references to parameters, grouped in ``param_groups`` (each group a dict of
+hyper-parameters plus its ``params``), and a ``state`` dict per parameter (momentum buffers,
+Adam's moments). Updates run under ``no_grad`` with in-place tensor ops, so parameters keep
+their identity and a traced training step (chapter 03) sees the update as ordinary ops.
+``state_dict`` refers to parameters by index, so it can be loaded into a fresh optimizer built
+over a fresh model with the same architecture, as in PyTorch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable, Iterable
+
+from minigrad.autograd.grad_mode import enable_grad
+from minigrad.tensor import Tensor
+
+
+class Optimizer:
+    """Base class: subclasses set ``defaults`` and implement ``step(closure=None)``."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]) -> None:
+        self.defaults = defaults
+        self.state: defaultdict[Tensor, dict[str, Any]] = defaultdict(dict)
+        self.param_groups: list[dict[str, Any]] = []
+        params = list(params)
+        if not params:
+            raise ValueError(f"{type(self).__name__} got an empty parameter list")
+        if not isinstance(params[0], dict):
+            params = [{"params": params}]
+        for group in params:
+            self.add_param_group(group)
+
+    def add_param_group(self, group: dict[str, Any]) -> None:
+        group = dict(group)
+        ps = group["params"]
+        group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
+        for p in group["params"]:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{type(self).__name__} can only optimize Tensors, got {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError(f"{type(self).__name__}: can't optimize a non-leaf Tensor (shape {tuple(p.shape)})")
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in group["params"]):
+            raise ValueError("some parameters appear in more than one parameter group")
+        for key, value in self.defaults.items():
+            group.setdefault(key, value)
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad = p.grad.detach()
+                    p.grad.zero_()
+
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
+        raise NotImplementedError(f"{type(self).__name__} does not implement step()")
+
+    @staticmethod
+    def _evaluate(closure: Callable[[], Tensor] | None) -> Tensor | None:
+        """Run the closure (it recomputes the loss and calls backward) with grad mode on."""
+        if closure is None:
+            return None
+        with enable_grad():
+            return closure()
+
+    def _params_with_grad(self, group: dict[str, Any]) -> Iterable[Tensor]:
+        return (p for p in group["params"] if p.grad is not None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}``, as torch."""
+        index: dict[int, int] = {}
+        groups = []
+        for group in self.param_groups:
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed["params"] = [index[id(p)] for p in group["params"]]
+            groups.append(packed)
+        state = {
+            index[id(p)]: {k: (v.clone() if isinstance(v, Tensor) else v) for k, v in s.items()}
+            for p, s in self.state.items() if id(p) in index
+        }
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError(
+                f"load_state_dict: the state has {len(groups)} parameter group(s), the optimizer has "
+                f"{len(self.param_groups)}"
+            )
+        params: dict[int, Tensor] = {}
+        for i, (mine, saved) in enumerate(zip(self.param_groups, groups)):
+            if len(mine["params"]) != len(saved["params"]):
+                raise ValueError(
+                    f"load_state_dict: parameter group {i} has {len(saved['params'])} parameter(s) in the "
+                    f"state and {len(mine['params'])} in the optimizer"
+                )
+            params.update(zip(saved["params"], mine["params"]))
+        self.state = defaultdict(dict)
+        for key, s in state_dict["state"].items():
+            p = params[int(key)]
+            self.state[p] = {k: _like_param(v, p, k) for k, v in s.items()}
+        for mine, saved in zip(self.param_groups, groups):
+            mine.update({k: v for k, v in saved.items() if k != "params"})
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            lines += [f"    {k}: {v}" for k, v in sorted(group.items()) if k != "params"]
+        return "\n".join(lines + [")"])
+
+
+def _like_param(value: Any, p: Tensor, name: str) -> Any:
+    """A loaded state tensor, moved to its parameter's device (and dtype, for floating state)."""
+    if not isinstance(value, Tensor):
+        return value
+    if value.shape != p.shape and value.ndim != 0:
+        raise ValueError(
+            f"load_state_dict: state '{name}' has shape {tuple(value.shape)} but its parameter has "
+            f"shape {tuple(p.shape)}"
+        )
+    dtype = p.dtype if value.dtype.kind == "f" else value.dtype
+    return value.detach().to(device=p.device, dtype=dtype).clone()
