@@ -143,3 +143,33 @@ def test_schedulers_match_torch(name, opt_name):
         ot.step()
         sm.step()
         st.step()
+
+
+@pytest.mark.parametrize("line_search", [None, "strong_wolfe"])
+def test_lbfgs_matches_torch_on_rosenbrock(line_search):
+    torch = pytest.importorskip("torch")
+
+    def rosenbrock(p):
+        x, y = p[0], p[1]
+        return (1 - x) ** 2 + 100 * (y - x * x) ** 2
+
+    pm = mg.tensor([-1.5, 2.0], dtype=mg.float64, requires_grad=True)
+    pt = torch.tensor([-1.5, 2.0], dtype=torch.float64, requires_grad=True)
+    om = optim.LBFGS([pm], lr=1, max_iter=20, history_size=10, line_search_fn=line_search)
+    ot = torch.optim.LBFGS([pt], lr=1, max_iter=20, history_size=10, line_search_fn=line_search)
+    for p, o in ((pm, om), (pt, ot)):
+        o.step(lambda p=p, o=o: _closure(rosenbrock, p, o))
+    # one step = up to 20 iterations: the iterates follow torch's (rounding differences in the dot
+    # products grow only near convergence, so compare after the first step)
+    np.testing.assert_allclose(pm.detach().numpy(), pt.detach().numpy(), rtol=1e-6, atol=1e-8)
+    for p, o in ((pm, om), (pt, ot)):
+        for _ in range(4):
+            o.step(lambda p=p, o=o: _closure(rosenbrock, p, o))
+    np.testing.assert_allclose(pm.detach().numpy(), [1.0, 1.0], atol=1e-4)
+
+
+def _closure(f, p, o):
+    o.zero_grad()
+    loss = f(p)
+    loss.backward()
+    return loss

@@ -2,8 +2,9 @@
 
 from minigrad.optim import lr_scheduler
 from minigrad.optim.adam import Adam, AdamW
+from minigrad.optim.lbfgs import LBFGS
 from minigrad.optim.optimizer import Optimizer
 from minigrad.optim.rmsprop import RMSprop
 from minigrad.optim.sgd import SGD
 
-__all__ = ["Adam", "AdamW", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]
+__all__ = ["Adam", "AdamW", "LBFGS", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]
