@@ -3,8 +3,12 @@
 from minigrad.autograd.engine import backward, consumers, grad, topological_order
 from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from minigrad.autograd.anomaly import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
+from minigrad.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
+from minigrad.autograd import functional  # noqa: F401  (minigrad.autograd.functional.hessian, as in torch)
 
 __all__ = [
-    "AccumulateGrad", "Function", "backward", "consumers", "enable_grad", "grad", "is_grad_enabled",
-    "no_grad", "set_grad_enabled", "topological_order",
+    "AccumulateGrad", "Function", "GradcheckError", "backward", "consumers", "detect_anomaly",
+    "enable_grad", "functional", "grad", "gradcheck", "gradgradcheck", "is_anomaly_enabled",
+    "is_grad_enabled", "no_grad", "set_detect_anomaly", "set_grad_enabled", "topological_order",
 ]

@@ -93,8 +93,9 @@ class Pow(Op):
     def backward(ctx, g):
         a, b, out = ctx.saved_tensors
         ga = g * b * a ** (b - 1) if ctx.needs_input_grad[0] else None
-        gb = g * out * log(a) if ctx.needs_input_grad[1] else None
-        return ga, gb
+        if ctx.needs_input_grad[1]:  # a may be a Python number (2 ** x)
+            return ga, g * out * (log(a) if isinstance(a, Tensor) else math.log(a))
+        return ga, None
 
 
 # -- math functions ----------------------------------------------------------------------------------
