@@ -36,6 +36,7 @@ from minigrad.tensor import Tensor, _wrap
 
 _FREED = object()  # marks saved tensors released by a backward pass without retain_graph
 anomaly_enabled = False  # switched by minigrad.autograd.detect_anomaly
+tracer: Any = None  # set by minigrad.graph.trace while it records a static graph (chapter 01)
 
 
 class Function:
@@ -145,6 +146,8 @@ class Function:
             from minigrad.autograd.anomaly import check_forward
 
             check_forward(ctx, outputs)
+        if tracer is not None:
+            tracer.record(cls, args, kwargs, outputs)
         return outputs
 
 

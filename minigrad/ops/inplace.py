@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from minigrad.autograd import grad_mode
+from minigrad.autograd import function, grad_mode
 from minigrad.errors import AutogradError, DTypeError, ShapeError
 from minigrad.tensor import Tensor
 
@@ -41,6 +41,8 @@ def _write_back(t: Tensor, result: Tensor, op: str) -> None:
         raise DTypeError(f"{op}: result type {result.dtype} can't be cast to the tensor's dtype {t.dtype} in place")
     t.device.xp.copyto(t.data, result.data, casting="same_kind")
     t._bump_version()
+    if function.tracer is not None:  # a traced training step replays this write (optimizer updates)
+        function.tracer.mutate(t, result)
 
 
 def inplace(t: Tensor, fn: Callable[..., Tensor], *args: Any) -> Tensor:
