@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Sequence
 from minigrad import backend
 from minigrad.backend import Device, cpu
 from minigrad.errors import AutogradError, DTypeError, ShapeError
+from minigrad.hooks import RemovableHandle
 
 
 class Tensor:
@@ -173,16 +174,16 @@ class Tensor:
 
         self.grad_fn.register_prehook(store)
 
-    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> Callable[[], None]:
+    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> RemovableHandle:
         """Call ``hook(grad)`` when this tensor's gradient is computed; a returned tensor replaces
-        it. Returns a function that removes the hook."""
+        it. Returns a handle whose ``remove()`` takes the hook away again."""
         if not self.requires_grad:
             raise AutogradError("register_hook: cannot register a hook on a tensor that doesn't require grad")
         if self.grad_fn is None:
             if self._hooks is None:
                 self._hooks = []
             self._hooks.append(hook)
-            return lambda: self._hooks.remove(hook)
+            return RemovableHandle(self._hooks, hook)
         nr = self._output_nr
 
         def prehook(grads):
@@ -195,9 +196,8 @@ class Tensor:
             grads[nr] = new
             return grads
 
-        node = self.grad_fn
-        node.register_prehook(prehook)
-        return lambda: node._pre_hooks.remove(prehook)
+        self.grad_fn.register_prehook(prehook)
+        return RemovableHandle(self.grad_fn._pre_hooks, prehook)
 
     # -- dtype and device -----------------------------------------------------------------------
     def to(self, *args: Any, dtype: Any = None, device: Any = None) -> Tensor:
