@@ -18,6 +18,7 @@ from minigrad.creation import (
 )
 
 from minigrad.serialization import load, save
+from minigrad import autograd, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
 
 half, float, double, long, int, bool = float16, float32, float64, int64, int32, bool_  # torch's aliases
 

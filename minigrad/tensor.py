@@ -307,6 +307,7 @@ class Tensor:
     def relu(self): return _ops.relu(self)
     def clamp(self, min=None, max=None): return _ops.clamp(self, min, max)
     clip = clamp
+    def mm(self, other): return _ops.mm(self, other)
     def maximum(self, other): return _ops.maximum(self, other)
     def minimum(self, other): return _ops.minimum(self, other)
 
@@ -322,6 +323,7 @@ class Tensor:
     def argmin(self, dim=None, keepdim=False): return _ops.argmin(self, dim, keepdim)
     def var(self, dim=None, correction=1, keepdim=False): return _ops.var(self, dim, correction, keepdim)
     def std(self, dim=None, correction=1, keepdim=False): return _ops.std(self, dim, correction, keepdim)
+    def cumsum(self, dim): return _ops.cumsum(self, dim)
     def logsumexp(self, dim, keepdim=False): return _ops.logsumexp(self, dim, keepdim)
     def softmax(self, dim): return _ops.softmax(self, dim)
     def log_softmax(self, dim): return _ops.log_softmax(self, dim)

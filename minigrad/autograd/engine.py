@@ -109,10 +109,14 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
     if retain_graph is None:
         retain_graph = create_graph
     buffers: dict[Function, list] = {}
+    # ids of gradient tensors that something else may hold (the caller, a hook, two inputs of one
+    # node): a leaf stores a copy of those, and keeps any other gradient as its .grad without copying
+    shared: set[int] = set()
     for i, (t, g) in enumerate(zip(roots, root_grads)):
         node, nr = _root_node(t, i)
         buf = buffers.setdefault(node, [None] * node._n_outputs)
         g = _root_grad(t, g)
+        shared.add(id(g))
         buf[nr] = g if buf[nr] is None else buf[nr] + g
     order = topological_order(buffers)
 
@@ -146,9 +150,9 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
                         captured[i] = g if captured[i] is None else captured[i] + g
             if type(node) is AccumulateGrad:
                 if accumulate and grads[0] is not None and (targets is None or (node, 0) in targets):
-                    _accumulate(node.variable, grads[0], create_graph)
+                    _accumulate(node.variable, grads[0], create_graph, shared)
                 continue
-            _call_backward(node, grads, buffers, retain_graph)
+            _call_backward(node, grads, buffers, retain_graph, shared)
 
     if accumulate and targets is not None:  # backward(inputs=[non-leaf, ...]) fills their .grad too
         for t, g in zip(inputs, captured):
@@ -166,7 +170,7 @@ def _needed(order: list[Function], wanted: set[Function]) -> set[Function]:
     return needed
 
 
-def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: bool) -> None:
+def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: bool, shared: set[int]) -> None:
     if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
         xp = node.xp
         grads = [g if g is not None else _wrap(xp.zeros(shape, dtype), node.device)
@@ -186,6 +190,8 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     for edge, g, meta in zip(edges, out, node._input_meta):
         if edge is None or g is None:
             continue
+        if not node.array_forward or any(g is gi for gi in grads):
+            shared.add(id(g))  # passed through, or from a user backward that may keep it
         shape, dtype = meta
         data = g.data
         if data.shape != shape:
@@ -217,14 +223,21 @@ def _unbroadcast(node: Function, g: Tensor, shape: tuple) -> Tensor:
         ) from None
 
 
-def _accumulate(t: Tensor, g: Tensor, create_graph: bool) -> None:
-    """Add ``g`` into a leaf's ``.grad`` (after the leaf's hooks), owning the memory it stores."""
+def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> None:
+    """Add ``g`` into a leaf's ``.grad`` (after the leaf's hooks). A gradient the engine made for
+    this leaf alone is stored as is; one that may be visible elsewhere is copied first."""
     if t._hooks:
         for hook in t._hooks:
             new = hook(g)
             if new is not None:
                 g = new
-    if t.grad is None:
-        t.grad = g if create_graph else _wrap(g.data.copy(), t.device)
-    else:
+        shared.add(id(g))  # a hook may have kept a reference to it
+    if t.grad is not None:
         t.grad = t.grad + g
+    elif create_graph:
+        t.grad = g
+    elif id(g) in shared or g.data.base is not None:
+        t.grad = _wrap(g.data.copy(), t.device)
+    else:
+        t.grad = g
+        shared.add(id(g))

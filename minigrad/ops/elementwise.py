@@ -14,6 +14,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.autograd.function import Function
 from minigrad.errors import DTypeError
+from minigrad.ops.special import erf as _erf
 from minigrad.tensor import Tensor
 
 __all__ = [
@@ -487,16 +488,6 @@ class Erf(Op):
 
 
 def erf(x): return Erf.apply(_floating(x, "erf"))
-
-
-def _erf(xp, a):
-    """erf to float64 rounding (Abramowitz-Stegun 7.1.26 is only 1e-7; this uses the complementary
-    error function's continued-fraction-free rational approximation from W. J. Cody via
-    ``math.erf`` on CPU when available)."""
-    special = getattr(xp, "special", None)
-    if special is not None and hasattr(special, "erf"):
-        return special.erf(a)
-    return xp.vectorize(math.erf, otypes=[a.dtype])(a) if a.size else a.copy()
 
 
 def clamp(x, min=None, max=None):

@@ -1,22 +1,44 @@
-"""Reductions: sum, mean, max/min, var/std, prod, and ``sum_to``, the inverse of broadcasting.
+"""Reductions: sum, mean, prod, max/min, var/std, logsumexp, cumsum, and ``sum_to``.
 
-A reduction's backward spreads the incoming gradient back over the reduced axes (broadcasting it
-to the input's shape). ``sum_to`` is what the engine uses to undo broadcasting in every op.
+A reduction's backward spreads the incoming gradient back over the reduced axes (reshape it to
+the keepdim shape, then broadcast it to the input's shape) and weights it by how much each input
+element contributed: 1 for sum, 1/n for mean, the product of the others for prod, an even share
+of the ties for max. ``sum_to``, the inverse of broadcasting, is what the engine uses to undo
+broadcasting in every op (chapter 02).
 """
 
 from __future__ import annotations
 
-from minigrad.ops.elementwise import Op
+import builtins
+from typing import NamedTuple
+
+from minigrad.errors import DTypeError, ShapeError
+from minigrad.ops.elementwise import Op, _floating, exp, sqrt, where
 from minigrad.ops.movement import broadcast_to, reshape
-from minigrad.tensor import Tensor, _dim
+from minigrad.tensor import Tensor, _dim, _wrap
+
+__all__ = [
+    "ValuesIndices", "amax", "amin", "argmax", "argmin", "cumsum", "logsumexp", "max", "mean", "min",
+    "prod", "std", "sum", "sum_to", "var",
+]
 
 
 def _dims(dim, ndim: int, op: str) -> tuple | None:
-    """Normalise ``dim`` (None, an int or a sequence of ints) to a sorted tuple of axes."""
+    """Normalise ``dim`` (None, an int or a sequence of ints) to a sorted tuple of axes. As in
+    PyTorch, an empty sequence means every axis, and a 0-D tensor accepts dim 0 or -1."""
     if dim is None:
         return None
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    return tuple(sorted({_dim(d, ndim, op) for d in dims}))
+    dims = tuple(sorted({_dim(d, ndim, op) for d in dims}))
+    return dims if dims and ndim else None
+
+
+def _axes(x: Tensor, dim, op: str) -> tuple | None:
+    """``_dims`` for a tensor, naming its shape when a dim is out of range."""
+    try:
+        return _dims(dim, x.ndim, op)
+    except ShapeError as e:
+        raise ShapeError(f"{e} (input shape {tuple(x.shape)})") from None
 
 
 def _keep_shape(shape: tuple, dims: tuple | None) -> tuple:
@@ -26,17 +48,54 @@ def _keep_shape(shape: tuple, dims: tuple | None) -> tuple:
     return tuple(1 if i in dims else n for i, n in enumerate(shape))
 
 
+def _count(shape: tuple, dims: tuple | None) -> int:
+    """How many elements each output element of a reduction over ``dims`` combines."""
+    n = 1
+    for i, s in enumerate(shape):
+        if dims is None or i in dims:
+            n *= s
+    return n
+
+
+def _spread(g: Tensor, ctx) -> Tensor:
+    """Undo a reduction's shape: the gradient reshaped to keepdim form and broadcast back to the
+    input's shape."""
+    if not ctx.keepdim:
+        g = reshape(g, _keep_shape(ctx.shape, ctx.dims))
+    return broadcast_to(g, ctx.shape)
+
+
+def _acc_dtype(a):
+    """Accumulate float16 in float32 and integers in int64, as PyTorch does."""
+    if a.dtype.kind == "f":
+        return "float32" if a.dtype.itemsize == 2 else None
+    return "int64"
+
+
+def _out(out, a):
+    """Cast a float16 result accumulated in float32 back to the input's dtype."""
+    return out.astype(a.dtype, copy=False) if a.dtype.kind == "f" else out
+
+
+def _nonempty(x: Tensor, dims: tuple | None, op: str) -> None:
+    """max, min and argmax have no identity, so they refuse an empty reduction as PyTorch does."""
+    for i, n in enumerate(x.shape):
+        if n == 0 and (dims is None or i in dims):
+            raise ShapeError(
+                f"{op}: cannot reduce over dim {i} of size 0 (input shape {tuple(x.shape)}); "
+                "the reduction has no identity, pass a dim whose size is not zero"
+            )
+
+
+# -- sums and products --------------------------------------------------------------------------
 class Sum(Op):
     @staticmethod
     def forward(ctx, a, dims, keepdim):
         ctx.shape, ctx.dims, ctx.keepdim = a.shape, dims, keepdim
-        return a.sum(axis=dims, keepdims=keepdim)
+        return _out(a.sum(axis=dims, keepdims=keepdim, dtype=_acc_dtype(a)), a)
 
     @staticmethod
-    def backward(ctx, g):
-        if not ctx.keepdim:
-            g = reshape(g, _keep_shape(ctx.shape, ctx.dims))
-        return broadcast_to(g, ctx.shape), None, None
+    def backward(ctx, g): return _spread(g, ctx), None, None
 
 
 class SumTo(Op):
@@ -52,14 +111,65 @@ class SumTo(Op):
     def backward(ctx, g): return broadcast_to(g, ctx.shape), None
 
 
+class Mean(Op):
+    @staticmethod
+    def forward(ctx, a, dims, keepdim):
+        ctx.shape, ctx.dims, ctx.keepdim = a.shape, dims, keepdim
+        return a.mean(axis=dims, keepdims=keepdim)  # numpy accumulates float16 in float32 here
+
+    @staticmethod
+    def backward(ctx, g): return _spread(g, ctx) * (1 / builtins.max(_count(ctx.shape, ctx.dims), 1)), None, None
+
+
+class Prod(Op):
+    @staticmethod
+    def forward(ctx, a, dims, keepdim):
+        ctx.shape, ctx.dims, ctx.keepdim = a.shape, dims, keepdim
+        if ctx.needs_input_grad[0]:
+            ctx.save_for_backward(a)
+        return _out(a.prod(axis=dims, keepdims=keepdim, dtype=_acc_dtype(a)), a)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return _spread(g, ctx) * _prod_of_others(a, ctx.dims), None, None
+
+
+def _prod_of_others(x: Tensor, dims: tuple | None) -> Tensor:
+    """d prod(x) / dx_i = the product of every other element. ``prod / x_i`` is that only when no
+    element is zero. With one zero, the zero's slot gets the product p of the nonzero rest and
+    every other slot gets 0; with two, only the zeros' slots are nonzero in their derivative; with
+    more, all is zero. Each zero is written as ``zsum`` (the sum of the zero elements, a
+    differentiable 0) so that second derivatives come out right too."""
+    zero = x == 0
+    nonzero = where(zero, 1.0, x)
+    p = prod(nonzero, dims, keepdim=True)
+    zeros = sum(zero, dims, keepdim=True)
+    zsum = sum(where(zero, x, 0.0), dims, keepdim=True)
+    one = where(zero, p, zsum * p / nonzero)
+    two = where(zero, (zsum - x) * p, 0.0)
+    return where(zeros == 0, p / nonzero, where(zeros == 1, one, where(zeros == 2, two, 0.0)))
+
+
+class Cumsum(Op):
+    @staticmethod
+    def forward(ctx, a, dim):
+        ctx.dim = dim
+        return _out(a.cumsum(axis=dim, dtype=_acc_dtype(a)), a).reshape(a.shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        # the reversed cumulative sum, sum(g) - cumsum(g) + g, keeps to ops that have a backward
+        return sum(g, ctx.dim, keepdim=True) - Cumsum.apply(g, ctx.dim) + g, None
+
+
 def sum(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    return Sum.apply(x, _dims(dim, x.ndim, "sum"), keepdim)
+    """Sum over ``dim`` (None: every axis). Integer and bool tensors sum to int64, as in PyTorch."""
+    return Sum.apply(x, _axes(x, dim, "sum"), keepdim)
 
 
 def sum_to(x: Tensor, shape: tuple) -> Tensor:
     """Sum ``x`` down to ``shape`` (the shape it was broadcast from)."""
-    from minigrad.errors import ShapeError
-
     shape = tuple(shape)
     if x.shape == shape:
         return x
@@ -67,3 +177,221 @@ def sum_to(x: Tensor, shape: tuple) -> Tensor:
     if lead < 0 or any(n != 1 and n != m for n, m in zip(shape, x.shape[lead:])):
         raise ShapeError(f"sum_to: cannot sum a tensor of shape {tuple(x.shape)} to shape {shape}")
     return SumTo.apply(x, shape)
+
+
+def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    _need_float(x, "mean")
+    return Mean.apply(x, _axes(x, dim, "mean"), keepdim)
+
+
+def prod(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """The product over ``dim``; its gradient is exact even where inputs are zero."""
+    return Prod.apply(x, _axes(x, dim, "prod"), keepdim)
+
+
+def cumsum(x: Tensor, dim: int) -> Tensor:
+    """Running sum along ``dim``; integers accumulate in int64, as in PyTorch."""
+    _single_dim(dim, "cumsum")
+    axes = _axes(x, dim, "cumsum")
+    return Cumsum.apply(x, axes[0] if axes else None)
+
+
+def _single_dim(dim, op: str) -> None:
+    if not isinstance(dim, int):
+        raise TypeError(f"{op}: dim must be an int, got {dim!r}")
+
+
+def _need_float(x: Tensor, op: str) -> None:
+    if x.dtype.kind != "f":
+        raise DTypeError(
+            f"{op}: expected a floating point tensor, got dtype {x.dtype}; convert it first, e.g. x.float()"
+        )
+
+
+# -- max and min -----------------------------------------------------------------------------------
+class ValuesIndices(NamedTuple):
+    """What ``max(x, dim)`` and ``min(x, dim)`` return, as ``torch.return_types.max``."""
+
+    values: Tensor
+    indices: Tensor
+
+
+class Amax(Op):
+    """The largest element over ``dims``; ties share the gradient evenly, as in PyTorch."""
+
+    pick = "max"
+
+    @staticmethod
+    def forward(ctx, a, dims, keepdim):
+        ctx.shape, ctx.dims, ctx.keepdim = a.shape, dims, keepdim
+        out = getattr(a, ctx.pick)(axis=dims, keepdims=True)
+        if ctx.needs_input_grad[0]:
+            hit = a == out
+            ctx.save_for_backward((hit / hit.sum(axis=dims, keepdims=True)).astype(a.dtype))
+        return out if keepdim else out.reshape(_reduced_shape(a.shape, dims))
+
+    @staticmethod
+    def backward(ctx, g): return _spread(g, ctx) * ctx.saved_tensors[0], None, None
+
+
+class Amin(Amax):
+    pick = "min"
+
+
+class MaxDim(Op):
+    """The largest element along one dim and its index; the gradient goes to that index."""
+
+    pick = "argmax"
+
+    @staticmethod
+    def forward(ctx, a, dim, keepdim):
+        ctx.shape, ctx.dims, ctx.keepdim = a.shape, (dim,), keepdim
+        index = getattr(ctx.xp, ctx.pick)(a, axis=dim, keepdims=True)
+        values = ctx.xp.take_along_axis(a, index, axis=dim)
+        ctx.save_for_backward(index)
+        if not keepdim:
+            values, index = values.squeeze(dim), index.squeeze(dim)
+        return values, index.astype("int64", copy=False)
+
+    @staticmethod
+    def backward(ctx, g, _):
+        (index,) = ctx.saved_tensors
+        xp, dim = ctx.xp, ctx.dims[0]
+        positions = xp.arange(ctx.shape[dim]).reshape((-1,) + (1,) * (len(ctx.shape) - dim - 1))
+        hot = _wrap(positions == index.data, ctx.device)  # one-hot at the picked index
+        if not ctx.keepdim:
+            g = reshape(g, _keep_shape(ctx.shape, ctx.dims))
+        return where(hot, g, 0.0), None, None
+
+
+class MinDim(MaxDim):
+    pick = "argmin"
+
+
+class Argmax(Op):
+    pick = "argmax"
+
+    @staticmethod
+    def forward(ctx, a, dim, keepdim):
+        index = getattr(ctx.xp, ctx.pick)(a, axis=dim, keepdims=keepdim)
+        if dim is None and keepdim:
+            index = index.reshape((1,) * a.ndim)
+        return index.astype("int64", copy=False)
+
+
+class Argmin(Argmax):
+    pick = "argmin"
+
+
+def _reduced_shape(shape: tuple, dims: tuple | None) -> tuple:
+    return () if dims is None else tuple(n for i, n in enumerate(shape) if i not in dims)
+
+
+def _extreme(x: Tensor, dim, keepdim: bool, op: str, whole: type, along: type):
+    if dim is None:
+        _nonempty(x, None, op)
+        return whole.apply(x, None, keepdim)
+    if not isinstance(dim, int):
+        raise TypeError(f"{op}: dim must be an int (use amax/amin for several dims), got {dim!r}")
+    axes = _axes(x, dim, op)
+    if x.ndim == 0:  # a 0-D tensor is its own maximum, at index 0
+        values, indices = along.apply(reshape(x, (1,)), 0, False)
+        return ValuesIndices(reshape(values, ()), reshape(indices, ()))
+    _nonempty(x, axes, op)
+    return ValuesIndices(*along.apply(x, axes[0], keepdim))
+
+
+def max(x: Tensor, dim: int | None = None, keepdim: bool = False):
+    """``max(x)``: the largest element (0-D). ``max(x, dim)``: ``(values, indices)`` along dim."""
+    return _extreme(x, dim, keepdim, "max", Amax, MaxDim)
+
+
+def min(x: Tensor, dim: int | None = None, keepdim: bool = False):
+    """``min(x)``: the smallest element (0-D). ``min(x, dim)``: ``(values, indices)`` along dim."""
+    return _extreme(x, dim, keepdim, "min", Amin, MinDim)
+
+
+def amax(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    axes = _axes(x, dim, "amax")
+    _nonempty(x, axes, "amax")
+    return Amax.apply(x, axes, keepdim)
+
+
+def amin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    axes = _axes(x, dim, "amin")
+    _nonempty(x, axes, "amin")
+    return Amin.apply(x, axes, keepdim)
+
+
+def _arg(cls: type, x: Tensor, dim: int | None, keepdim: bool, op: str) -> Tensor:
+    if dim is not None:
+        _single_dim(dim, op)
+    axes = _axes(x, dim, op)
+    _nonempty(x, axes, op)
+    return cls.apply(x, axes[0] if axes else None, keepdim)
+
+
+def argmax(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the largest element (of the flattened tensor when ``dim`` is None), as int64."""
+    return _arg(Argmax, x, dim, keepdim, "argmax")
+
+
+def argmin(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    return _arg(Argmin, x, dim, keepdim, "argmin")
+
+
+# -- statistics ---------------------------------------------------------------------------------------
+class Var(Op):
+    @staticmethod
+    def forward(ctx, a, dims, correction, keepdim):
+        ctx.shape, ctx.dims, ctx.keepdim = a.shape, dims, keepdim
+        dof = _count(a.shape, dims) - correction
+        ctx.scale = 2 / dof if dof > 0 else float("nan")
+        if ctx.needs_input_grad[0]:
+            ctx.save_for_backward(a)
+        out = a.var(axis=dims, ddof=correction, keepdims=keepdim, dtype=_acc_dtype(a))
+        return out.astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        centred = a - mean(a, ctx.dims, keepdim=True)
+        return _spread(g, ctx) * centred * ctx.scale, None, None, None
+
+
+def var(x: Tensor, dim=None, correction: float = 1, keepdim: bool = False) -> Tensor:
+    """Variance with Bessel's ``correction`` (1: unbiased, 0: population), as ``torch.var``."""
+    _need_float(x, "var")
+    return Var.apply(x, _axes(x, dim, "var"), correction, keepdim)
+
+
+def std(x: Tensor, dim=None, correction: float = 1, keepdim: bool = False) -> Tensor:
+    _need_float(x, "std")
+    return sqrt(Var.apply(x, _axes(x, dim, "std"), correction, keepdim))
+
+
+class Logsumexp(Op):
+    @staticmethod
+    def forward(ctx, a, dims, keepdim):
+        xp = ctx.xp
+        ctx.shape, ctx.dims, ctx.keepdim = a.shape, dims, keepdim
+        m = a.max(axis=dims, keepdims=True) if a.size else xp.zeros(_keep_shape(a.shape, dims), a.dtype)
+        m = xp.where(xp.isfinite(m), m, 0)  # all -inf stays -inf instead of becoming nan
+        # shifting by the max keeps exp() <= 1, so logits of 1e4 do not overflow
+        out = xp.log(xp.exp(a - m).sum(axis=dims, keepdims=True)) + m
+        out = out if keepdim else out.reshape(_reduced_shape(a.shape, dims))
+        ctx.save_for_backward(a, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        a, out = ctx.saved_tensors
+        if not ctx.keepdim:
+            out = reshape(out, _keep_shape(ctx.shape, ctx.dims))
+        return _spread(g, ctx) * exp(a - out), None, None
+
+
+def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
+    """``log(sum(exp(x), dim))`` computed without overflow; its gradient is ``softmax(x, dim)``."""
+    x = _floating(x, "logsumexp")
+    return Logsumexp.apply(x, _axes(x, dim, "logsumexp"), keepdim)

@@ -1,0 +1,264 @@
+"""Matrix products: ``matmul`` (with ``mm``, ``bmm``, ``dot``, ``outer``) and ``einsum``.
+
+For ``C = A @ B`` the chain rule gives ``dA = dC @ B^T`` and ``dB = A^T @ dC``: the backward of a
+matrix product is two more matrix products (chapter 02 derives it on an MLP). Batch dimensions
+broadcast as in numpy, and the engine sums a broadcast gradient back to each input's shape. An
+einsum's gradient with respect to one operand is another einsum: contract the output gradient
+with the other operands into that operand's subscripts.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+from minigrad import backend
+from minigrad.errors import DTypeError, ShapeError
+from minigrad.ops.elementwise import Op, cast
+from minigrad.ops.movement import broadcast_to, reshape
+from minigrad.tensor import Tensor, _wrap
+
+__all__ = ["bmm", "dot", "einsum", "matmul", "mm", "outer"]
+
+
+class Matmul(Op):
+    @staticmethod
+    def forward(ctx, a, b):
+        need_a, need_b = ctx.needs_input_grad
+        ctx.save_for_backward(a if need_b else None, b if need_a else None)
+        ctx.ndims = a.ndim, b.ndim
+        a, b = _dense(ctx.xp, a), _dense(ctx.xp, b)
+        if a.ndim > 2 and b.ndim == 2:
+            # (..., n, k) @ (k, m) as one (B*n, k) @ (k, m) product: numpy would otherwise run a
+            # small matrix product per batch element, several times slower
+            return ctx.xp.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[-1:])
+        return ctx.xp.matmul(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        need_a, need_b = ctx.needs_input_grad
+        na, nb = ctx.ndims
+        if na == 1 and nb == 1:  # a dot product: g is 0-D
+            return (g * b if need_a else None), (g * a if need_b else None)
+        if na == 1:  # (k) @ (..., k, m): a acts as a (1, k) row
+            row = g.unsqueeze(-2)
+            return (row @ b.mT if need_a else None), (a.unsqueeze(-1) @ row if need_b else None)
+        if nb == 1:  # (..., n, k) @ (k): b acts as a (k, 1) column
+            return (g.unsqueeze(-1) @ b.unsqueeze(-2) if need_a else None), (g.unsqueeze(-2) @ a if need_b else None)
+        ga = g @ b.mT if need_a else None
+        gb = None
+        if need_b:
+            if nb == 2 and na > 2:
+                # fold the batch into the rows, as forward does: one (k, B*n) @ (B*n, m) product
+                # instead of B of them followed by a sum over the batch
+                gb = reshape(a, (-1, a.shape[-1])).mT @ reshape(g, (-1, g.shape[-1]))
+            else:
+                gb = a.mT @ g
+        return ga, gb
+
+
+def _dense(xp: Any, x: Any) -> Any:
+    """A broadcast array (a zero stride, as the gradient of a sum is) defeats BLAS, and numpy
+    falls back to a loop many times slower than copying it first."""
+    if any(s == 0 and n > 1 for s, n in zip(x.strides, x.shape)):
+        return xp.ascontiguousarray(x)
+    return x
+
+
+def _operand(x: Any, other: Any, op: str) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, int, float)):
+        raise TypeError(f"{op}: both arguments must be tensors, got a Python {type(x).__name__}")
+    device = other.device if isinstance(other, Tensor) else None
+    return Tensor(x, device=device)
+
+
+def _promote(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """The same dtype rules as elementwise ops: int with float gives the float's dtype."""
+    if a.dtype is b.dtype:
+        return a, b
+    dt = backend.result_type(a.dtype, b.dtype, False, False)
+    return cast(a, dt), cast(b, dt)
+
+
+def _batch_broadcast(sa: tuple, sb: tuple) -> bool:
+    for x, y in zip(reversed(sa), reversed(sb)):
+        if x != y and x != 1 and y != 1:
+            return False
+    return True
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` with PyTorch's rules: 1-D @ 1-D is a dot product, a 1-D operand is treated as a
+    row (left) or column (right) vector and that dim is dropped, leading dims broadcast."""
+    a, b = _operand(a, b, "matmul"), _operand(b, a, "matmul")
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul: both arguments need at least 1 dimension, got shapes {sa} and {sb}")
+    k_b = sb[0] if b.ndim == 1 else sb[-2]
+    if sa[-1] != k_b:
+        raise ShapeError(
+            f"matmul: shapes {sa} and {sb} cannot be multiplied ({sa[-1]} columns in the first, "
+            f"{k_b} rows in the second)"
+        )
+    if not _batch_broadcast(sa[:-2], sb[:-2]):
+        raise ShapeError(f"matmul: the batch dimensions of shapes {sa} and {sb} do not broadcast")
+    return Matmul.apply(*_promote(a, b))
+
+
+def mm(a: Tensor, b: Tensor) -> Tensor:
+    """Matrix product of two 2-D tensors."""
+    a, b = _operand(a, b, "mm"), _operand(b, a, "mm")
+    if a.ndim != 2 or b.ndim != 2:
+        raise ShapeError(f"mm: expected two 2-D tensors, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    return matmul(a, b)
+
+
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    """Batched matrix product of (B, n, k) and (B, k, m) tensors (no broadcasting)."""
+    a, b = _operand(a, b, "bmm"), _operand(b, a, "bmm")
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0]:
+        raise ShapeError(
+            f"bmm: expected (B, n, k) and (B, k, m) tensors with the same B, got shapes "
+            f"{tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    return matmul(a, b)
+
+
+def dot(a: Tensor, b: Tensor) -> Tensor:
+    """Inner product of two 1-D tensors of the same length."""
+    a, b = _operand(a, b, "dot"), _operand(b, a, "dot")
+    if a.ndim != 1 or b.ndim != 1 or a.shape != b.shape:
+        raise ShapeError(
+            f"dot: expected two 1-D tensors of the same length, got shapes {tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    if a.dtype != b.dtype:
+        raise DTypeError(f"dot: expected both tensors to have the same dtype, got {a.dtype} and {b.dtype}")
+    return matmul(a, b)
+
+
+def outer(a: Tensor, b: Tensor) -> Tensor:
+    """Outer product of two 1-D tensors: ``out[i, j] = a[i] * b[j]``."""
+    a, b = _operand(a, b, "outer"), _operand(b, a, "outer")
+    if a.ndim != 1 or b.ndim != 1:
+        raise ShapeError(f"outer: expected two 1-D tensors, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    return reshape(a, (-1, 1)) * reshape(b, (1, -1))
+
+
+# -- einsum ------------------------------------------------------------------------------------------
+class Einsum(Op):
+    """``forward(ctx, equation, *operands)``: the equation is explicit, one letter per axis."""
+
+    @staticmethod
+    def forward(ctx, equation, *operands):
+        ctx.equation = equation
+        ctx.shapes = [o.shape for o in operands]
+        ctx.save_for_backward(*operands)
+        # a contraction path only pays for itself with two operands or more
+        return ctx.xp.einsum(equation, *operands, optimize=len(operands) > 1)
+
+    @staticmethod
+    def backward(ctx, g):
+        operands = ctx.saved_tensors
+        lhs, out = ctx.equation.split("->")
+        terms = lhs.split(",")
+        grads = [None]
+        for k, need in enumerate(ctx.needs_input_grad[1:]):
+            grads.append(_einsum_grad(g, terms, out, operands, k, ctx.shapes) if need else None)
+        return tuple(grads)
+
+
+def _einsum_grad(g: Tensor, terms: list, out: str, operands: tuple, k: int, shapes: list) -> Tensor:
+    """d(einsum)/d(operand k): contract g with every other operand into operand k's subscripts.
+    Letters only operand k has were summed out, so the gradient is broadcast along them; a letter
+    repeated in operand k (a diagonal, as in 'ii->i') puts the gradient back on that diagonal."""
+    term = terms[k]
+    sizes = {}
+    for t, shape in zip(terms, shapes):
+        for c, n in zip(t, shape):
+            sizes[c] = max(sizes.get(c, 1), n)
+    rest = [(t, o) for j, (t, o) in enumerate(zip(terms, operands)) if j != k] + [(out, g)]
+    have = set("".join(t for t, _ in rest))
+    letters = "".join(dict.fromkeys(term))
+    kept = "".join(c for c in letters if c in have)
+    grad = Einsum.apply(",".join(t for t, _ in rest) + "->" + kept, *[o for _, o in rest])
+    if kept != letters:
+        grad = reshape(grad, tuple(grad.shape[kept.index(c)] if c in kept else 1 for c in letters))
+    full = tuple(sizes[c] for c in letters)
+    if grad.shape != full:  # the other operands were broadcast along some of these letters
+        grad = broadcast_to(grad, full)
+    if letters != term:
+        free = iter(c for c in string.ascii_letters if c not in "".join(terms) + out)
+        renamed, eyes, seen = "", [], set()
+        for c in term:
+            if c in seen:
+                f = next(free)
+                renamed += f
+                eyes.append(c + f)
+            else:
+                renamed += c
+                seen.add(c)
+        xp = g.device.xp
+        eye = [_wrap(xp.eye(sizes[e[0]], dtype=g.dtype), g.device) for e in eyes]
+        grad = Einsum.apply(",".join([letters] + eyes) + "->" + renamed, grad, *eye)
+    return grad
+
+
+def _parse(equation: str, shapes: list) -> str:
+    """Rewrite an einsum equation in explicit form with no ellipsis, checking it against shapes."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise ShapeError(f"einsum: equation {equation!r} has {len(terms)} operand(s), but {len(shapes)} were given")
+    for t in terms + [rhs]:
+        if not all(c in string.ascii_letters for c in t.replace("...", "", 1)):
+            raise ValueError(f"einsum: invalid subscripts {t!r} in {equation!r}: use letters and at most one '...'")
+    used = set(eq)
+    free = [c for c in string.ascii_letters if c not in used]
+    n_ell = [len(s) - (len(t) - 3) if "..." in t else 0 for t, s in zip(terms, shapes)]
+    width = max(n_ell, default=0)
+    if width > len(free):
+        raise ValueError(f"einsum: {equation!r} needs more distinct letters than are left")
+    ell = "".join(free[:width])
+    expanded = []
+    for t, s, n in zip(terms, shapes, n_ell):
+        e = t.replace("...", ell[width - n:]) if "..." in t else t
+        if n < 0 or len(e) != len(s):
+            raise ShapeError(f"einsum: subscripts {t!r} do not fit an operand of shape {tuple(s)} in {equation!r}")
+        expanded.append(e)
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:  # implicit output: broadcast dims, then every letter used once, in alphabetical order
+        counts = "".join(terms)
+        out = ell + "".join(sorted(c for c in set(counts) if c != "." and counts.count(c) == 1))
+    sizes: dict = {}
+    for e, s in zip(expanded, shapes):
+        for c, n in zip(e, s):
+            if sizes.get(c, 1) != 1 and n != 1 and sizes[c] != n:
+                raise ShapeError(
+                    f"einsum: subscript {c!r} has size {sizes[c]} in one operand and {n} in another "
+                    f"({equation!r} with shapes {', '.join(str(tuple(x)) for x in shapes)})"
+                )
+            sizes[c] = n if sizes.get(c, 1) == 1 else sizes[c]
+    if len(set(out)) != len(out) or any(c not in sizes for c in out):
+        raise ValueError(
+            f"einsum: output subscripts {rhs!r} in {equation!r} must be distinct letters used by the inputs"
+        )
+    return ",".join(expanded) + "->" + out
+
+
+def einsum(equation: str, *operands: Tensor) -> Tensor:
+    """Einstein summation, as ``torch.einsum``: ``einsum('bij,bjk->bik', a, b)``. Supports any
+    number of operands, implicit output, repeated indices ('ii->i'), broadcasting '...'."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not operands or not all(isinstance(o, Tensor) for o in operands):
+        raise TypeError("einsum: expected one or more Tensor operands after the equation")
+    dt = operands[0].dtype
+    for o in operands[1:]:
+        dt = backend.result_type(dt, o.dtype, False, False)
+    operands = tuple(cast(o, dt) for o in operands)
+    return Einsum.apply(_parse(equation, [o.shape for o in operands]), *operands)

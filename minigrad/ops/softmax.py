@@ -1,0 +1,211 @@
+"""Softmax, log-softmax, and the losses built on them: cross-entropy and negative log-likelihood.
+
+``exp`` overflows float32 above 88, so softmax subtracts each row's maximum first: the result is
+unchanged (the shift cancels in the ratio) and every exponent is <= 0. log_softmax goes one step
+further and never divides, which is why cross-entropy is computed from it rather than from
+``log(softmax(x))`` (chapter 02, numerical stability). Each is one fused Function whose backward
+is written with minigrad ops, so second derivatives work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from minigrad import backend
+from minigrad.errors import DTypeError, ShapeError
+from minigrad.ops.elementwise import Op, exp, where
+from minigrad.ops.movement import reshape
+from minigrad.ops.reduce import _axes, sum
+from minigrad.tensor import Tensor, _wrap
+
+__all__ = ["cross_entropy", "log_softmax", "nll_loss", "softmax"]
+
+
+def _shifted(xp, a, dim):
+    """``a - max(a, dim)`` in at least float32 (float16 exponents lose too much)."""
+    if a.dtype.itemsize == 2:
+        a = a.astype("float32")
+    return a - a.max(axis=dim, keepdims=True)
+
+
+class Softmax(Op):
+    @staticmethod
+    def forward(ctx, a, dim):
+        ctx.dim = dim
+        e = ctx.xp.exp(_shifted(ctx.xp, a, dim))
+        e /= e.sum(axis=dim, keepdims=True)
+        out = e.astype(a.dtype, copy=False)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return y * (g - sum(g * y, ctx.dim, keepdim=True)), None
+
+
+class LogSoftmax(Op):
+    @staticmethod
+    def forward(ctx, a, dim):
+        xp = ctx.xp
+        ctx.dim = dim
+        z = _shifted(xp, a, dim)
+        z -= xp.log(xp.exp(z).sum(axis=dim, keepdims=True))
+        out = z.astype(a.dtype, copy=False)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g - exp(y) * sum(g, ctx.dim, keepdim=True), None
+
+
+def _softmax_dim(x: Tensor, dim: int, op: str) -> int | None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: expected a Tensor, got {type(x).__name__}")
+    if x.dtype.kind != "f":
+        raise DTypeError(
+            f"{op}: expected a floating point tensor, got dtype {x.dtype}; convert it first, e.g. x.float()"
+        )
+    if not isinstance(dim, int):
+        raise TypeError(f"{op}: dim must be an int, got {dim!r}")
+    axes = _axes(x, dim, op)
+    return axes[0] if axes else None
+
+
+def softmax(x: Tensor, dim: int) -> Tensor:
+    """``exp(x) / sum(exp(x), dim)``, shifted by the row maximum so it never overflows."""
+    return Softmax.apply(x, _softmax_dim(x, dim, "softmax"))
+
+
+def log_softmax(x: Tensor, dim: int) -> Tensor:
+    """``x - logsumexp(x, dim)``: finite wherever ``softmax`` would round to 0."""
+    return LogSoftmax.apply(x, _softmax_dim(x, dim, "log_softmax"))
+
+
+# -- losses --------------------------------------------------------------------------------------
+class NllLoss(Op):
+    """Pick ``-logp[n, target[n], ...]``, weighted and reduced. ``target`` and the per-element
+    weights arrive as raw arrays: nothing flows back to them."""
+
+    @staticmethod
+    def forward(ctx, logp, target, weights, reduction):
+        xp = ctx.xp
+        picked = xp.take_along_axis(logp, target[:, None], axis=1)[:, 0]
+        if reduction == "mean":
+            weights = weights / weights.sum()  # all targets ignored: 0/0 = nan, as in PyTorch
+        loss = -weights * picked
+        ctx.classes = logp.shape[1]
+        ctx.save_for_backward(target, weights)
+        return loss if reduction == "none" else loss.sum()
+
+    @staticmethod
+    def backward(ctx, g):
+        target, weights = ctx.saved_tensors
+        xp = ctx.xp
+        classes = xp.arange(ctx.classes).reshape((1, -1) + (1,) * (target.ndim - 1))
+        hot = _wrap(classes == target.data[:, None], ctx.device)
+        ge = g * -weights
+        return where(hot, reshape(ge, ge.shape[:1] + (1,) + ge.shape[1:]), 0.0), None, None, None
+
+
+def _class_weights(weight: Any, x: Tensor, op: str):
+    classes = x.shape[1]
+    if weight is None:
+        return None
+    w = weight.data if isinstance(weight, Tensor) else backend.to_device(backend.numpy.asarray(weight), x.device)
+    if w.shape != (classes,):
+        raise ShapeError(f"{op}: weight must have shape ({classes},), one entry per class, got {tuple(w.shape)}")
+    return w.astype(x.dtype, copy=False)
+
+
+def _check_reduction(reduction: str, op: str) -> None:
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _index_targets(x: Tensor, target: Tensor, ignore_index: int, op: str):
+    """Check class-index targets; return them with ignored entries set to class 0, and the mask
+    of entries that count."""
+    if target.dtype.kind not in "iu":
+        raise DTypeError(f"{op}: class-index targets must be an integer tensor, got dtype {target.dtype}")
+    expected = x.shape[:1] + x.shape[2:]
+    if target.shape != expected:
+        raise ShapeError(
+            f"{op}: for input of shape {tuple(x.shape)} the target must have shape {expected}, "
+            f"got {tuple(target.shape)}"
+        )
+    t = target.data
+    keep = t != ignore_index
+    classes = x.shape[1]
+    bad = keep & ((t < 0) | (t >= classes))
+    if bad.any():
+        raise IndexError(
+            f"{op}: target {int(t[bad].ravel()[0])} is out of range for {classes} classes "
+            f"(expected 0 <= target < {classes}, or ignore_index={ignore_index})"
+        )
+    return x.device.xp.where(keep, t, 0).astype("int64", copy=False), keep
+
+
+def _nll(logp: Tensor, target: Tensor, w, ignore_index: int, reduction: str, op: str):
+    """The weighted negative log-likelihood of index targets, and the per-element weights."""
+    t, keep = _index_targets(logp, target, ignore_index, op)
+    per = (w[t] if w is not None else logp.device.xp.ones(t.shape, logp.dtype)) * keep
+    return NllLoss.apply(logp, t, per.astype(logp.dtype, copy=False), reduction), per, keep
+
+
+def _batched(x: Tensor, target: Tensor, op: str):
+    """Treat an unbatched input of shape (C,) as a batch of one."""
+    if x.ndim == 0:
+        raise ShapeError(f"{op}: input must have a class dimension, got a 0-D tensor")
+    if x.ndim == 1:
+        return reshape(x, (1,) + x.shape), reshape(target, (1,) + target.shape), True
+    return x, target, False
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+             reduction: str = "mean") -> Tensor:
+    """Negative log-likelihood of class indices, for ``input`` holding log-probabilities
+    (N, C, d1, ...) or (C,); ``target`` has shape (N, d1, ...) or ()."""
+    _check_reduction(reduction, "nll_loss")
+    x, t, unbatched = _batched(input, target, "nll_loss")
+    out = _nll(x, t, _class_weights(weight, x, "nll_loss"), ignore_index, reduction, "nll_loss")[0]
+    return reshape(out, ()) if unbatched and reduction == "none" else out
+
+
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """``nll_loss(log_softmax(input, 1), target)`` with PyTorch's options. ``target`` holds class
+    indices (shape (N, d1, ...)) or class probabilities (the input's shape)."""
+    op = "cross_entropy"
+    _check_reduction(reduction, op)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
+    x, t, unbatched = _batched(input, target, op)
+    w = _class_weights(weight, x, op)
+    classes = x.shape[1]
+    logp = log_softmax(x, 1)
+    wb = None if w is None else _wrap(w.reshape((1, -1) + (1,) * (x.ndim - 2)), x.device)
+    if t.dtype.kind == "f":
+        if t.shape != x.shape:
+            raise ShapeError(
+                f"{op}: class-probability targets must have the input's shape {tuple(x.shape)}, got {tuple(t.shape)}"
+            )
+        if label_smoothing > 0:
+            t = t * (1 - label_smoothing) + label_smoothing / classes
+        term = logp * t if wb is None else logp * t * wb
+        if reduction == "none":
+            out = -sum(term, 1)
+        else:
+            out = -sum(term) if reduction == "sum" else -sum(term) / (x.data.size // max(classes, 1))
+    else:
+        out, per, keep = _nll(logp, t, w, ignore_index, reduction, op)
+        if label_smoothing > 0:
+            smooth = -sum(logp if wb is None else logp * wb, 1) * _wrap(keep, x.device)
+            if reduction == "mean":
+                smooth = sum(smooth) / _wrap(per.sum(), x.device)
+            elif reduction == "sum":
+                smooth = sum(smooth)
+            out = out * (1 - label_smoothing) + smooth * (label_smoothing / classes)
+    return reshape(out, ()) if unbatched and reduction == "none" else out

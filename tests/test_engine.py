@@ -1,0 +1,60 @@
+"""Engine details: a leaf's .grad never aliases memory that something else holds."""
+
+import numpy as np
+
+import minigrad as mg
+
+
+def test_pass_through_gradient_is_not_shared_between_leaves():
+    x, y = mg.ones(3, requires_grad=True), mg.ones(3, requires_grad=True)
+    (x + y).sum().backward()
+    x.grad.zero_()
+    np.testing.assert_array_equal(y.grad.numpy(), [1.0, 1.0, 1.0])
+
+
+def test_user_gradient_is_copied():
+    x = mg.ones(3, requires_grad=True)
+    v = mg.tensor([1.0, 2.0, 3.0])
+    x.backward(v)
+    v.zero_()
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 2.0, 3.0])
+
+
+def test_hook_result_and_retained_grad_are_copied():
+    x = mg.ones(2, requires_grad=True)
+    seen = []
+    x.register_hook(lambda g: seen.append(g))
+    y = x * 1.0
+    y.retain_grad()
+    (y * 2).sum().backward()
+    seen[0].zero_()
+    y.grad.zero_()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0])
+
+
+def test_fresh_gradient_is_kept_without_copy_and_accumulates_out_of_place():
+    w = mg.ones(2, 3, requires_grad=True)
+    x = mg.ones(4, 2)
+    (x @ w).sum().backward()
+    first = w.grad
+    (x @ w).sum().backward()
+    np.testing.assert_array_equal(first.numpy(), np.full((2, 3), 4.0))
+    np.testing.assert_array_equal(w.grad.numpy(), np.full((2, 3), 8.0))
+
+
+def test_user_function_gradient_is_copied():
+    class Identity(mg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return x.detach()  # returns the input's own memory as its gradient
+
+    x = mg.tensor([5.0, 6.0], requires_grad=True)
+    Identity.apply(x).sum().backward()
+    x.grad.zero_()
+    np.testing.assert_array_equal(x.detach().numpy(), [5.0, 6.0])
