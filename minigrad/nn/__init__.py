@@ -1,0 +1,18 @@
+"""``minigrad.nn``: modules, layers, losses, initialisation and ``functional``, with torch.nn's names.
+
+A model is a tree of ``Module``s holding ``Parameter``s (``module.py``); layers are small Modules
+whose ``forward`` calls ``functional``; ``init`` sets weights as PyTorch does. Chapter 02 builds
+a training loop from these pieces.
+"""
+
+# -- core: Module, Parameter, containers -------------------------------------------------------
+from minigrad.nn.module import Module, Parameter  # noqa: F401
+from minigrad.nn.containers import ModuleDict, ModuleList, Sequential  # noqa: F401
+
+# -- layers, losses, functional, init, utils (nn core) ---------------------------------------------
+from minigrad.nn import functional, init, utils  # noqa: F401
+from minigrad.nn.activation import GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh  # noqa: F401
+from minigrad.nn.dropout import Dropout  # noqa: F401
+from minigrad.nn.linear import Embedding, Flatten, Identity, Linear  # noqa: F401
+from minigrad.nn.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss  # noqa: F401
+from minigrad.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm  # noqa: F401

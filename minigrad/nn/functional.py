@@ -1,0 +1,326 @@
+"""``minigrad.nn.functional``: the layers' math as plain functions, as ``torch.nn.functional``.
+
+A layer (``nn.Linear``) owns its parameters and calls one of these (``F.linear``) in ``forward``.
+Everything here is built from differentiable minigrad ops (normalisation from one fused op whose
+backward is minigrad ops too), so second derivatives flow through normalisation and losses
+(chapter 02 takes a Hessian-vector product through a whole MLP).
+Cross-entropy and NLL delegate to the fused ops in ``minigrad.ops``; the convolution and pooling
+functions are re-exported from ``minigrad.ops.conv``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Sequence
+
+from minigrad import ops as _ops
+from minigrad.autograd.grad_mode import no_grad
+from minigrad.errors import DTypeError, ShapeError
+from minigrad.ops.conv import (  # noqa: F401  (convolution and pooling live with the other ops)
+    adaptive_avg_pool2d, avg_pool2d, conv1d, conv2d, conv_transpose2d, max_pool2d,
+)
+from minigrad.ops.elementwise import Op
+from minigrad.tensor import Tensor, _wrap
+
+__all__ = [
+    "adaptive_avg_pool2d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose2d", "max_pool2d",
+    "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
+    "dropout", "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax",
+    "mse_loss", "nll_loss", "one_hot", "pad", "relu", "sigmoid", "silu", "softmax", "tanh",
+]
+
+
+# -- linear and activations ---------------------------------------------------------------------------
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``input @ weight.T + bias``; weight is (out_features, in_features), as in PyTorch."""
+    if input.shape[-1] != weight.shape[-1]:
+        raise ShapeError(f"linear: input has {input.shape[-1]} features (shape {tuple(input.shape)}) but "
+                         f"the weight expects {weight.shape[-1]} (weight shape {tuple(weight.shape)})")
+    out = input.matmul(weight.mT)
+    return out if bias is None else out + bias
+
+
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    return _ops.inplace(input, _ops.relu) if inplace else _ops.relu(input)
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    if inplace:
+        return _ops.inplace(input, _ops.leaky_relu, negative_slope)
+    return _ops.leaky_relu(input, negative_slope)
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    return _ops.gelu(input, approximate)
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    return _ops.inplace(input, _ops.silu) if inplace else _ops.silu(input)
+
+
+def tanh(input: Tensor) -> Tensor:
+    return _ops.tanh(input)
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    return _ops.sigmoid(input)
+
+
+def _softmax_dim(name: str, ndim: int) -> int:
+    # torch's legacy rule for dim=None, kept so old code gives the same numbers
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated; pass dim explicitly",
+                  stacklevel=3)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input: Tensor, dim: int | None = None, dtype: Any = None) -> Tensor:
+    if dim is None:
+        dim = _softmax_dim("softmax", input.ndim)
+    return (input if dtype is None else input.to(dtype)).softmax(dim)
+
+
+def log_softmax(input: Tensor, dim: int | None = None, dtype: Any = None) -> Tensor:
+    if dim is None:
+        dim = _softmax_dim("log_softmax", input.ndim)
+    return (input if dtype is None else input.to(dtype)).log_softmax(dim)
+
+
+# -- dropout and embedding ---------------------------------------------------------------------------
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``, so the
+    expected value is unchanged and evaluation needs no rescaling (inverted dropout)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    xp = input.device.xp
+    if p == 1.0:
+        scale = xp.zeros(input.shape, input.dtype)
+    else:
+        keep = input.device.rng.random(input.shape, dtype="float32") >= p
+        scale = keep.astype(input.dtype) * input.dtype.type(1.0 / (1.0 - p))
+    mask = _wrap(scale, input.device)
+    return input.mul_(mask) if inplace else input * mask
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
+    """Rows of ``weight`` picked by the integer ``input``; ``padding_idx``'s row gets no gradient."""
+    if not isinstance(input, Tensor) or input.dtype.kind not in "iu":
+        got = input.dtype if isinstance(input, Tensor) else type(input).__name__
+        raise DTypeError(f"embedding: expected an integer index tensor, got {got}")
+    if scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding: scale_grad_by_freq and sparse gradients are not supported")
+    n = weight.shape[0]
+    if input.numel() and (int(input.data.min()) < 0 or int(input.data.max()) >= n):
+        raise IndexError(f"embedding: index out of range [{int(input.data.min())}, {int(input.data.max())}] "
+                         f"for an embedding of {n} rows")
+    if max_norm is not None:
+        _renorm_rows(weight, input, max_norm, norm_type)
+    out = weight[input]
+    if padding_idx is not None:
+        keep = _wrap(input.data != (padding_idx % n), input.device).unsqueeze(-1)
+        out = _ops.where(keep, out, out.detach())  # same values, no gradient at padding positions
+    return out
+
+
+def _renorm_rows(weight: Tensor, input: Tensor, max_norm: float, norm_type: float) -> None:
+    """Shrink the used rows whose norm exceeds ``max_norm`` in place (torch's embedding_renorm_)."""
+    xp = weight.device.xp
+    rows = xp.unique(input.data)
+    w = weight.data[rows]
+    norms = (xp.abs(w) ** norm_type).sum(axis=1) ** (1.0 / norm_type)
+    scale = xp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).astype(w.dtype)
+    weight.data[rows] = w * scale[:, None]
+    weight._bump_version()
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """An int64 tensor with one more dimension, 1 at each index and 0 elsewhere."""
+    if tensor.dtype.kind not in "iu":
+        raise DTypeError(f"one_hot: expected an integer tensor, got {tensor.dtype}")
+    xp = tensor.device.xp
+    if num_classes == -1:
+        num_classes = int(tensor.data.max()) + 1 if tensor.numel() else 0
+    if tensor.numel() and (int(tensor.data.min()) < 0 or int(tensor.data.max()) >= num_classes):
+        raise ValueError(f"one_hot: class values must be in [0, {num_classes}), got "
+                         f"[{int(tensor.data.min())}, {int(tensor.data.max())}]")
+    out = (tensor.data[..., None] == xp.arange(num_classes)).astype("int64")
+    return _wrap(out, tensor.device)
+
+
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
+    """Pad the last ``len(pad) // 2`` dims: ``pad=(left, right, top, bottom, ...)`` as in torch."""
+    if mode != "constant":
+        raise NotImplementedError(f"pad: mode {mode!r} is not supported; only 'constant'")
+    return _ops.pad(input, tuple(pad), mode, value)
+
+
+# -- normalisation ------------------------------------------------------------------------------------
+class Standardize(Op):
+    """``(x - mean) / sqrt(var + eps)`` over ``dims``, also returning the mean and the biased
+    variance (keepdim shapes): batch norm and layer norm in one fused op.
+
+    Composed from single ops this records nine nodes and makes about twice as many passes over
+    the data. The backward still uses only minigrad ops on the op's own outputs (``xhat`` and
+    ``var``), so second derivatives flow. With ``inv = 1 / sqrt(var + eps)`` and ``n`` elements
+    per group: ``dx = inv * g_xhat + c0 + xhat * c1``, where the per-group constants ``c0`` and
+    ``c1`` gather the mean and variance terms (including gradients arriving at ``mean``/``var``).
+    """
+
+    @staticmethod
+    def forward(ctx, x, dims, eps):
+        xp = ctx.xp
+        mean = x.mean(axis=dims, keepdims=True)
+        xhat = x - mean
+        var = xp.square(xhat).mean(axis=dims, keepdims=True)
+        xhat *= 1 / xp.sqrt(var + eps)
+        ctx.dims, ctx.eps, ctx.n = dims, eps, x.size // max(mean.size, 1)
+        ctx.save_for_backward(xhat, var)
+        return xhat, mean, var
+
+    @staticmethod
+    def backward(ctx, g_xhat, g_mean, g_var):
+        xhat, var = ctx.saved_tensors
+        dims, n = ctx.dims, ctx.n
+        inv = (var + ctx.eps).rsqrt()
+        c0 = g_mean / n - inv * g_xhat.mean(dims, keepdim=True)
+        c1 = g_var * 2 / (n * inv) - inv * (g_xhat * xhat).mean(dims, keepdim=True)
+        return g_xhat * inv + c0 + xhat * c1, None, None
+
+
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+               weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Normalise each channel (dim 1) over the batch and spatial dims.
+
+    Training uses the batch's mean and biased variance and blends them into the running stats
+    (the unbiased variance, as PyTorch does); evaluation uses the running stats.
+    """
+    if input.ndim < 2:
+        raise ShapeError(f"batch_norm: expected an input of at least 2 dims (N, C, ...), "
+                         f"got shape {tuple(input.shape)}")
+    c = input.shape[1]
+    shape = (1, c) + (1,) * (input.ndim - 2)
+    if training:
+        n = input.numel() // c
+        if n <= 1:
+            raise ValueError("Expected more than 1 value per channel when training, "
+                             f"got input size {tuple(input.shape)}")
+        xhat, mean, var = Standardize.apply(input, (0,) + tuple(range(2, input.ndim)), eps)
+        if running_mean is not None or running_var is not None:
+            with no_grad():
+                if running_mean is not None:
+                    running_mean.mul_(1 - momentum).add_(mean.reshape(c) * momentum)
+                if running_var is not None:
+                    running_var.mul_(1 - momentum).add_(var.reshape(c) * (momentum * n / (n - 1)))
+        out = xhat if weight is None else xhat * weight.reshape(shape)
+        return out if bias is None else out + bias.reshape(shape)
+    if running_mean is None or running_var is None:
+        raise ValueError("batch_norm: running_mean and running_var are required when training=False")
+    # fold the running stats and the affine transform into one scale and shift per channel
+    scale = (running_var + eps).rsqrt()
+    if weight is not None:
+        scale = scale * weight
+    shift = -running_mean * scale
+    if bias is not None:
+        shift = shift + bias
+    return input * scale.reshape(shape) + shift.reshape(shape)
+
+
+def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Normalise over the last ``len(normalized_shape)`` dims of each sample (biased variance)."""
+    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(normalized_shape)
+    if tuple(input.shape[input.ndim - k:]) != normalized_shape or k > input.ndim:
+        raise ShapeError(f"layer_norm: normalized_shape {normalized_shape} does not match the last dims "
+                         f"of the input of shape {tuple(input.shape)}")
+    out = Standardize.apply(input, tuple(range(input.ndim - k, input.ndim)), eps)[0]
+    if weight is not None:
+        out = out * weight
+    return out if bias is None else out + bias
+
+
+# -- losses ------------------------------------------------------------------------------------------
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _reduce(loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{reduction!r} is not a valid value for reduction; expected one of {_REDUCTIONS}")
+
+
+def _check_same_shape(op: str, input: Tensor, target: Tensor) -> None:
+    if tuple(input.shape) != tuple(target.shape):
+        warnings.warn(f"{op}: using a target size {tuple(target.shape)} that is different to the input size "
+                      f"{tuple(input.shape)}; it will be broadcast, which is likely not what you want",
+                      stacklevel=3)
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """Mean squared error ``(input - target)**2``."""
+    _check_reduction(reduction)
+    _check_same_shape("mse_loss", input, target)
+    diff = input - target
+    return _reduce(diff * diff, reduction)
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """Mean absolute error ``|input - target|``."""
+    _check_reduction(reduction)
+    _check_same_shape("l1_loss", input, target)
+    return _reduce((input - target).abs(), reduction)
+
+
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Softmax cross-entropy of logits (N, C, ...) against class indices (N, ...) or class
+    probabilities (same shape as the logits)."""
+    return _ops.cross_entropy(input, target, weight=weight, ignore_index=ignore_index, reduction=reduction,
+                              label_smoothing=label_smoothing)
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+             reduction: str = "mean") -> Tensor:
+    """Negative log-likelihood of log-probabilities (N, C, ...) at class indices (N, ...)."""
+    return _ops.nll_loss(input, target, weight=weight, ignore_index=ignore_index, reduction=reduction)
+
+
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                         reduction: str = "mean") -> Tensor:
+    """``-(t log p + (1 - t) log(1 - p))`` of probabilities; logs are clamped at -100, as in torch."""
+    _check_reduction(reduction)
+    if tuple(input.shape) != tuple(target.shape):
+        raise ShapeError(f"binary_cross_entropy: target shape {tuple(target.shape)} must equal the input "
+                         f"shape {tuple(input.shape)}")
+    if input.numel() and (float(input.data.min()) < 0.0 or float(input.data.max()) > 1.0):
+        raise ValueError("binary_cross_entropy: all elements of input should be between 0 and 1, got values in "
+                         f"[{float(input.data.min())}, {float(input.data.max())}]")
+    loss = -(target * input.log().clamp(min=-100) + (1 - target) * (1 - input).log().clamp(min=-100))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                                     reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+    """BCE of ``sigmoid(input)`` without ever forming it: ``(1 - t) x + w_t softplus(-x)``, which
+    stays finite for any logit (log(sigmoid(x)) = -softplus(-x))."""
+    _check_reduction(reduction)
+    if tuple(input.shape) != tuple(target.shape):
+        raise ShapeError(f"binary_cross_entropy_with_logits: target shape {tuple(target.shape)} must equal "
+                         f"the input shape {tuple(input.shape)}")
+    log_weight = 1 if pos_weight is None else 1 + (pos_weight - 1) * target
+    loss = (1 - target) * input + log_weight * _ops.softplus(-input)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
