@@ -1,23 +1,37 @@
-"""``RemovableHandle``: what registering a hook returns, so the hook can be removed again."""
+"""``RemovableHandle``: what registering a hook returns, so the hook can be removed again.
+
+Hooks live in ordered dicts keyed by the handle's id (as in PyTorch), for tensors, graph nodes
+and modules alike.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from typing import Any, Callable
 
 
 class RemovableHandle:
-    """``handle.remove()`` takes the hook out of the list it was added to (at most once)."""
+    """``handle.remove()`` (or leaving a ``with`` block) takes the hook out of its dict."""
 
-    def __init__(self, hooks: list, hook: Any) -> None:
-        self._hooks, self._hook = hooks, hook
+    _next_id = itertools.count()
+
+    def __init__(self, hooks: dict) -> None:
+        self._hooks, self.id = hooks, next(RemovableHandle._next_id)
 
     def remove(self) -> None:
-        if self._hook is not None and self._hook in self._hooks:
-            self._hooks.remove(self._hook)
-        self._hook = None
+        self._hooks.pop(self.id, None)
 
     def __enter__(self) -> RemovableHandle:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.remove()
+
+
+def add_hook(hooks: dict, hook: Callable, prepend: bool = False) -> RemovableHandle:
+    """Register ``hook`` in ``hooks`` (first when ``prepend``) and return its handle."""
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    if prepend:
+        hooks.move_to_end(handle.id, last=False)
+    return handle

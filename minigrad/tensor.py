@@ -10,12 +10,13 @@ an in-place change to either is seen by autograd's saved-tensor check.
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from typing import Any, Callable, Iterator, Sequence
 
 from minigrad import backend
 from minigrad.backend import Device, cpu
 from minigrad.errors import AutogradError, DTypeError, ShapeError
-from minigrad.hooks import RemovableHandle
+from minigrad.hooks import RemovableHandle, add_hook
 
 
 class Tensor:
@@ -181,9 +182,8 @@ class Tensor:
             raise AutogradError("register_hook: cannot register a hook on a tensor that doesn't require grad")
         if self.grad_fn is None:
             if self._hooks is None:
-                self._hooks = []
-            self._hooks.append(hook)
-            return RemovableHandle(self._hooks, hook)
+                self._hooks = OrderedDict()
+            return add_hook(self._hooks, hook)
         nr = self._output_nr
 
         def prehook(grads):
@@ -196,8 +196,7 @@ class Tensor:
             grads[nr] = new
             return grads
 
-        self.grad_fn.register_prehook(prehook)
-        return RemovableHandle(self.grad_fn._pre_hooks, prehook)
+        return self.grad_fn.register_prehook(prehook)
 
     # -- dtype and device -----------------------------------------------------------------------
     def to(self, *args: Any, dtype: Any = None, device: Any = None) -> Tensor:

@@ -139,7 +139,7 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
             if grads is None or (needed is not None and node not in needed):
                 continue
             if node._pre_hooks:
-                for hook in node._pre_hooks:
+                for hook in tuple(node._pre_hooks.values()):
                     new = hook(grads)
                     if new is not None:
                         grads = new
@@ -227,7 +227,7 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> N
     """Add ``g`` into a leaf's ``.grad`` (after the leaf's hooks). A gradient the engine made for
     this leaf alone is stored as is; one that may be visible elsewhere is copied first."""
     if t._hooks:
-        for hook in t._hooks:
+        for hook in tuple(t._hooks.values()):
             new = hook(g)
             if new is not None:
                 g = new

@@ -27,11 +27,13 @@ arrays (numpy or cupy), so no Tensor is built for intermediate values.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from collections import OrderedDict
+from typing import Any, Callable
 
 from minigrad.autograd import grad_mode
 from minigrad.backend import cpu
 from minigrad.errors import AutogradError, DeviceError, ShapeError
+from minigrad.hooks import RemovableHandle, add_hook
 from minigrad.tensor import Tensor, _wrap
 
 _FREED = object()  # marks saved tensors released by a backward pass without retain_graph
@@ -51,7 +53,7 @@ class Function:
         "_output_meta", "_trace", "__weakref__", "__dict__",
     )
     _saved: Any = None  # what forward passed to save_for_backward; packed by _attach
-    _pre_hooks: list | None = None  # hooks on the gradients arriving at this node
+    _pre_hooks: OrderedDict | None = None  # hooks on the gradients arriving at this node
 
     @staticmethod
     def forward(ctx: Function, *args: Any, **kwargs: Any) -> Any:
@@ -83,11 +85,11 @@ class Function:
     def name(self) -> str:
         return type(self).__name__
 
-    def register_prehook(self, hook) -> None:
+    def register_prehook(self, hook: Callable) -> RemovableHandle:
         """Call ``hook(grad_outputs) -> grad_outputs or None`` before this node's backward."""
         if self._pre_hooks is None:
-            self._pre_hooks = []
-        self._pre_hooks.append(hook)
+            self._pre_hooks = OrderedDict()
+        return add_hook(self._pre_hooks, hook)
 
     def __repr__(self) -> str:
         return f"<{self.name()}Backward>"

@@ -18,6 +18,7 @@ from minigrad import backend
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.backend import Device
 from minigrad.errors import DTypeError
+from minigrad.hooks import RemovableHandle, add_hook
 from minigrad.tensor import Tensor, _init
 
 __all__ = ["Module", "Parameter", "RemovableHandle"]
@@ -57,24 +58,6 @@ class Parameter(Tensor):
 
 def _rebuild_parameter(array: Any, device: str, requires_grad: bool) -> Parameter:
     return Parameter(Tensor(array, device=device), requires_grad)
-
-
-class RemovableHandle:
-    """Returned by ``register_*_hook``: ``handle.remove()`` (or leaving a ``with`` block) unhooks."""
-
-    _next_id = itertools.count()
-
-    def __init__(self, hooks: dict) -> None:
-        self._hooks, self.id = hooks, next(RemovableHandle._next_id)
-
-    def remove(self) -> None:
-        self._hooks.pop(self.id, None)
-
-    def __enter__(self) -> RemovableHandle:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.remove()
 
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -426,11 +409,11 @@ class Module:
     # -- hooks --------------------------------------------------------------------------------------
     def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False) -> RemovableHandle:
         """``hook(module, args)`` runs before ``forward``; returning a value replaces the args."""
-        return _add_hook(self._forward_pre_hooks, hook, prepend)
+        return add_hook(self._forward_pre_hooks, hook, prepend)
 
     def register_forward_hook(self, hook: Callable, *, prepend: bool = False) -> RemovableHandle:
         """``hook(module, args, output)`` runs after ``forward``; returning a value replaces the output."""
-        return _add_hook(self._forward_hooks, hook, prepend)
+        return add_hook(self._forward_hooks, hook, prepend)
 
     # -- repr ----------------------------------------------------------------------------------------
     def extra_repr(self) -> str:
@@ -449,14 +432,6 @@ class Module:
         if len(lines) == 1 and not self._modules:
             return f"{self._get_name()}({lines[0]})"
         return self._get_name() + "(\n  " + "\n  ".join(lines) + "\n)"
-
-
-def _add_hook(hooks: OrderedDict, hook: Callable, prepend: bool) -> RemovableHandle:
-    handle = RemovableHandle(hooks)
-    hooks[handle.id] = hook
-    if prepend:
-        hooks.move_to_end(handle.id, last=False)
-    return handle
 
 
 def _indent(text: str, n: int) -> str:
