@@ -89,7 +89,9 @@ def randn(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
 
 def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
     """Integers uniform in [low, high) (``randint(high, size)`` also works, as in torch)."""
-    if high is None:
+    if isinstance(high, (tuple, list)):  # randint(high, size)
+        low, high, size = 0, low, high
+    elif high is None:
         low, high = 0, low
     dev = Device(device or "cpu")
     dt = backend.int64 if dtype is None else backend.as_dtype(dtype)

@@ -344,6 +344,12 @@ class Tensor:
     def chunk(self, chunks, dim=0): return _ops.chunk(self, chunks, dim)
     def flip(self, dims): return _ops.flip(self, dims)
     def repeat(self, *sizes): return _ops.repeat(self, _shape_arg(sizes))
+    def movedim(self, source, destination): return _ops.movedim(self, source, destination)
+    def narrow(self, dim, start, length): return _ops.narrow(self, dim, start, length)
+    def gather(self, dim, index): return _ops.gather(self, dim, index)
+    def index_select(self, dim, index): return _ops.index_select(self, dim, index)
+    def index_add(self, dim, index, source, alpha=1): return _ops.index_add(self, dim, index, source, alpha)
+    def scatter_add(self, dim, index, src): return _ops.scatter_add(self, dim, index, src)
     def __getitem__(self, index): return _ops.getitem(self, index)
 
     @property
