@@ -17,6 +17,13 @@ from minigrad.creation import (
     randint, randn, randn_like, randperm, tensor, zeros, zeros_like,
 )
 
+from minigrad.ops import (  # the torch.* functions; each is also a Tensor method where torch has one
+    abs, add, amax, amin, argmax, argmin, bmm, broadcast_to, cat, chunk, clamp, clip, cos, cumsum, div,
+    dot, einsum, erf, exp, flatten, flip, gather, index_select, log, log_softmax, logsumexp, matmul,
+    max, maximum, mean, min, minimum, mm, mul, narrow, neg, outer, permute, pow, prod, relu, reshape,
+    rsqrt, sigmoid, sign, sin, softmax, split, sqrt, squeeze, stack, std, sub, sum, tanh, transpose,
+    unsqueeze, var, where,
+)
 from minigrad.serialization import load, save
 from minigrad import autograd, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
 
