@@ -176,7 +176,7 @@ class OneCycleLR(LRScheduler):
             group["momentum"] = value
 
     def lr_at(self, base_lr, epoch, group):
-        if epoch >= self.total_steps:
+        if epoch > self.total_steps:
             raise ValueError(
                 f"OneCycleLR: tried to step {epoch} times; total_steps is {self.total_steps}"
             )

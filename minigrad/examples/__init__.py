@@ -1,0 +1,1 @@
+"""Small end-to-end programs: ``python -m minigrad.examples.train_digits``."""
