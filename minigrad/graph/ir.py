@@ -1,0 +1,342 @@
+"""The graph IR: a static computational graph as nodes with in-edges and out-edges (chapter 01).
+
+A ``Graph`` holds ``Node``s in insertion order. A node names its ``op`` (an op class such as
+``"Mul"``, or a structural op from ``OPS`` below), its ``inputs`` (in-edges) and ``users``
+(out-edges, kept in sync by the graph), the op's non-tensor arguments ``attrs``, and the ``shape``
+and ``dtype`` of its value. The topological order, the order in which the graph can execute, is
+cached and recomputed after any mutation; ``levels()`` groups the nodes that depend on nothing
+in their own group, which is what could run in parallel. ``minigrad.graph.trace`` builds graphs
+and the passes of chapter 03 rewrite them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Iterable, Iterator
+
+__all__ = ["Graph", "GraphError", "Node", "OPS", "SIDE_EFFECT_OPS", "SOURCE_OPS", "op_kind"]
+
+# The structural ops; every other op is the name of the Function class in ``node.fn``.
+OPS = {
+    "placeholder": "an input of the graph, given at each call",
+    "constant": "a fixed array, attrs['value']",
+    "parameter": "a tensor that lives outside the graph (weights, buffers, optimizer state), meta['target'], "
+                 "read when the graph runs",
+    "grad": "the .grad of meta['target'] when the graph starts running",
+    "getitem": "output attrs['index'] of a node whose op returns several arrays",
+    "saved": "array attrs['index'] that the input node's forward kept for backward (a mask, a statistic)",
+    "copy_": "side effect: write inputs[1] into the tensor of inputs[0] (an in-place update)",
+    "set_grad": "side effect: set the .grad of the tensor of inputs[0] to inputs[1], or to None without it",
+    "output": "the values the graph returns, its inputs",
+}
+SOURCE_OPS = frozenset({"placeholder", "constant", "parameter", "grad"})
+SIDE_EFFECT_OPS = frozenset({"copy_", "set_grad", "output"})
+
+# Op kinds by op name (fusion rules, chapter 03, and the colours of a drawing go by kind).
+_KINDS = {
+    "elementwise": "Add Sub Mul Div Neg Pow Exp Log Sqrt Rsqrt Abs Sign Sin Cos Tanh TanhBackward Sigmoid "
+                   "SigmoidBackward Relu LeakyRelu Softplus Clamp Maximum Minimum Where Cast Clone Gelu Erf "
+                   "Equal NotEqual Less LessEqual Greater GreaterEqual LogicalAnd LogicalOr LogicalNot",
+    "reduction": "Sum SumTo Mean Prod Cumsum Amax Amin MaxDim MinDim Argmax Argmin Var Logsumexp Softmax "
+                 "LogSoftmax NllLoss Standardize MaxPool2d WindowSum",
+    "matmul": "Matmul Einsum Conv2d ConvTranspose2d Conv2dWeight",
+    "movement": "Reshape BroadcastTo Permute Cat Flip Repeat Pad GetItem ScatterIndex IndexPut Contiguous "
+                "ToDevice WindowGather WindowScatter WindowSpread getitem saved",
+    "effect": "copy_ set_grad",
+}
+_KIND_OF = {op: kind for kind, ops in _KINDS.items() for op in ops.split()}
+_KIND_COLOR = {
+    "placeholder": "#9ecae1", "parameter": "#fdd49e", "grad": "#fdd49e", "constant": "#d9d9d9",
+    "elementwise": "#c7e9c0", "reduction": "#fcbba1", "matmul": "#dadaeb", "movement": "#f0f0f0",
+    "effect": "#fbb4c4", "output": "#ffffff", "other": "#ffffff",
+}
+
+
+def op_kind(op: str) -> str:
+    """The kind of an op: a source op's own name, elementwise, reduction, matmul (and conv),
+    movement, effect, output, or other."""
+    if op in SOURCE_OPS or op == "output":
+        return op
+    return _KIND_OF.get(op, "other")
+
+
+class GraphError(RuntimeError):
+    """A graph that cannot be built or changed as asked (a cycle, erasing a node still in use)."""
+
+
+class Node:
+    """One node of a ``Graph``; create nodes with ``Graph.add_node``."""
+
+    __slots__ = ("graph", "op", "_inputs", "_users", "attrs", "shape", "dtype", "name", "fn", "meta", "_index")
+
+    def __init__(self, graph: Graph, op: str, inputs: tuple, attrs: dict, shape: tuple | None, dtype: Any,
+                 name: str, fn: Any, meta: dict, index: int) -> None:
+        self.graph, self.op, self._inputs, self.attrs = graph, op, inputs, attrs
+        self._users: dict[Node, None] = {}  # an ordered set
+        self.shape, self.dtype, self.name, self.fn, self.meta, self._index = shape, dtype, name, fn, meta, index
+
+    @property
+    def inputs(self) -> tuple[Node, ...]:
+        """The in-edges: the nodes whose values this node reads, in argument order."""
+        return self._inputs
+
+    @inputs.setter
+    def inputs(self, new: Iterable[Node]) -> None:
+        self.graph._set_inputs(self, tuple(new))
+
+    @property
+    def users(self) -> list[Node]:
+        """The out-edges: the nodes that read this node's value, in the order they were added."""
+        return list(self._users)
+
+    @property
+    def kind(self) -> str:
+        return op_kind(self.op)
+
+    @property
+    def has_side_effects(self) -> bool:
+        """True for nodes that must run although nothing reads them (writes and the output)."""
+        return self.op in SIDE_EFFECT_OPS
+
+    def replace_input(self, old: Node, new: Node) -> None:
+        self.inputs = [new if i is old else i for i in self._inputs]
+
+    def format(self) -> str:
+        """The node as one line of an SSA listing: ``%3 = Mul(%1, %2)  # (128, 512) float32``."""
+        args = [i.name for i in self._inputs] + [f"{k}={_short(v)}" for k, v in self.attrs.items()]
+        call = f"{self.op}({', '.join(args)})" if args or self.op not in SOURCE_OPS else self.op
+        if self.has_side_effects:
+            return call
+        line = f"{self.name} = {call}"
+        if self.shape is not None:
+            line += f"  # {tuple(self.shape)} {self.dtype}"
+        return line
+
+    def __repr__(self) -> str:
+        return f"<Node {self.format()}>"
+
+
+class Graph:
+    """A DAG of ``Node``s with placeholders (inputs), one ``output`` node and side-effect nodes."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[Node, None] = {}  # insertion order
+        self._names: set[str] = set()
+        self._counter = 0
+        self._order: list[Node] | None = None
+        self._output: Node | None = None
+
+    # -- building ---------------------------------------------------------------------------------
+    def add_node(self, op: str, inputs: Iterable[Node] = (), attrs: dict | None = None, *, shape: tuple | None = None,
+                 dtype: Any = None, fn: Any = None, name: str | None = None, meta: dict | None = None) -> Node:
+        """Append a node; ``name`` defaults to ``%<n>`` and is made unique by a suffix."""
+        inputs = tuple(inputs)
+        for i in inputs:
+            self._check_member(i)
+        name = self._unique(name if name is not None else f"%{self._counter}")
+        node = Node(self, op, inputs, dict(attrs or {}), None if shape is None else tuple(shape), dtype,
+                    name, fn, dict(meta or {}), self._counter)
+        self._counter += 1
+        self._nodes[node] = None
+        for i in inputs:
+            i._users[node] = None
+        self._order = None
+        if op == "output":
+            if self._output is not None:
+                raise GraphError("a graph has one output node; use set_outputs to change it")
+            self._output = node
+        return node
+
+    def set_outputs(self, nodes: Iterable[Node]) -> Node:
+        """Make ``nodes`` the values the graph returns (replacing the previous output node)."""
+        if self._output is not None:
+            self._output.inputs = nodes
+            return self._output
+        return self.add_node("output", nodes, name="output")
+
+    def erase(self, node: Node) -> None:
+        """Remove a node that no other node reads."""
+        self._check_member(node)
+        if node._users:
+            users = ", ".join(u.name for u in node._users)
+            raise GraphError(f"erase: {node.name} ({node.op}) is still used by {users}")
+        for i in node._inputs:
+            i._users.pop(node, None)
+        del self._nodes[node]
+        self._names.discard(node.name)
+        if node is self._output:
+            self._output = None
+        self._order = None
+
+    def replace_all_uses_with(self, old: Node, new: Node) -> int:
+        """Make every user of ``old`` read ``new`` instead; returns how many users changed."""
+        self._check_member(old)
+        self._check_member(new)
+        users = [u for u in old._users if u is not new]
+        for u in users:
+            u.replace_input(old, new)
+        return len(users)
+
+    def _set_inputs(self, node: Node, inputs: tuple) -> None:
+        self._check_member(node)
+        for i in inputs:
+            self._check_member(i)
+        for i in node._inputs:
+            i._users.pop(node, None)
+        node._inputs = inputs
+        for i in inputs:
+            i._users[node] = None
+        self._order = None
+
+    # -- reading ----------------------------------------------------------------------------------
+    @property
+    def nodes(self) -> list[Node]:
+        """Every node, in insertion order."""
+        return list(self._nodes)
+
+    @property
+    def placeholders(self) -> list[Node]:
+        return [n for n in self._nodes if n.op == "placeholder"]
+
+    @property
+    def output_node(self) -> Node | None:
+        return self._output
+
+    @property
+    def outputs(self) -> list[Node]:
+        """The nodes whose values the graph returns."""
+        return list(self._output.inputs) if self._output is not None else []
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._nodes
+
+    def topological_order(self) -> list[Node]:
+        """Every node after all of its inputs (Kahn's algorithm; ties go to the earlier-added
+        node, so the order is deterministic and equals insertion order whenever that is valid)."""
+        if self._order is not None:
+            return list(self._order)
+        missing = {n: len(set(n._inputs)) for n in self._nodes}
+        ready = [(n._index, n) for n, k in missing.items() if k == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, n = heapq.heappop(ready)
+            order.append(n)
+            for u in n._users:
+                missing[u] -= 1
+                if missing[u] == 0:
+                    heapq.heappush(ready, (u._index, u))
+        if len(order) != len(self._nodes):
+            stuck = ", ".join(n.name for n, k in missing.items() if k > 0)
+            raise GraphError(f"the graph has a cycle through {stuck}")
+        self._order = order
+        return list(order)
+
+    def levels(self) -> list[list[Node]]:
+        """Nodes grouped by depth (sources at level 0, every other node one past its deepest input):
+        no node depends on another of its level, so each level could run in parallel."""
+        depth: dict[Node, int] = {}
+        groups: list[list[Node]] = []
+        for n in self.topological_order():
+            d = 1 + max((depth[i] for i in n._inputs), default=-1)
+            depth[n] = d
+            if d == len(groups):
+                groups.append([])
+            groups[d].append(n)
+        return groups
+
+    def copy(self) -> Graph:
+        """A new graph with the same nodes (names, attrs and meta copied shallowly; arrays shared)."""
+        new = Graph()
+        twin: dict[Node, Node] = {}
+        for n in self.topological_order():
+            twin[n] = new.add_node(n.op, [twin[i] for i in n._inputs], n.attrs, shape=n.shape, dtype=n.dtype,
+                                   fn=n.fn, name=n.name, meta=n.meta)
+        new._counter = max(new._counter, self._counter)
+        return new
+
+    def __str__(self) -> str:
+        return "\n".join(n.format() for n in self.topological_order())
+
+    def __repr__(self) -> str:
+        return f"<Graph: {len(self._nodes)} nodes, {len(self.placeholders)} inputs, {len(self.outputs)} outputs>"
+
+    # -- drawing ----------------------------------------------------------------------------------
+    def dot_elements(self) -> tuple[list[tuple[str, dict]], list[tuple[str, str]]]:
+        """The drawing as data: ``(id, attributes)`` per node and ``(id, id)`` per edge, ids
+        numbered in topological order (never ``id()``, so the picture is the same every run)."""
+        order = self.topological_order()
+        ids = {n: f"n{k}" for k, n in enumerate(order)}
+        nodes, edges = [], []
+        for n in order:
+            label = n.name if n.op == "output" else f"{n.name}  {n.op}"
+            attrs = [f"{k}={_short(v)}" for k, v in n.attrs.items() if n.op != "constant" or k != "value"]
+            if attrs:
+                label += "\n" + ", ".join(attrs)
+            if n.shape is not None:
+                label += f"\n{tuple(n.shape)} {n.dtype}"
+            shape = "ellipse" if n.kind in SOURCE_OPS else "box"
+            style = {"label": label, "shape": shape, "style": "filled,rounded" if shape == "box" else "filled",
+                     "fillcolor": _KIND_COLOR[n.kind]}
+            if n.op == "output":
+                style.update(shape="doubleoctagon", style="filled")
+            nodes.append((ids[n], style))
+            edges.extend((ids[i], ids[n]) for i in n._inputs)
+        return nodes, edges
+
+    def to_dot(self, rankdir: str = "TB") -> str:
+        """The graph as Graphviz DOT text, nodes coloured by kind (``minigrad.graph.draw`` renders it)."""
+        nodes, edges = self.dot_elements()
+        lines = ["digraph {", f"\trankdir={rankdir}", '\tnode [fontname="Helvetica" fontsize=10]']
+        for name, attrs in nodes:
+            body = " ".join(f'{k}="{_escape(v)}"' for k, v in attrs.items())
+            lines.append(f"\t{name} [{body}]")
+        lines.extend(f"\t{a} -> {b}" for a, b in edges)
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _check_member(self, node: Node) -> None:
+        if not isinstance(node, Node) or node.graph is not self or node not in self._nodes:
+            raise GraphError(f"{node!r} is not a node of this graph")
+
+    def _unique(self, name: str) -> str:
+        base, k = name, 1
+        while name in self._names:
+            name = f"{base}_{k}"
+            k += 1
+        self._names.add(name)
+        return name
+
+
+def _short(v: Any) -> str:
+    """A short, deterministic text for an attribute value (no memory addresses)."""
+    if hasattr(v, "shape") and hasattr(v, "dtype") and not isinstance(v, type):
+        if getattr(v, "size", 5) > 4 or not hasattr(v, "tolist"):
+            return f"array{tuple(v.shape)}"
+        items = [f"{x:.4g}" if isinstance(x, float) else str(x) for x in v.reshape(-1).tolist()]
+        return items[0] if v.ndim == 0 else "[" + ", ".join(items) + "]"
+    if isinstance(v, (tuple, list)):
+        items = [_short(x) for x in v]
+        if isinstance(v, list):
+            return "[" + ", ".join(items) + "]"
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if isinstance(v, slice):
+        text = f"{'' if v.start is None else v.start}:{'' if v.stop is None else v.stop}"
+        return text if v.step is None else f"{text}:{v.step}"
+    if v is Ellipsis:
+        return "..."
+    text = str(v) if not isinstance(v, str) else repr(v)
+    if " at 0x" in text:
+        return type(v).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _escape(v: Any) -> str:
+    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -1,0 +1,166 @@
+"""Drawing graphs with Graphviz: the autograd graph behind a tensor, or a traced IR graph (chapter 01).
+
+``draw(loss)`` walks the graph autograd recorded, from ``loss.grad_fn`` through ``next_functions``
+to the leaves, and draws the data flowing forward: tensors as ellipses (inputs, parameters,
+constants and the output each in their own colour, with shape and dtype), ops as boxes, and each
+edge labelled with the shape that flows along it. ``draw(graph)`` draws an IR ``Graph`` coloured
+by op kind. Node names in the DOT text are counters in traversal order, never ``id()``, so the same
+computation gives the same picture byte for byte (nbval compares the stored SVG).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from minigrad.autograd.engine import topological_order
+from minigrad.autograd.function import AccumulateGrad, Function
+from minigrad.graph.ir import Graph
+from minigrad.tensor import Tensor
+
+try:
+    import graphviz
+except ImportError:  # pragma: no cover - the dev extra installs it
+    raise ImportError("minigrad.graph.draw needs the graphviz Python package: pip install graphviz "
+                      "(it comes with pip install -e '.[dev]')") from None
+
+__all__ = ["Digraph", "GraphvizNotFoundError", "draw"]
+
+_INSTALL = ("Graphviz's `dot` program was not found, so the graph cannot be rendered (its DOT text is "
+            "still in `.source`). Install it with `sudo apt-get install graphviz` (Debian/Ubuntu; "
+            "`brew install graphviz` on macOS), or run `make graphviz` in the minigrad repository.")
+_COLORS = {"input": "#9ecae1", "parameter": "#fdd49e", "constant": "#d9d9d9", "output": "#c7e9c0",
+           "op": "#f0f0f0", "more": "#ffffff"}
+_MAX_GRAD_VALUES = 12  # show_grads prints the values of gradients this small, else their norm
+
+
+class GraphvizNotFoundError(graphviz.ExecutableNotFound):
+    """Rendering needs Graphviz's ``dot``; the message says how to install it."""
+
+    def __init__(self) -> None:
+        RuntimeError.__init__(self, _INSTALL)
+
+
+def _explain_missing_dot(method: Callable) -> Callable:
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except GraphvizNotFoundError:
+            raise
+        except graphviz.ExecutableNotFound:
+            raise GraphvizNotFoundError() from None
+
+    wrapper.__name__, wrapper.__doc__ = method.__name__, method.__doc__
+    return wrapper
+
+
+class Digraph(graphviz.Digraph):
+    """A ``graphviz.Digraph`` whose rendering, when ``dot`` is missing, says how to install it."""
+
+    pipe = _explain_missing_dot(graphviz.Digraph.pipe)
+    render = _explain_missing_dot(graphviz.Digraph.render)
+    view = _explain_missing_dot(graphviz.Digraph.view)
+    _repr_image_svg_xml = _explain_missing_dot(graphviz.Digraph._repr_image_svg_xml)
+    _repr_mimebundle_ = _explain_missing_dot(graphviz.Digraph._repr_mimebundle_)
+
+
+def draw(tensor_or_graph: Tensor | Graph, show_grads: bool = False, rankdir: str = "TB",
+         max_nodes: int | None = 300, names: Mapping[str, Tensor] | None = None) -> Digraph:
+    """Draw a tensor's autograd graph or an IR ``Graph``; returns a ``graphviz.Digraph``, which
+    Jupyter renders inline. ``names`` labels tensors (``dict(model.named_parameters())``);
+    ``show_grads`` adds the ``.grad`` of leaves after backward; at most ``max_nodes`` nodes are
+    drawn (those nearest the output), the rest summarised in one box."""
+    dot = Digraph(graph_attr={"rankdir": rankdir}, node_attr={"fontname": "Helvetica", "fontsize": "10"},
+                  edge_attr={"fontname": "Helvetica", "fontsize": "9"})
+    if isinstance(tensor_or_graph, Graph):
+        _draw_ir(dot, tensor_or_graph, max_nodes)
+    elif isinstance(tensor_or_graph, Tensor):
+        labels = {id(t): name for name, t in (names or {}).items()}
+        _draw_autograd(dot, tensor_or_graph, show_grads, max_nodes, labels)
+    else:
+        raise TypeError(f"draw: expected a Tensor or a minigrad.graph.Graph, got {type(tensor_or_graph).__name__}")
+    return dot
+
+
+def _draw_ir(dot: Digraph, graph: Graph, max_nodes: int | None) -> None:
+    nodes, edges = graph.dot_elements()
+    kept = {name for name, _ in nodes[:max_nodes]} if max_nodes is not None else {name for name, _ in nodes}
+    for name, attrs in nodes:
+        if name in kept:
+            dot.node(name, **{k: v.replace("\n", "\\n") for k, v in attrs.items()})
+    if len(kept) < len(nodes):
+        dot.node("more", f"... {len(nodes) - len(kept)} more nodes", shape="box", style="dashed")
+    summarised = set()  # edges from the summary box are drawn once per target
+    for a, b in edges:
+        if b not in kept:
+            continue
+        if a not in kept:
+            if b in summarised:
+                continue
+            a = "more"
+            summarised.add(b)
+        dot.edge(a, b)
+
+
+def _draw_autograd(dot: Digraph, root: Tensor, show_grads: bool, max_nodes: int | None,
+                   labels: dict[int, str]) -> None:
+    dot.node("out", _tensor_label(root, labels.get(id(root), "output"), show_grads), shape="ellipse",
+             style="filled", fillcolor=_COLORS["output"], peripheries="2")
+    if root.grad_fn is None:
+        return
+    order = topological_order([root.grad_fn])
+    kept = order[:max_nodes] if max_nodes is not None else order
+    ids: dict[Function, str] = {}
+    for k, node in enumerate(kept):
+        if type(node) is AccumulateGrad:
+            v = node.variable
+            kind = "parameter" if _is_parameter(v) else "input"
+            ids[node] = f"leaf{k}"
+            dot.node(ids[node], _tensor_label(v, labels.get(id(v), kind), show_grads), shape="ellipse",
+                     style="filled", fillcolor=_COLORS[kind])
+        else:
+            ids[node] = f"op{k}"
+            dot.node(ids[node], node.name(), shape="box", style="filled,rounded", fillcolor=_COLORS["op"])
+    if len(kept) < len(order):
+        dot.node("more", f"... {len(order) - len(kept)} more nodes", shape="box", style="dashed")
+    dot.edge(ids[root.grad_fn], "out", label=_shape(root.shape))
+    constants = 0
+    for node in kept:
+        if type(node) is AccumulateGrad:
+            continue
+        for edge, meta in zip(node.next_functions, node._input_meta):
+            if meta is None:  # a non-tensor argument (a dim, a shape)
+                continue
+            shape, dtype = meta
+            if edge is None:  # a tensor that does not require grad
+                src = f"const{constants}"
+                constants += 1
+                dot.node(src, f"constant\\n{_shape(shape)} {dtype}", shape="ellipse", style="filled",
+                         fillcolor=_COLORS["constant"])
+            else:
+                src = ids.get(edge[0], "more")
+            label = _shape(shape) + (f" [{edge[1]}]" if edge is not None and edge[0]._n_outputs > 1 else "")
+            dot.edge(src, ids[node], label=label)
+
+
+def _tensor_label(t: Tensor, title: str, show_grads: bool) -> str:
+    label = f"{title}\\n{_shape(t.shape)} {t.dtype}"
+    if show_grads and t.grad is not None:
+        g = t.grad.detach().numpy()
+        if g.size <= _MAX_GRAD_VALUES:
+            values = ", ".join(f"{v:.4g}" for v in g.reshape(-1).tolist())
+            label += f"\\ngrad [{values}]"
+        else:
+            label += f"\\ngrad norm {float((g.astype('float64') ** 2).sum()) ** 0.5:.4g}"
+    return label
+
+
+def _shape(shape: Any) -> str:
+    return str(tuple(shape))
+
+
+def _is_parameter(t: Tensor) -> bool:
+    try:
+        from minigrad.nn import Parameter
+    except ImportError:
+        return t.requires_grad and t.grad_fn is None
+    return isinstance(t, Parameter)

@@ -1,0 +1,104 @@
+"""The graph IR: edges kept in sync, cached topological order, SSA text, DOT text, levels, copy."""
+
+import pytest
+
+from minigrad import float32
+from minigrad.graph import Graph, GraphError, op_kind
+
+
+def diamond():
+    """x -> a = Exp(x), b = Neg(x) -> c = Add(a, b) -> output: two independent branches."""
+    g = Graph()
+    x = g.add_node("placeholder", shape=(2, 3), dtype=float32, name="%x")
+    a = g.add_node("Exp", [x], shape=(2, 3), dtype=float32)
+    b = g.add_node("Neg", [x], shape=(2, 3), dtype=float32)
+    c = g.add_node("Add", [a, b], shape=(2, 3), dtype=float32)
+    g.set_outputs([c])
+    return g, x, a, b, c
+
+
+def test_edges_are_kept_in_sync():
+    g, x, a, b, c = diamond()
+    assert x.users == [a, b] and c.inputs == (a, b)
+    c.inputs = [a, a]
+    assert b.users == [] and a.users == [c]
+    c.replace_input(a, b)
+    assert c.inputs == (b, b) and a.users == [] and b.users == [c]
+
+
+def test_cached_order_is_invalidated_by_every_mutation():
+    g, x, a, b, c = diamond()
+    order = g.topological_order()
+    assert order == [x, a, b, c, g.output_node]
+    assert g.topological_order() == order and g._order is not None  # cached
+    d = g.add_node("Relu", [c], shape=(2, 3), dtype=float32)
+    assert g._order is None
+    g.set_outputs([d])
+    assert g.topological_order()[-2:] == [d, g.output_node]
+    # a node added later but read by an earlier one moves before it
+    e = g.add_node("Sin", [x], shape=(2, 3), dtype=float32)
+    a.inputs = [e]
+    order = g.topological_order()
+    assert order.index(e) < order.index(a)
+    assert g.replace_all_uses_with(c, b) == 1 and g._order is None
+    g.erase(c)
+    assert c not in g and g._order is None
+    assert [n.op for n in g.topological_order()] == ["placeholder", "Neg", "Relu", "output", "Sin", "Exp"]
+
+
+def test_erase_refuses_a_node_in_use_and_cycles_are_reported():
+    g, x, a, b, c = diamond()
+    with pytest.raises(GraphError, match="still used by"):
+        g.erase(a)
+    a.inputs = [c]
+    with pytest.raises(GraphError, match="cycle"):
+        g.topological_order()
+    with pytest.raises(GraphError, match="not a node of this graph"):
+        Graph().add_node("Neg", [x])
+
+
+def test_ssa_listing():
+    g, *_ = diamond()
+    g.add_node("Sum", [g.outputs[0]], {"dims": (1,), "keepdim": False}, shape=(2,), dtype=float32)
+    assert str(g).splitlines() == [
+        "%x = placeholder  # (2, 3) float32",
+        "%1 = Exp(%x)  # (2, 3) float32",
+        "%2 = Neg(%x)  # (2, 3) float32",
+        "%3 = Add(%1, %2)  # (2, 3) float32",
+        "output(%3)",
+        "%5 = Sum(%3, dims=(1,), keepdim=False)  # (2,) float32",
+    ]
+
+
+def test_names_are_unique_and_deterministic():
+    g = Graph()
+    assert [g.add_node("placeholder", name="%x").name for _ in range(3)] == ["%x", "%x_1", "%x_2"]
+
+
+def test_levels_group_independent_nodes():
+    g, x, a, b, c = diamond()
+    assert g.levels() == [[x], [a, b], [c], [g.output_node]]
+    for level in g.levels():
+        for n in level:
+            assert not set(n.inputs) & set(level)
+
+
+def test_to_dot_is_deterministic_and_coloured_by_kind():
+    g1, *_ = diamond()
+    g2, *_ = diamond()
+    src = g1.to_dot()
+    assert src == g2.to_dot() and src.startswith("digraph {")
+    assert "n0 -> n1" in src and "n0 -> n2" in src and src.count("->") == 5
+    assert "0x" not in src
+    fills = {n.op: attrs["fillcolor"] for n, (_, attrs) in zip(g1.topological_order(), g1.dot_elements()[0])}
+    assert fills["Exp"] == fills["Add"] != fills["placeholder"]
+    assert op_kind("Matmul") == "matmul" and op_kind("Sum") == "reduction" and op_kind("Reshape") == "movement"
+    assert op_kind("Exp") == "elementwise" and op_kind("Whatever") == "other"
+
+
+def test_copy_is_independent():
+    g, x, a, b, c = diamond()
+    h = g.copy()
+    assert str(h) == str(g) and len(h) == len(g)
+    h.erase(h.output_node)
+    assert g.output_node is not None and len(g) == 5 and len(h) == 4

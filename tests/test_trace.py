@@ -1,0 +1,243 @@
+"""trace: recording ops into a Graph and replaying it, from a forward pass to a whole training step."""
+
+import copy
+
+import numpy as np
+import pytest
+
+import minigrad as mg
+from minigrad import nn, optim
+from minigrad.autograd import Function, function
+from minigrad.errors import DTypeError, ShapeError
+from minigrad.graph import TraceError, TraceWarning, trace
+
+
+def randn(*shape, requires_grad=False):
+    return mg.randn(*shape, dtype=mg.float64, requires_grad=requires_grad)
+
+
+def close(a, b):
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+# -- forward functions --------------------------------------------------------------------------
+def test_mlp_forward_replays_like_eager_on_new_inputs():
+    W1, b1, W2 = randn(3, 8, requires_grad=True), randn(8, requires_grad=True), randn(8, 4, requires_grad=True)
+
+    def mlp(x):
+        h = (x @ W1 + b1).relu()
+        z = (h @ W2).tanh().sigmoid() * 2 - h[:, :4].exp() / 3
+        top, _ = z.max(dim=1)
+        return z.softmax(-1).reshape(-1).sum() + top.mean(), z.T
+
+    traced = trace(mlp, randn(5, 3))
+    for _ in range(3):
+        x = randn(5, 3)
+        (a, at), (b, bt) = traced(x), mlp(x)
+        close(a, b)
+        close(at, bt)
+        assert not a.requires_grad and a.grad_fn is None  # a replay records no autograd graph
+    ops = [n.op for n in traced.graph]
+    assert ops.count("placeholder") == 1 and ops.count("parameter") == 3 and "getitem" in ops
+
+
+def test_parameters_are_read_at_replay_and_constants_are_kept():
+    W = randn(3, 3, requires_grad=True)
+    c = randn(3)
+
+    def f(x):
+        return x @ W + c
+
+    traced = trace(f, randn(2, 3))
+    assert [n.op for n in traced.graph.topological_order()][:4] == ["placeholder", "parameter", "Matmul", "constant"]
+    with mg.no_grad():
+        W.mul_(2.0)  # a later update of the parameter is seen by the next replay
+    x = randn(2, 3)
+    close(traced(x), f(x))
+
+
+def test_control_flow_is_frozen_at_trace_time():
+    def f(x):
+        if x.sum() > 0:  # a Python branch: the tracer sees only the ops of the branch taken
+            return x * 2
+        return -x
+
+    traced = trace(f, mg.ones(3, dtype=mg.float64))
+    neg = -mg.ones(3, dtype=mg.float64)
+    close(traced(neg), neg * 2)  # the replay still doubles...
+    close(f(neg), mg.ones(3, dtype=mg.float64))  # ...while eager takes the other branch
+    ops = [n.op for n in traced.graph]
+    assert "Mul" in ops and "Neg" not in ops
+    # the test itself was recorded, but nothing reads it: dead code for a later pass to remove
+    assert [n.op for n in traced.graph if not n.users and not n.has_side_effects] == ["Greater"]
+
+
+def test_replay_checks_the_inputs():
+    traced = trace(lambda x, y: x + y, randn(5, 3), randn(3))
+    with pytest.raises(ShapeError, match=r"input 0 was traced with shape \(5, 3\), got shape \(4, 3\)"):
+        traced(randn(4, 3), randn(3))
+    with pytest.raises(DTypeError, match="float64, got float32"):
+        traced(randn(5, 3), mg.randn(3))
+    with pytest.raises(TypeError, match="expected 2 input"):
+        traced(randn(5, 3))
+
+
+def test_outputs_keep_their_structure_and_must_be_tensors():
+    traced = trace(lambda x: {"double": x * 2, "pair": [x + 1, (x - 1,)]}, randn(2))
+    x = randn(2)
+    out = traced(x)
+    close(out["double"], x * 2)
+    close(out["pair"][1][0], x - 1)
+    with pytest.raises(TraceError, match="returned a float"):
+        trace(lambda x: x.sum().item(), randn(2))
+    assert function.tracer is None  # a failed trace leaves no tracer behind
+
+
+def test_user_functions_and_in_place_writes_to_inputs_replay():
+    class Cube(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 3 * g * x * x
+
+    def f(x, acc):
+        y = Cube.apply(x)
+        with mg.no_grad():
+            acc.add_(y)
+        return y
+
+    traced = trace(f, randn(3), mg.zeros(3, dtype=mg.float64))
+    x, acc = randn(3), mg.zeros(3, dtype=mg.float64)
+    close(traced(x, acc), x ** 3)
+    close(acc, x ** 3)  # the write into the input tensor is replayed
+    assert traced.graph.nodes[-2].op == "copy_"
+
+
+def test_traces_do_not_nest_and_untraceable_writes_raise():
+    W = randn(3, requires_grad=True)
+    with pytest.raises(TraceError, match="cannot nest"):
+        trace(lambda x: trace(lambda y: y + 1, x)(x), randn(3))
+
+    def zeroes_a_parameter(x):
+        y = x * W
+        with mg.no_grad():
+            W.zero_()  # fill_ writes without an op: the tracer cannot replay it
+        return y
+
+    with pytest.raises(TraceError, match="changed in place"):
+        trace(zeroes_a_parameter, randn(3))
+
+    def writes_an_item(x):
+        y = x * 2
+        with mg.no_grad():
+            y[0] = 5.0  # setitem under no_grad also bypasses the ops
+        return y + 1
+
+    with pytest.raises(TraceError, match="changed in place"):
+        trace(writes_an_item, randn(3))
+
+
+def test_tensor_valued_indices_are_reported_as_frozen():
+    with pytest.warns(TraceWarning, match="holds the value of %i"):
+        trace(lambda x, i: x[i], randn(4), mg.tensor([0, 2]))
+
+
+# -- training steps ---------------------------------------------------------------------------------
+def test_traced_manual_sgd_step_matches_eager():
+    params = [randn(3, 8, requires_grad=True), randn(8, requires_grad=True), randn(8, 1, requires_grad=True)]
+    twins = [p.detach().clone().requires_grad_() for p in params]
+    data = [(randn(16, 3), randn(16, 1)) for _ in range(5)]
+
+    def make_step(W1, b1, W2):
+        def step(x, t):
+            loss = (((x @ W1 + b1).relu() @ W2 - t) ** 2).mean()
+            loss.backward()
+            with mg.no_grad():
+                for p in (W1, b1, W2):
+                    p -= 0.1 * p.grad
+                    p.grad = None
+            return loss
+        return step
+
+    eager_step = make_step(*twins)
+    traced = trace(make_step(*params), *data[0])  # tracing runs the first step for real
+    eager_losses = [eager_step(*data[0]).item()]
+    losses = [None]
+    for x, t in data[1:]:
+        losses.append(traced(x, t).item())
+        eager_losses.append(eager_step(x, t).item())
+    np.testing.assert_allclose(losses[1:], eager_losses[1:], rtol=1e-12)
+    for p, q in zip(params, twins):
+        close(p, q)
+        assert p.grad is None
+    assert "saved" in [n.op for n in traced.graph]  # ReLU's mask, recomputed at every replay
+
+
+def test_traced_module_and_optimizer_step_matches_eager():
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)).to(mg.float64)
+    twin = copy.deepcopy(model)
+    opts = [optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3) for m in (model, twin)]
+    data = [(randn(8, 4), randn(8, 2)) for _ in range(6)]
+
+    def make_step(m, opt):
+        def step(x, t):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(m(x), t)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    for m, opt in zip((model, twin), opts):  # warm-up: the momentum buffers exist before tracing
+        make_step(m, opt)(*data[0])
+    traced = trace(make_step(model, opts[0]), *data[1])
+    eager = make_step(twin, opts[1])
+    eager(*data[1])
+    for x, t in data[2:]:
+        np.testing.assert_allclose(traced(x, t).item(), eager(x, t).item(), rtol=1e-12)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        close(p, q)
+        close(p.grad, q.grad)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        close(opts[0].state[p]["momentum_buffer"], opts[1].state[q]["momentum_buffer"])
+
+
+def test_gradient_accumulation_reads_and_sets_grad():
+    W = randn(3, 2, requires_grad=True)
+    V = W.detach().clone().requires_grad_()
+    x0 = randn(4, 3)
+    for p in (W, V):  # both start with a gradient, so the traced function adds to it
+        (x0 @ p).sum().backward()
+
+    def accumulate(P):
+        def f(x):
+            loss = (x @ P).pow(2).sum()
+            loss.backward()
+            return loss
+        return f
+
+    x1 = randn(4, 3)
+    traced = trace(accumulate(W), x1)
+    accumulate(V)(x1)
+    ops = [n.op for n in traced.graph]
+    assert "grad" in ops and "set_grad" in ops
+    for _ in range(3):
+        x = randn(4, 3)
+        traced(x)
+        accumulate(V)(x)
+        close(W.grad, V.grad)
+
+
+def test_a_copied_graph_runs_the_same():
+    from minigrad.graph.trace import run_graph
+
+    W = randn(4, 4, requires_grad=True)
+    traced = trace(lambda x: (x @ W).relu().sum(0), randn(3, 4))
+    x = randn(3, 4)
+    (out,) = run_graph(traced.graph.copy(), [x])
+    close(mg.tensor(out), traced(x))
