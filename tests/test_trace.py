@@ -241,3 +241,32 @@ def test_a_copied_graph_runs_the_same():
     x = randn(3, 4)
     (out,) = run_graph(traced.graph.copy(), [x])
     close(mg.tensor(out), traced(x))
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"label_smoothing": 0.1, "ignore_index": 2},
+                                    {"weight": [1.0, 2.0, 0.5]}])
+def test_traced_classification_step_replays_new_targets(kwargs):
+    if "weight" in kwargs:
+        kwargs = dict(kwargs, weight=mg.tensor(kwargs["weight"], dtype=mg.float64))
+    model = nn.Sequential(nn.Linear(4, 3)).to(mg.float64)
+    twin = copy.deepcopy(model)
+    opts = [optim.SGD(m.parameters(), lr=0.1) for m in (model, twin)]
+    rng = np.random.default_rng(3)
+    data = [(randn(6, 4), mg.tensor(rng.integers(0, 3, 6))) for _ in range(5)]
+
+    def make_step(m, opt):
+        def step(x, t):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(m(x), t, **kwargs)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    traced = trace(make_step(model, opts[0]), *data[0])
+    eager = make_step(twin, opts[1])
+    eager(*data[0])
+    for x, t in data[1:]:
+        np.testing.assert_allclose(traced(x, t).item(), eager(x, t).item(), rtol=1e-12)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        close(p, q)

@@ -93,14 +93,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return input
-    xp = input.device.xp
-    if p == 1.0:
-        scale = xp.zeros(input.shape, input.dtype)
-    else:
-        keep = input.device.rng.random(input.shape, dtype="float32") >= p
-        scale = keep.astype(input.dtype) * input.dtype.type(1.0 / (1.0 - p))
-    mask = _wrap(scale, input.device)
-    return input.mul_(mask) if inplace else input * mask
+    return _ops.inplace(input, _ops.dropout, p) if inplace else _ops.dropout(input, p)
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
@@ -119,7 +112,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
         _renorm_rows(weight, input, max_norm, norm_type)
     out = weight[input]
     if padding_idx is not None:
-        keep = _wrap(input.data != (padding_idx % n), input.device).unsqueeze(-1)
+        keep = _ops.ne(input, padding_idx % n).unsqueeze(-1)
         out = _ops.where(keep, out, out.detach())  # same values, no gradient at padding positions
     return out
 
@@ -145,8 +138,8 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     if tensor.numel() and (int(tensor.data.min()) < 0 or int(tensor.data.max()) >= num_classes):
         raise ValueError(f"one_hot: class values must be in [0, {num_classes}), got "
                          f"[{int(tensor.data.min())}, {int(tensor.data.max())}]")
-    out = (tensor.data[..., None] == xp.arange(num_classes)).astype("int64")
-    return _wrap(out, tensor.device)
+    classes = _wrap(xp.arange(num_classes), tensor.device)
+    return _ops.cast(_ops.eq(tensor.unsqueeze(-1), classes), "int64")  # ops, so tracing sees the input
 
 
 def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:

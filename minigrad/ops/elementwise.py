@@ -18,7 +18,7 @@ from minigrad.ops.special import erf as _erf
 from minigrad.tensor import Tensor
 
 __all__ = [
-    "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "eq", "erf", "exp",
+    "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "dropout", "eq", "erf", "exp",
     "ge", "gelu", "gt", "le", "leaky_relu", "log", "logical_and", "logical_not", "logical_or", "lt",
     "maximum", "minimum", "mul", "ne", "neg", "pow", "relu", "rsqrt", "sigmoid", "sign", "silu", "sin",
     "softplus", "sqrt", "sub", "tanh", "to_device", "where",
@@ -331,6 +331,24 @@ class Cast(Op):
     def backward(ctx, g): return cast(g, ctx.src), None
 
 
+class Dropout(Op):
+    """Inverted dropout: keep each element with probability 1 - p and scale it by 1 / (1 - p).
+    The mask is drawn inside forward, so a traced step draws a fresh one on every replay."""
+
+    @staticmethod
+    def forward(ctx, a, p):
+        if p == 1.0:
+            scale = ctx.xp.zeros(a.shape, a.dtype)
+        else:
+            keep = ctx.device.rng.random(a.shape, dtype="float32") >= p
+            scale = keep.astype(a.dtype) * a.dtype.type(1.0 / (1.0 - p))
+        ctx.save_for_backward(scale)
+        return a * scale
+
+    @staticmethod
+    def backward(ctx, g): return g * ctx.saved_tensors[0], None
+
+
 class Clone(Op):
     @staticmethod
     def forward(ctx, a): return a.copy()
@@ -448,6 +466,7 @@ def leaky_relu(x, negative_slope=0.01): return LeakyRelu.apply(x, negative_slope
 def softplus(x, beta=1.0, threshold=20.0): return Softplus.apply(x, beta, threshold)
 def silu(x): return x * sigmoid(x)
 def clone(x): return Clone.apply(x)
+def dropout(x, p=0.5): return Dropout.apply(x, p)
 def contiguous(x): return x if x.data.flags.c_contiguous else Contiguous.apply(x)
 def to_device(x, device): return ToDevice.apply(x, device)
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from minigrad import backend
 from minigrad.errors import DTypeError, ShapeError
-from minigrad.ops.elementwise import Op, exp, where
-from minigrad.ops.movement import reshape
+from minigrad.ops.elementwise import Op, cast, exp, ne, where
+from minigrad.ops.movement import broadcast_to, reshape
 from minigrad.ops.reduce import _axes, sum
-from minigrad.tensor import Tensor, _wrap
+from minigrad.tensor import Tensor
 
 __all__ = ["cross_entropy", "log_softmax", "nll_loss", "softmax"]
 
@@ -85,39 +85,43 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
 
 
 # -- losses --------------------------------------------------------------------------------------
-class NllLoss(Op):
-    """Pick ``-logp[n, target[n], ...]``, weighted and reduced. ``target`` and the per-element
-    weights arrive as raw arrays: nothing flows back to them."""
+class Pick(Op):
+    """``x[n, t[n, ...], ...]``: the entry of each sample's class along dim 1 (the NLL's gather).
+    The targets are an input, not a constant, so a traced training step replays new targets."""
 
     @staticmethod
-    def forward(ctx, logp, target, weights, reduction):
-        xp = ctx.xp
-        picked = xp.take_along_axis(logp, target[:, None], axis=1)[:, 0]
-        if reduction == "mean":
-            weights = weights / weights.sum()  # all targets ignored: 0/0 = nan, as in PyTorch
-        loss = -weights * picked
-        ctx.classes = logp.shape[1]
-        ctx.save_for_backward(target, weights)
-        return loss if reduction == "none" else loss.sum()
+    def forward(ctx, x, t):
+        ctx.classes = x.shape[1]
+        ctx.save_for_backward(t)
+        return ctx.xp.take_along_axis(x, t[:, None], axis=1)[:, 0]
 
     @staticmethod
-    def backward(ctx, g):
-        target, weights = ctx.saved_tensors
-        xp = ctx.xp
-        classes = xp.arange(ctx.classes).reshape((1, -1) + (1,) * (target.ndim - 1))
-        hot = _wrap(classes == target.data[:, None], ctx.device)
-        ge = g * -weights
-        return where(hot, reshape(ge, ge.shape[:1] + (1,) + ge.shape[1:]), 0.0), None, None, None
+    def backward(ctx, g): return Place.apply(g, ctx.saved_tensors[0], ctx.classes), None
 
 
-def _class_weights(weight: Any, x: Tensor, op: str):
+class Place(Op):
+    """The adjoint of ``Pick``: zeros of shape (N, C, ...) holding ``g[n, ...]`` at class ``t[n, ...]``."""
+
+    @staticmethod
+    def forward(ctx, g, t, classes):
+        out = ctx.xp.zeros((g.shape[0], classes) + g.shape[1:], dtype=g.dtype)
+        ctx.xp.put_along_axis(out, t[:, None], g[:, None], axis=1)
+        ctx.save_for_backward(t)
+        return out
+
+    @staticmethod
+    def backward(ctx, gg): return Pick.apply(gg, ctx.saved_tensors[0]), None, None
+
+
+def _class_weights(weight: Any, x: Tensor, op: str) -> Tensor | None:
+    """Per-class weights as a tensor of the input's dtype, shaped (1, C, 1, ...) to broadcast."""
     classes = x.shape[1]
     if weight is None:
         return None
-    w = weight.data if isinstance(weight, Tensor) else backend.to_device(backend.numpy.asarray(weight), x.device)
+    w = weight if isinstance(weight, Tensor) else Tensor(weight, device=x.device)
     if w.shape != (classes,):
         raise ShapeError(f"{op}: weight must have shape ({classes},), one entry per class, got {tuple(w.shape)}")
-    return w.astype(x.dtype, copy=False)
+    return reshape(cast(w.detach(), x.dtype), (1, classes) + (1,) * (x.ndim - 2))
 
 
 def _check_reduction(reduction: str, op: str) -> None:
@@ -125,9 +129,9 @@ def _check_reduction(reduction: str, op: str) -> None:
         raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-def _index_targets(x: Tensor, target: Tensor, ignore_index: int, op: str):
+def _index_targets(x: Tensor, target: Tensor, ignore_index: int, op: str) -> tuple[Tensor, Tensor]:
     """Check class-index targets; return them with ignored entries set to class 0, and the mask
-    of entries that count."""
+    of entries that count (both tensors computed by ops, so tracing keeps them as inputs)."""
     if target.dtype.kind not in "iu":
         raise DTypeError(f"{op}: class-index targets must be an integer tensor, got dtype {target.dtype}")
     expected = x.shape[:1] + x.shape[2:]
@@ -137,22 +141,29 @@ def _index_targets(x: Tensor, target: Tensor, ignore_index: int, op: str):
             f"got {tuple(target.shape)}"
         )
     t = target.data
-    keep = t != ignore_index
+    counts = t != ignore_index
     classes = x.shape[1]
-    bad = keep & ((t < 0) | (t >= classes))
+    bad = counts & ((t < 0) | (t >= classes))
     if bad.any():
         raise IndexError(
             f"{op}: target {int(t[bad].ravel()[0])} is out of range for {classes} classes "
             f"(expected 0 <= target < {classes}, or ignore_index={ignore_index})"
         )
-    return x.device.xp.where(keep, t, 0).astype("int64", copy=False), keep
+    keep = ne(target, ignore_index)
+    return cast(where(keep, target, 0), backend.int64), keep
 
 
-def _nll(logp: Tensor, target: Tensor, w, ignore_index: int, reduction: str, op: str):
+def _nll(logp: Tensor, target: Tensor, w: Tensor | None, ignore_index: int, reduction: str, op: str):
     """The weighted negative log-likelihood of index targets, and the per-element weights."""
     t, keep = _index_targets(logp, target, ignore_index, op)
-    per = (w[t] if w is not None else logp.device.xp.ones(t.shape, logp.dtype)) * keep
-    return NllLoss.apply(logp, t, per.astype(logp.dtype, copy=False), reduction), per, keep
+    per = cast(keep, logp.dtype)
+    if w is not None:
+        per = per * Pick.apply(broadcast_to(w, logp.shape), t)
+    loss = -per * Pick.apply(logp, t)
+    if reduction == "none":
+        return loss, per, keep
+    # mean divides by the total weight; all targets ignored gives 0/0 = nan, as in PyTorch
+    return (sum(loss) if reduction == "sum" else sum(loss) / sum(per)), per, keep
 
 
 def _batched(x: Tensor, target: Tensor, op: str):
@@ -183,10 +194,9 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
     x, t, unbatched = _batched(input, target, op)
-    w = _class_weights(weight, x, op)
+    wb = _class_weights(weight, x, op)
     classes = x.shape[1]
     logp = log_softmax(x, 1)
-    wb = None if w is None else _wrap(w.reshape((1, -1) + (1,) * (x.ndim - 2)), x.device)
     if t.dtype.kind == "f":
         if t.shape != x.shape:
             raise ShapeError(
@@ -200,11 +210,11 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
         else:
             out = -sum(term) if reduction == "sum" else -sum(term) / (x.data.size // max(classes, 1))
     else:
-        out, per, keep = _nll(logp, t, w, ignore_index, reduction, op)
+        out, per, keep = _nll(logp, t, wb, ignore_index, reduction, op)
         if label_smoothing > 0:
-            smooth = -sum(logp if wb is None else logp * wb, 1) * _wrap(keep, x.device)
+            smooth = -sum(logp if wb is None else logp * wb, 1) * cast(keep, logp.dtype)
             if reduction == "mean":
-                smooth = sum(smooth) / _wrap(per.sum(), x.device)
+                smooth = sum(smooth) / sum(per)
             elif reduction == "sum":
                 smooth = sum(smooth)
             out = out * (1 - label_smoothing) + smooth * (label_smoothing / classes)
