@@ -1,0 +1,70 @@
+# make lab: set everything up and open the chapters in JupyterLab.  make test: run the test suite.
+# The virtual environment lives in .venv; it is (re)installed only when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# BLAS settings some machines export for old OpenBLAS builds; they slow a current numpy, so the
+# benchmarks run without them (the tests keep whatever the environment has).
+BENCH_ENV := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
+# JupyterLab refuses to start as root unless told it may.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+.PHONY: help venv graphviz lab chapters test torch bench clean
+
+help:
+	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
+	@echo "make chapters  run every chapter notebook headless and compare its outputs (nbval)"
+	@echo "make test      run the test suite (PyTorch cross-checks skip unless 'make torch')"
+	@echo "make torch     install PyTorch 2.13.0 (CPU) into .venv for cross-checks and benchmarks"
+	@echo "make bench     run every benchmark in benchmarks/"
+	@echo "make venv      create .venv and install minigrad with its dev extra"
+	@echo "make graphviz  install graphviz's 'dot' (needed to draw graphs) if it is missing"
+	@echo "make clean     remove caches and build outputs (rm -rf .venv to start over)"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --progress-bar off -e '.[dev]'
+	touch $@
+
+graphviz:
+	@if command -v dot >/dev/null 2>&1; then \
+		true; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null 2>&1 || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; }; \
+	else \
+		echo "graphviz's 'dot' is missing (graphs will not render); install it with:"; \
+		echo "    sudo apt-get install -y graphviz"; \
+	fi
+
+lab: venv graphviz
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) --notebook-dir=chapters
+
+chapters: venv graphviz
+	@if [ -z "$$(find chapters -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' | head -1)" ]; then \
+		echo "no notebooks in chapters/ yet"; \
+	else \
+		$(PY) -m pytest --nbval chapters; \
+	fi
+
+test: venv
+	$(PY) -m pytest
+
+torch: venv
+	$(PY) -m pip install --quiet --progress-bar off torch==2.13.0
+
+bench: venv
+	@status=0; for script in benchmarks/bench_*.py; do \
+		echo "== $$script"; \
+		$(BENCH_ENV) $(PY) $$script || status=1; \
+		echo; \
+	done; exit $$status
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis
+	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print | xargs -r rm -rf
