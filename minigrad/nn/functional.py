@@ -36,8 +36,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if input.shape[-1] != weight.shape[-1]:
         raise ShapeError(f"linear: input has {input.shape[-1]} features (shape {tuple(input.shape)}) but "
                          f"the weight expects {weight.shape[-1]} (weight shape {tuple(weight.shape)})")
-    out = input.matmul(weight.mT)
-    return out if bias is None else out + bias
+    return _ops.linear(input, weight, bias)
 
 
 def relu(input: Tensor, inplace: bool = False) -> Tensor:

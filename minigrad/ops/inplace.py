@@ -52,6 +52,8 @@ def inplace(t: Tensor, fn: Callable[..., Tensor], *args: Any) -> Tensor:
         t.requires_grad or any(isinstance(a, Tensor) and a.requires_grad for a in args)
     )
     _check_target(t, op, recording)
+    if not recording and _arithmetic_in_place(t, fn, args):
+        return t
     if not recording:
         with grad_mode.no_grad():
             result = fn(t, *args)
@@ -61,6 +63,36 @@ def inplace(t: Tensor, fn: Callable[..., Tensor], *args: Any) -> Tensor:
     _write_back(t, result, op)
     t.grad_fn, t._output_nr, t.requires_grad = result.grad_fn, result._output_nr, True
     return t
+
+
+# Without autograd (an optimizer step under no_grad), `p.sub_(g)` can write straight into p's
+# memory with the ufunc's out= argument: one pass over the data instead of a temporary and a copy.
+_UFUNCS = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide"}
+
+
+def _arithmetic_in_place(t: Tensor, fn: Callable, args: tuple) -> bool:
+    """Do ``t op= other`` with out=, when that is exactly what the general path would compute."""
+    name = _UFUNCS.get(fn.__name__)
+    if name is None or len(args) != 1 or function.tracer is not None:
+        return False
+    if name == "true_divide" and t.dtype.kind != "f":
+        return False
+    other = args[0]
+    if isinstance(other, Tensor):
+        if other.device is not t.device or other.dtype != t.dtype:
+            return False
+        other = other.data
+    elif not isinstance(other, (int, float)) or (isinstance(other, float) and t.dtype.kind != "f"):
+        return False
+    shape = getattr(other, "shape", ())
+    try:
+        if t.device.xp.broadcast_shapes(shape, t.shape) != t.shape:
+            return False
+    except ValueError:
+        return False  # the general path raises the ShapeError
+    getattr(t.device.xp, name)(t.data, other, out=t.data)
+    t._bump_version()
+    return True
 
 
 def copy_from(t: Tensor, src: Any) -> Tensor:

@@ -18,7 +18,45 @@ from minigrad.ops.elementwise import Op, cast
 from minigrad.ops.movement import broadcast_to, reshape
 from minigrad.tensor import Tensor, _wrap
 
-__all__ = ["bmm", "dot", "einsum", "matmul", "mm", "outer"]
+__all__ = ["bmm", "dot", "einsum", "linear", "matmul", "mm", "outer"]
+
+
+class Linear(Op):
+    """``x @ w.T + b`` in one op, as PyTorch's ``F.linear`` (a GEMM with a bias epilogue). Batch
+    dims of x fold into the rows; the weight gradient comes out in the weight's own layout."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        need_x, need_w = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(x if need_w else None, w if need_x else None)
+        y = x.reshape(-1, x.shape[-1]) @ w.T
+        if b is not None:
+            y += b
+        return y.reshape(x.shape[:-1] + w.shape[:1])
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        rows = reshape(g, (-1, g.shape[-1]))
+        gx = g @ w if need_x else None
+        gw = rows.mT @ reshape(x, (-1, x.shape[-1])) if need_w else None
+        gb = rows.sum(0) if need_b else None
+        return gx, gw, gb
+
+
+def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+    """``x @ w.T + b`` for x (..., in), w (out, in), b (out,): the affine map of ``nn.Linear``."""
+    if x.shape[-1:] != w.shape[-1:] or w.ndim != 2 or (b is not None and b.shape != w.shape[:1]):
+        raise ShapeError(
+            f"linear: input of shape {tuple(x.shape)} does not fit weight {tuple(w.shape)}"
+            + (f" and bias {tuple(b.shape)}" if b is not None else "")
+            + " (expected input (..., in), weight (out, in), bias (out,))"
+        )
+    if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):  # mixed: let matmul promote
+        out = matmul(x, w.mT)
+        return out if b is None else out + b
+    return Linear.apply(x, w, b)
 
 
 class Matmul(Op):
