@@ -13,18 +13,12 @@ Run with ``make bench`` (it unsets OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE), or direc
 from __future__ import annotations
 
 import argparse
-import gc
-import statistics
-import time
+
+from common import interleaved, table, torch  # first: sets BLAS threads (one) before numpy
 
 import numpy
 
 import minigrad
-
-try:
-    import torch
-except ImportError:
-    torch = None
 
 N_ELEMENTS = 16
 N_BLOCKS = 25
@@ -48,19 +42,6 @@ def chain(x, w):
     return h.sum()
 
 
-def step(x, w) -> None:
-    x.grad = w.grad = None
-    chain(x, w).backward()
-
-
-def time_steps(x, w, steps: int) -> float:
-    """Milliseconds per forward + backward step, averaged over ``steps`` consecutive steps."""
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step(x, w)
-    return (time.perf_counter() - t0) * 1e3 / steps
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="interleaved repeats (median taken)")
@@ -70,44 +51,30 @@ def main() -> None:
     rng = numpy.random.default_rng(0)
     x0 = rng.standard_normal(N_ELEMENTS).astype(numpy.float32)
     w0 = rng.uniform(-1.5, 1.5, N_ELEMENTS).astype(numpy.float32)
-    contenders = {"minigrad": (minigrad.tensor(x0, requires_grad=True),
-                               minigrad.tensor(w0, requires_grad=True))}
-    if torch is not None:
-        torch.set_num_threads(1)
-        contenders["torch"] = (torch.tensor(x0, requires_grad=True),
-                               torch.tensor(w0, requires_grad=True))
+    libs = {"minigrad": minigrad} | ({"torch": torch} if torch is not None else {})
+    leaves = {name: (lib.tensor(x0, requires_grad=True), lib.tensor(w0, requires_grad=True))
+              for name, lib in libs.items()}
 
-    for x, w in contenders.values():  # warm up caches and lazy imports
+    def step(x, w):
+        x.grad = w.grad = None
+        chain(x, w).backward()
+
+    runs = {name: (lambda x=x, w=w: step(x, w)) for name, (x, w) in leaves.items()}
+    for run in runs.values():  # warm up caches and lazy imports
         for _ in range(3):
-            step(x, w)
+            run()
     if torch is not None:  # the same computation in both, or the comparison means nothing
-        (mx, mw), (tx, tw) = contenders["minigrad"], contenders["torch"]
-        for m, t in ((mx, tx), (mw, tw)):
+        for m, t in zip(leaves["minigrad"], leaves["torch"]):
             numpy.testing.assert_allclose(m.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-6)
 
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(args.repeats):
-        for name, (x, w) in contenders.items():
-            gc.collect()
-            times[name].append(time_steps(x, w, args.steps))
-    ms = {name: statistics.median(t) for name, t in times.items()}
-
+    ms = interleaved(runs, args.repeats, args.steps)
     n_ops = N_BLOCKS * BLOCK_OPS
     print(f"bench_overhead: {n_ops} elementwise ops + sum on {N_ELEMENTS} float32 elements, "
           f"forward + backward")
-    print(f"median of {args.repeats} interleaved repeats x {args.steps} steps"
-          + ("; torch on 1 thread (set_num_threads(1))" if torch is not None else ""))
+    print(f"median of {args.repeats} interleaved repeats x {args.steps} steps; torch on 1 thread")
     print()
-    header = f"{'':22}" + "".join(f"{name:>12}" for name in ms)
-    row_ms = f"{'ms per step':22}" + "".join(f"{t:12.3f}" for t in ms.values())
-    row_us = f"{'us per op (fwd+bwd)':22}" + "".join(f"{t * 1e3 / n_ops:12.2f}" for t in ms.values())
-    if torch is not None:
-        ratio = ms["minigrad"] / ms["torch"]
-        header += "     ratio   target"
-        row_ms += f"{ratio:9.2f}x   <= {TARGET}x ({'met' if ratio <= TARGET else 'not met'})"
-    print(header, row_ms, row_us, sep="\n")
-    if torch is None:
-        print("\ntorch is not installed: minigrad's figures only (make torch installs it)")
+    print(table({"forward + backward": ms}, {"forward + backward": TARGET}))
+    print(f"{'us per op (fwd+bwd)':28}" + "".join(f"{t * 1e3 / n_ops:12.2f}" for t in ms.values()))
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     for edge, g, meta in zip(edges, out, node._input_meta):
         if edge is None or g is None:
             continue
-        if not node.array_forward or any(g is gi for gi in grads):
+        if not node.array_forward or g is grads[0] or (len(grads) > 1 and any(g is gi for gi in grads)):
             shared.add(id(g))  # passed through, or from a user backward that may keep it
         shape, dtype = meta
         data = g.data

@@ -416,6 +416,8 @@ def _binary(cls: type[Function], a: Any, b: Any) -> Tensor:
                 dt = backend.result_type(a.dtype, b.dtype, a.ndim == 0, b.ndim == 0)
                 a, b = (a if a.dtype == dt else cast(a, dt)), (b if b.dtype == dt else cast(b, dt))
             return cls.apply(a, b)
+        if type(b) is float and a.data.dtype.kind == "f" or type(b) is int:
+            return cls.apply(a, b)  # the common case, decided without _scalar_operand
         b, a = _scalar_operand(b, a)
         if isinstance(b, Tensor):
             return _binary(cls, a, b)
