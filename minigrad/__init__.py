@@ -25,7 +25,7 @@ from minigrad.ops import (  # the torch.* functions; each is also a Tensor metho
     unsqueeze, var, where,
 )
 from minigrad.serialization import load, save
-from minigrad import autograd, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
+from minigrad import autograd, data, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
 
 half, float, double, long, int, bool = float16, float32, float64, int64, int32, bool_  # torch's aliases
 
