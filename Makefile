@@ -16,7 +16,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
 	@echo "make chapters  run every chapter notebook headless and compare its outputs (nbval)"
-	@echo "make test      run the test suite (PyTorch cross-checks skip unless 'make torch')"
+	@echo "make test      run the test suite and the chapter notebooks (PyTorch cross-checks skip unless 'make torch')"
 	@echo "make torch     install PyTorch 2.13.0 (CPU) into .venv for cross-checks and benchmarks"
 	@echo "make bench     run every benchmark in benchmarks/"
 	@echo "make venv      create .venv and install minigrad with its dev extra"
@@ -49,11 +49,12 @@ chapters: venv graphviz
 	@if [ -z "$$(find chapters -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' | head -1)" ]; then \
 		echo "no notebooks in chapters/ yet"; \
 	else \
-		$(PY) -m pytest --nbval chapters; \
+		$(PY) -m pytest -p no:randomly --nbval chapters --nbval-sanitize-with chapters/nbval_sanitize.cfg; \
 	fi
 
-test: venv
+test: venv graphviz
 	$(PY) -m pytest
+	@$(MAKE) --no-print-directory chapters
 
 torch: venv
 	$(PY) -m pip install --quiet --progress-bar off torch==2.13.0

@@ -1,0 +1,79 @@
+"""``python -m minigrad.course release|grade|verify|tag``: the instructor's commands (chapters/README.md).
+
+Exit status: 0 when the command did its job (a grade of 0/10 included), 1 when ``verify`` finds a
+notebook whose solutions do not all pass or whose student version passes something, 2 when the
+command could not run (a missing or malformed notebook, a kernel that does not start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import nbformat
+
+from minigrad.course.exercises import CourseError, read_notebook, tag_notebook
+from minigrad.course.grade import grade, verify
+from minigrad.course.release import release
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m minigrad.course", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    cmd = commands.add_parser("release", help="write student versions of a notebook or a folder of them")
+    cmd.add_argument("src", help="a notebook, or a folder (every notebook below it is released)")
+    cmd.add_argument("dest", help="the output notebook or folder (never inside src)")
+    for name, help_text in (("grade", "run a notebook and print its per-exercise score"),
+                            ("verify", "check that a solution notebook grades 100%% and its student version 0%%")):
+        cmd = commands.add_parser(name, help=help_text)
+        cmd.add_argument("notebook")
+        cmd.add_argument("--timeout", type=int, default=60, metavar="S",
+                         help="seconds a cell may run before it is interrupted and fails (default 60)")
+        cmd.add_argument("--kernel", metavar="NAME", help="a Jupyter kernel name (default: this Python)")
+        cmd.add_argument("--json", action="store_true", help="print the result as JSON")
+    cmd = commands.add_parser("tag", help="write each exercise cell's number and role into its metadata")
+    cmd.add_argument("notebooks", nargs="+")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "release":
+        for path in release(args.src, args.dest):
+            print(f"wrote {path}")
+        return 0
+    if args.command == "grade":
+        report = grade(args.notebook, args.timeout, args.kernel)
+        print(json.dumps(report.to_dict(), indent=2) if args.json else report)
+        return 0
+    if args.command == "verify":
+        ok, solved, released = verify(args.notebook, args.timeout, args.kernel)
+        if args.json:
+            print(json.dumps({"ok": ok, "solved": solved.to_dict(), "released": released.to_dict()}, indent=2))
+        else:
+            print(f"{solved}\n\n{released}\n")
+            print("OK: the solutions pass every exercise and the student version none" if ok else
+                  "FAILED: the solutions must pass every exercise and the student version none")
+        return 0 if ok else 1
+    for path in args.notebooks:
+        nb = read_notebook(path)
+        exercises = tag_notebook(nb)
+        nbformat.write(nb, path)
+        print(f"tagged {len(exercises)} exercises in {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (CourseError, OSError) as error:
+        print(f"python -m minigrad.course {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
