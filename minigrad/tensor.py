@@ -387,6 +387,11 @@ def _init(t: Tensor, data: Any, device: Device) -> None:
     t.data, t.device = data, device
     t.requires_grad, t.grad, t.grad_fn = False, None, None
     t._output_nr, t._vc, t._base, t._accum, t._hooks = 0, 0, None, None, None
+    if memory_hook is not None:
+        memory_hook(data)
+
+
+memory_hook: Any = None  # minigrad.memory.track: memory_hook(array) counts each new tensor's memory
 
 
 def _wrap(data: Any, device: Device) -> Tensor:
@@ -395,6 +400,8 @@ def _wrap(data: Any, device: Device) -> Tensor:
     t.data, t.device = data, device
     t.requires_grad, t.grad, t.grad_fn = False, None, None
     t._output_nr, t._vc, t._base, t._accum, t._hooks = 0, 0, None, None, None
+    if memory_hook is not None:
+        memory_hook(data)
     return t
 
 

@@ -17,7 +17,7 @@ import traceback
 from typing import Any, Callable
 
 from minigrad.autograd import function
-from minigrad.autograd.engine import _call_backward
+from minigrad.autograd import engine
 from minigrad.errors import AnomalyError
 from minigrad.tensor import Tensor
 
@@ -82,10 +82,10 @@ class set_detect_anomaly(detect_anomaly):
 # ---------------------------------------------------------------------------------------------
 def check_forward(ctx: function.Function, outputs: Tensor | tuple) -> None:
     """Called by ``Function.apply`` after each op: remember where it was created, check its outputs."""
-    ctx._trace, in_backward = _origin()
+    ctx._trace = _origin()
     # An op run by a backward rule is left to check_backward, which names the node whose rule
     # failed (SqrtBackward) rather than the Div inside that rule.
-    if not _check_nan or in_backward:
+    if not _check_nan or engine.backward_depth:
         return
     for i, out in enumerate(outputs if type(outputs) is tuple else (outputs,)):
         bad = _non_finite(out)
@@ -123,18 +123,15 @@ def _non_finite(t: Any) -> str | None:
     return None
 
 
-def _origin() -> tuple[traceback.StackSummary, bool]:
-    """The innermost few frames outside the minigrad package (outermost first), and whether the
-    op is being run by a backward rule (the engine's ``_call_backward`` is on the stack)."""
-    frames, in_backward = [], False
+def _origin() -> traceback.StackSummary:
+    """The innermost few frames outside the minigrad package, outermost first."""
+    frames = []
     f = sys._getframe()
     while f is not None and len(frames) < _TRACE_DEPTH:
-        if f.f_code is _call_backward.__code__:
-            in_backward = True
-        elif not f.f_code.co_filename.startswith(_PACKAGE_DIR):
+        if not f.f_code.co_filename.startswith(_PACKAGE_DIR):
             frames.append((f, f.f_lineno))
         f = f.f_back
-    return traceback.StackSummary.extract(reversed(frames)), in_backward
+    return traceback.StackSummary.extract(reversed(frames))
 
 
 def _format(trace: traceback.StackSummary | None) -> str:

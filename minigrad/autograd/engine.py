@@ -20,6 +20,9 @@ from minigrad.errors import AutogradError, ShapeError
 from minigrad.tensor import Tensor, _wrap
 
 
+backward_depth = 0  # > 0 while the engine runs backward rules (the profiler labels those ops)
+
+
 def topological_order(roots: Iterable[Function]) -> list[Function]:
     """Nodes reachable from ``roots``, each before every node it depends on (reverse post-order
     of an iterative depth-first search)."""
@@ -133,6 +136,23 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
         needed = _needed(order, {node for node, _ in targets})
     captured: list = [None] * (len(inputs) if inputs is not None else 0)
 
+    global backward_depth
+    backward_depth += 1
+    try:
+        _walk(order, buffers, needed, targets, captured, accumulate, retain_graph, create_graph, shared)
+    finally:
+        backward_depth -= 1
+
+    if accumulate and targets is not None:  # backward(inputs=[non-leaf, ...]) fills their .grad too
+        for t, g in zip(inputs, captured):
+            if g is not None and t.grad_fn is not None:
+                t.grad = g if t.grad is None else t.grad + g
+    return captured
+
+
+def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dict | None, captured: list,
+          accumulate: bool, retain_graph: bool, create_graph: bool, shared: set[int]) -> None:
+    """Run every node in topological order: each has all its incoming gradients when reached."""
     with set_grad_enabled(create_graph):
         for node in order:
             grads = buffers.pop(node, None)
@@ -153,12 +173,6 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
                     _accumulate(node.variable, grads[0], create_graph, shared)
                 continue
             _call_backward(node, grads, buffers, retain_graph, shared)
-
-    if accumulate and targets is not None:  # backward(inputs=[non-leaf, ...]) fills their .grad too
-        for t, g in zip(inputs, captured):
-            if g is not None and t.grad_fn is not None:
-                t.grad = g if t.grad is None else t.grad + g
-    return captured
 
 
 def _needed(order: list[Function], wanted: set[Function]) -> set[Function]:

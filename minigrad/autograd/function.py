@@ -37,8 +37,11 @@ from minigrad.hooks import RemovableHandle, add_hook
 from minigrad.tensor import Tensor, _wrap
 
 _FREED = object()  # marks saved tensors released by a backward pass without retain_graph
-anomaly_enabled = False  # switched by minigrad.autograd.detect_anomaly
-tracer: Any = None  # set by minigrad.graph.trace while it records a static graph (chapter 01)
+# Mode hooks, each None (or False) unless its feature is switched on, so an op pays one test each:
+anomaly_enabled = False  # minigrad.autograd.detect_anomaly: check outputs for NaN/Inf
+tracer: Any = None  # minigrad.graph.trace: record every op into a static graph (chapter 01)
+autocast: Any = None  # minigrad.autocast: autocast(cls, args) -> args cast to the op's precision
+profiler: Any = None  # minigrad.profiler.profile: start(cls) before an op, stop(token, ctx, outputs) after
 
 
 class Function:
@@ -97,6 +100,10 @@ class Function:
     # -- apply ------------------------------------------------------------------------------------
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        if autocast is not None:
+            args = autocast(cls, args)
+        if profiler is not None:
+            token = profiler.start(cls)
         ctx = object.__new__(cls)
         device = None
         requires_grad = False
@@ -150,6 +157,8 @@ class Function:
             check_forward(ctx, outputs)
         if tracer is not None:
             tracer.record(cls, args, kwargs, outputs)
+        if profiler is not None:
+            profiler.stop(token, ctx, args, outputs)
         return outputs
 
 
