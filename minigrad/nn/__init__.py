@@ -16,3 +16,8 @@ from minigrad.nn.dropout import Dropout  # noqa: F401
 from minigrad.nn.linear import Embedding, Flatten, Identity, Linear  # noqa: F401
 from minigrad.nn.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss  # noqa: F401
 from minigrad.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm  # noqa: F401
+
+# -- convolution, pooling, recurrent and attention layers ------------------------------------------
+from minigrad.nn.attention import MultiheadAttention, TransformerEncoderLayer  # noqa: F401
+from minigrad.nn.conv import AdaptiveAvgPool2d, AvgPool2d, Conv2d, MaxPool2d  # noqa: F401
+from minigrad.nn.rnn import LSTM, LSTMCell  # noqa: F401

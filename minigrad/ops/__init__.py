@@ -1,6 +1,7 @@
 """The built-in ops, one ``Function`` each, grouped by kind (see each module's docstring)."""
 
 from minigrad.ops.elementwise import *  # noqa: F401,F403
+from minigrad.ops.activation import *  # noqa: F401,F403
 from minigrad.ops.movement import *  # noqa: F401,F403
 from minigrad.ops.reduce import *  # noqa: F401,F403
 from minigrad.ops.softmax import *  # noqa: F401,F403

@@ -1,4 +1,4 @@
-"""Elementwise ops: arithmetic with broadcasting, math functions, activations, comparisons.
+"""Elementwise ops: arithmetic with broadcasting, math functions, comparisons, casts.
 
 Each op is a ``Function`` whose forward computes on ``xp`` arrays and whose backward is one line
 of minigrad ops per input (chapter 02's table of derivatives). Broadcasting is undone once, by the
@@ -14,14 +14,13 @@ from typing import Any
 from minigrad import backend
 from minigrad.autograd.function import Function
 from minigrad.errors import DTypeError
-from minigrad.ops.special import erf as _erf
 from minigrad.tensor import Tensor
 
 __all__ = [
-    "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "dropout", "eq", "erf", "exp",
-    "ge", "gelu", "gt", "le", "leaky_relu", "log", "logical_and", "logical_not", "logical_or", "lt",
-    "maximum", "minimum", "mul", "ne", "neg", "pow", "relu", "rsqrt", "sigmoid", "sign", "silu", "sin",
-    "softplus", "sqrt", "sub", "tanh", "to_device", "where",
+    "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "eq", "exp",
+    "ge", "gt", "le", "log", "logical_and", "logical_not", "logical_or", "lt",
+    "maximum", "minimum", "mul", "ne", "neg", "pow", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "sub",
+    "tanh", "to_device", "where",
 ]
 
 
@@ -231,44 +230,6 @@ class SigmoidBackward(Op):
         return gg * y * (1 - y), gg * g * (1 - 2 * y)
 
 
-class Relu(Op):
-    @staticmethod
-    def forward(ctx, a):
-        ctx.save_for_backward(a > 0)
-        return ctx.xp.maximum(a, 0)
-
-    @staticmethod
-    def backward(ctx, g): return g * ctx.saved_tensors[0]
-
-
-class LeakyRelu(Op):
-    @staticmethod
-    def forward(ctx, a, negative_slope):
-        mask = a > 0
-        ctx.save_for_backward(ctx.xp.where(mask, 1, negative_slope).astype(a.dtype))
-        return ctx.xp.where(mask, a, a * negative_slope)
-
-    @staticmethod
-    def backward(ctx, g): return g * ctx.saved_tensors[0], None
-
-
-class Softplus(Op):
-    @staticmethod
-    def forward(ctx, a, beta, threshold):
-        ctx.save_for_backward(a)
-        ctx.beta, ctx.threshold = beta, threshold
-        xp = ctx.xp
-        ba = a * beta
-        soft = xp.logaddexp(0, ba) / beta  # log(1 + exp(ba)) without overflow
-        return xp.where(ba > threshold, a, soft).astype(a.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        (a,) = ctx.saved_tensors
-        ba = a * ctx.beta
-        return g * where(ba > ctx.threshold, 1.0, sigmoid(ba)), None, None
-
-
 class Clamp(Op):
     @staticmethod
     def forward(ctx, a, lo, hi):
@@ -329,24 +290,6 @@ class Cast(Op):
 
     @staticmethod
     def backward(ctx, g): return cast(g, ctx.src), None
-
-
-class Dropout(Op):
-    """Inverted dropout: keep each element with probability 1 - p and scale it by 1 / (1 - p).
-    The mask is drawn inside forward, so a traced step draws a fresh one on every replay."""
-
-    @staticmethod
-    def forward(ctx, a, p):
-        if p == 1.0:
-            scale = ctx.xp.zeros(a.shape, a.dtype)
-        else:
-            keep = ctx.device.rng.random(a.shape, dtype="float32") >= p
-            scale = keep.astype(a.dtype) * a.dtype.type(1.0 / (1.0 - p))
-        ctx.save_for_backward(scale)
-        return a * scale
-
-    @staticmethod
-    def backward(ctx, g): return g * ctx.saved_tensors[0], None
 
 
 class Clone(Op):
@@ -463,52 +406,9 @@ def sin(x): return Sin.apply(_floating(x, "sin"))
 def cos(x): return Cos.apply(_floating(x, "cos"))
 def tanh(x): return Tanh.apply(_floating(x, "tanh"))
 def sigmoid(x): return Sigmoid.apply(_floating(x, "sigmoid"))
-def relu(x): return Relu.apply(x)
-def leaky_relu(x, negative_slope=0.01): return LeakyRelu.apply(x, negative_slope)
-def softplus(x, beta=1.0, threshold=20.0): return Softplus.apply(x, beta, threshold)
-def silu(x): return x * sigmoid(x)
 def clone(x): return Clone.apply(x)
-def dropout(x, p=0.5): return Dropout.apply(x, p)
 def contiguous(x): return x if x.data.flags.c_contiguous else Contiguous.apply(x)
 def to_device(x, device): return ToDevice.apply(x, device)
-
-
-def gelu(x, approximate: str = "none"):
-    """GELU, exact (``x * Phi(x)``, composed from erf-free ops via tanh when ``approximate='tanh'``)."""
-    if approximate == "tanh":
-        return 0.5 * x * (1 + tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
-    if approximate != "none":
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return Gelu.apply(x)
-
-
-class Gelu(Op):
-    @staticmethod
-    def forward(ctx, a):
-        ctx.save_for_backward(a)
-        return (0.5 * a * (1 + _erf(ctx.xp, a / math.sqrt(2)))).astype(a.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        (a,) = ctx.saved_tensors
-        cdf = 0.5 * (1 + erf(a / math.sqrt(2)))
-        pdf = exp(-0.5 * a * a) / math.sqrt(2 * math.pi)
-        return g * (cdf + a * pdf)
-
-
-class Erf(Op):
-    @staticmethod
-    def forward(ctx, a):
-        ctx.save_for_backward(a)
-        return _erf(ctx.xp, a).astype(a.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        (a,) = ctx.saved_tensors
-        return g * (2 / math.sqrt(math.pi)) * exp(-a * a)
-
-
-def erf(x): return Erf.apply(_floating(x, "erf"))
 
 
 def clamp(x, min=None, max=None):

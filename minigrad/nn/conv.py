@@ -1,0 +1,121 @@
+"""Convolution and pooling layers: ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``AdaptiveAvgPool2d``.
+
+A convolution layer owns a bank of small filters (``weight`` of shape (out_channels,
+in_channels/groups, kH, kW)) that it slides over the image; the work is done by
+``minigrad.ops.conv`` (im2col and one matrix product). Weights start as PyTorch's do, so a
+minigrad CNN and its torch twin train from the same distribution (chapter 02).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from minigrad import creation
+from minigrad.nn import init
+from minigrad.nn.module import Module, Parameter
+from minigrad.ops.conv import IntPair, _pair, adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d
+from minigrad.tensor import Tensor
+
+__all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "Conv2d", "MaxPool2d"]
+
+
+class Conv2d(Module):
+    """2-D convolution: (N, in_channels, H, W) -> (N, out_channels, H', W')."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: IntPair, stride: IntPair = 1,
+                 padding: IntPair | str = 0, dilation: IntPair = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = "zeros", device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(f"Conv2d: in_channels ({in_channels}) and out_channels ({out_channels}) must "
+                             f"both be divisible by groups ({groups})")
+        if padding_mode != "zeros":
+            raise ValueError(f"Conv2d: padding_mode {padding_mode!r} is not supported; minigrad pads with 'zeros'")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _pair(kernel_size, "kernel_size", "Conv2d", 1)
+        self.stride = _pair(stride, "stride", "Conv2d", 1)
+        self.padding = padding if isinstance(padding, str) else _pair(padding, "padding", "Conv2d", 0)
+        self.dilation = _pair(dilation, "dilation", "Conv2d", 1)
+        self.padding_mode = padding_mode
+        shape = (out_channels, in_channels // groups, *self.kernel_size)
+        self.weight = Parameter(creation.empty(*shape, device=device, dtype=dtype))
+        if bias:
+            self.bias = Parameter(creation.empty(out_channels, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # torch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both, fan_in = in/groups * kH * kW
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0, 0):
+            s += f", padding={self.padding}"
+        if self.dilation != (1, 1):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+class MaxPool2d(Module):
+    """The maximum of each ``kernel_size`` window (stride defaults to the kernel size)."""
+
+    def __init__(self, kernel_size: IntPair, stride: IntPair | None = None, padding: IntPair = 0,
+                 dilation: IntPair = 1, return_indices: bool = False, ceil_mode: bool = False) -> None:
+        super().__init__()
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding, self.dilation = padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def forward(self, input: Tensor):
+        return max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                          self.ceil_mode, self.return_indices)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class AvgPool2d(Module):
+    """The mean of each ``kernel_size`` window (stride defaults to the kernel size)."""
+
+    def __init__(self, kernel_size: IntPair, stride: IntPair | None = None, padding: IntPair = 0,
+                 ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> None:
+        super().__init__()
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding, self.ceil_mode = padding, ceil_mode
+        self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
+
+    def forward(self, input: Tensor) -> Tensor:
+        return avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                          self.count_include_pad, self.divisor_override)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    """Average over an ``output_size`` grid of bins, whatever the input's size."""
+
+    def __init__(self, output_size: IntPair) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input: Tensor) -> Tensor:
+        return adaptive_avg_pool2d(input, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"

@@ -1,0 +1,119 @@
+"""Activation functions and dropout: the elementwise nonlinearities of neural networks.
+
+ReLU and its relatives pass the gradient through where the input was positive; GELU and erf use
+an accurate erf (``special.erf``); softplus switches to the identity past ``threshold`` so it
+never overflows. Dropout draws its mask inside forward, so a traced training step draws a fresh
+mask on every replay (chapter 02 trains with these; chapter 03 fuses them).
+"""
+
+from __future__ import annotations
+
+import math
+
+from minigrad.ops.elementwise import Op, _floating, exp, sigmoid, tanh, where
+from minigrad.ops.special import erf as _erf
+
+__all__ = ["dropout", "erf", "gelu", "leaky_relu", "relu", "silu", "softplus"]
+
+
+class Relu(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a > 0)
+        return ctx.xp.maximum(a, 0)
+
+    @staticmethod
+    def backward(ctx, g): return g * ctx.saved_tensors[0]
+
+
+class LeakyRelu(Op):
+    @staticmethod
+    def forward(ctx, a, negative_slope):
+        mask = a > 0
+        ctx.save_for_backward(ctx.xp.where(mask, 1, negative_slope).astype(a.dtype))
+        return ctx.xp.where(mask, a, a * negative_slope)
+
+    @staticmethod
+    def backward(ctx, g): return g * ctx.saved_tensors[0], None
+
+
+class Softplus(Op):
+    @staticmethod
+    def forward(ctx, a, beta, threshold):
+        ctx.save_for_backward(a)
+        ctx.beta, ctx.threshold = beta, threshold
+        xp = ctx.xp
+        ba = a * beta
+        soft = xp.logaddexp(0, ba) / beta  # log(1 + exp(ba)) without overflow
+        return xp.where(ba > threshold, a, soft).astype(a.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        ba = a * ctx.beta
+        return g * where(ba > ctx.threshold, 1.0, sigmoid(ba)), None, None
+
+
+class Dropout(Op):
+    """Inverted dropout: keep each element with probability 1 - p and scale it by 1 / (1 - p).
+    The mask is drawn inside forward, so a traced step draws a fresh one on every replay."""
+
+    @staticmethod
+    def forward(ctx, a, p):
+        if p == 1.0:
+            scale = ctx.xp.zeros(a.shape, a.dtype)
+        else:
+            keep = ctx.device.rng.random(a.shape, dtype="float32") >= p
+            scale = keep.astype(a.dtype) * a.dtype.type(1.0 / (1.0 - p))
+        ctx.save_for_backward(scale)
+        return a * scale
+
+    @staticmethod
+    def backward(ctx, g): return g * ctx.saved_tensors[0], None
+
+
+def relu(x): return Relu.apply(x)
+def leaky_relu(x, negative_slope=0.01): return LeakyRelu.apply(x, negative_slope)
+def softplus(x, beta=1.0, threshold=20.0): return Softplus.apply(x, beta, threshold)
+def silu(x): return x * sigmoid(x)
+def dropout(x, p=0.5): return Dropout.apply(x, p)
+
+
+def gelu(x, approximate: str = "none"):
+    """GELU, exact (``x * Phi(x)``, composed from erf-free ops via tanh when ``approximate='tanh'``)."""
+    if approximate == "tanh":
+        return 0.5 * x * (1 + tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return Gelu.apply(x)
+
+
+class Gelu(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return (0.5 * a * (1 + _erf(ctx.xp, a / math.sqrt(2)))).astype(a.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        cdf = 0.5 * (1 + erf(a / math.sqrt(2)))
+        pdf = exp(-0.5 * a * a) / math.sqrt(2 * math.pi)
+        return g * (cdf + a * pdf)
+
+
+class Erf(Op):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return _erf(ctx.xp, a).astype(a.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * (2 / math.sqrt(math.pi)) * exp(-a * a)
+
+
+def erf(x): return Erf.apply(_floating(x, "erf"))
+
+

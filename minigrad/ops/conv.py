@@ -1,0 +1,509 @@
+"""Convolution and pooling: im2col, one matrix product, and col2im for the way back (chapter 02).
+
+A 2-D convolution slides a kernel over the image. ``_windows`` turns the padded image into a
+strided *view* of every kernel-sized window (no data is copied and no Python loop visits a
+pixel); copying that view into a matrix (im2col) makes the whole convolution one matrix
+product. Its gradients are convolutions too: the weight gradient correlates the input with the
+output gradient, and the input gradient is a transposed convolution, which multiplies by the
+transposed weight and adds every window back to where it came from (col2im). ``Conv2d``,
+``ConvTranspose2d`` and ``Conv2dWeight`` are the three faces of one trilinear form, so each one's
+backward is written with the other two and gradients of gradients come for free. Pooling works
+on the same windows: max pooling records which element of each window won, and its backward
+sends the gradient there; average pooling sums each window and spreads the gradient back.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+from minigrad.errors import DTypeError, ShapeError
+from minigrad.ops.elementwise import Op
+from minigrad.tensor import Tensor
+
+__all__ = [
+    "conv2d", "conv1d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+]
+
+IntPair = int | Sequence[int]
+
+
+class Geometry(NamedTuple):
+    """How windows sit on an image: kernel size, stride, padding (top, bottom, left, right) and
+    dilation, each per spatial axis."""
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+
+    def out_size(self, h: int, w: int) -> tuple[int, int]:
+        """Number of window positions along each axis of an ``h x w`` image."""
+        (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw) = self
+        return (h + pt + pb - dh * (kh - 1) - 1) // sh + 1, (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+
+
+# -- array helpers: the only code that knows about strides -------------------------------------
+def _pad(xp, x, g: Geometry, value: float = 0.0):
+    """``x`` (N, C, H, W) with ``value`` around each H x W plane (``x`` itself if no padding)."""
+    pt, pb, pl, pr = g.padding
+    if not (pt or pb or pl or pr):
+        return x
+    n, c, h, w = x.shape
+    out = xp.full((n, c, h + pt + pb, w + pl + pr), value, dtype=x.dtype)
+    out[:, :, pt:pt + h, pl:pl + w] = x
+    return out
+
+
+def _offsets(g: Geometry, oh: int, ow: int):
+    """For each kernel offset (u, v): the rows and columns of the padded image that the
+    (OH, OW) windows read at that offset, as slices. Looping over these (9 for a 3x3 kernel)
+    instead of over pixels keeps every operation a whole-array one."""
+    (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.stride, g.dilation
+    for u in range(kh):
+        for v in range(kw):
+            yield u, v, slice(u * dh, u * dh + sh * (oh - 1) + 1, sh), slice(v * dw, v * dw + sw * (ow - 1) + 1, sw)
+
+
+def _windows(xp, xpad, g: Geometry, oh: int, ow: int):
+    """A view of every window of the padded ``xpad`` (N, C, Hp, Wp), shape (N, C, KH, KW, OH, OW):
+    element [n, c, u, v, i, j] is ``xpad[n, c, i*sh + u*dh, j*sw + v*dw]``. ``as_strided`` only
+    sets new strides, so nothing is copied and no loop visits a pixel; cupy has the same call."""
+    s_n, s_c, s_h, s_w = xpad.strides
+    (sh, sw), (dh, dw) = g.stride, g.dilation
+    return xp.lib.stride_tricks.as_strided(
+        xpad, (*xpad.shape[:2], *g.kernel, oh, ow), (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw)
+    )
+
+
+def _im2col(xp, x, g: Geometry, groups: int):
+    """Every window of ``x`` (N, C, H, W) as a column: a (groups, C/groups*KH*KW, N*OH*OW) matrix.
+    One copy of the window view lays it out for a single big matrix product, whose result
+    (O, N, OH, OW) is one cheap transpose away from (N, O, OH, OW)."""
+    oh, ow = g.out_size(*x.shape[2:])
+    win = _windows(xp, _pad(xp, x, g), g, oh, ow).transpose(1, 2, 3, 0, 4, 5)  # (C, KH, KW, N, OH, OW)
+    c, kh, kw = win.shape[:3]
+    return xp.ascontiguousarray(win).reshape(groups, c // groups * kh * kw, x.shape[0] * oh * ow)
+
+
+def _col2im(xp, cols, g: Geometry, h: int, w: int):
+    """The adjoint of im2col: add every window of ``cols`` (C, KH, KW, OH, OW, N) back to where it
+    was taken from, giving (N, C, H, W). Here the batch is the last axis, so each of the KH*KW
+    adds runs over rows of OW*N contiguous numbers rather than OW."""
+    c, kh, kw, oh, ow, n = cols.shape
+    pt, pb, pl, pr = g.padding
+    out = xp.zeros((c, h + pt + pb, w + pl + pr, n), dtype=cols.dtype)
+    for u, v, rows, columns in _offsets(g, oh, ow):
+        out[:, rows, columns] += cols[:, u, v]
+    return xp.ascontiguousarray(out[:, pt:pt + h, pl:pl + w].transpose(3, 0, 1, 2))
+
+
+def _channels_first(y, groups: int):
+    """(N, C, H, W) -> (groups, C/groups, N*H*W): the layout of im2col's columns."""
+    n, c, h, w = y.shape
+    return y.transpose(1, 0, 2, 3).reshape(groups, c // groups, n * h * w)
+
+
+# -- convolution: three Functions, each the gradient of the other two ----------------------------
+class Conv2d(Op):
+    """y[n, o] = sum over c, u, v of w[o, c, u, v] * x[n, c, window]; one matmul over im2col."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, g, groups):
+        need_x, need_w = ctx.needs_input_grad[:2]
+        cols = _im2col(ctx.xp, x, g, groups)
+        # keeping the columns for the weight gradient trades memory for a second im2col
+        ctx.save_for_backward(x if need_w else None, w if need_x else None, cols if need_w else None)
+        ctx.geometry, ctx.groups, ctx.hw, ctx.kernel = g, groups, x.shape[2:], w.shape[2:]
+        o = w.shape[0]
+        y = (w.reshape(groups, o // groups, -1) @ cols).reshape(o, cols.shape[2])
+        if b is not None:
+            y += b.reshape(o, 1)
+        y = y.reshape(o, x.shape[0], *g.out_size(*x.shape[2:]))
+        return ctx.xp.ascontiguousarray(y.transpose(1, 0, 2, 3))
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, w, cols = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        gx = ConvTranspose2d.apply(gy, w, ctx.geometry, ctx.groups, ctx.hw) if need_x else None
+        gw = Conv2dWeight.apply(x, gy, ctx.geometry, ctx.groups, ctx.kernel, cols.data) if need_w else None
+        gb = gy.sum((0, 2, 3)) if need_b else None
+        return gx, gw, gb, None, None
+
+
+class ConvTranspose2d(Op):
+    """The input gradient of ``Conv2d``: multiply by the transposed weight, then col2im."""
+
+    @staticmethod
+    def forward(ctx, y, w, g, groups, hw):
+        need_y, need_w = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(y if need_w else None, w if need_y else None)
+        ctx.geometry, ctx.groups, ctx.kernel = g, groups, w.shape[2:]
+        n, o, oh, ow = y.shape
+        c = w.shape[1] * groups
+        wt = w.reshape(groups, o // groups, -1).transpose(0, 2, 1)
+        cols = wt @ y.transpose(1, 2, 3, 0).reshape(groups, o // groups, oh * ow * n)  # batch last, for col2im
+        return _col2im(ctx.xp, cols.reshape(c, *w.shape[2:], oh, ow, n), g, *hw)
+
+    @staticmethod
+    def backward(ctx, gx):
+        y, w = ctx.saved_tensors
+        need_y, need_w = ctx.needs_input_grad[:2]
+        gy = Conv2d.apply(gx, w, None, ctx.geometry, ctx.groups) if need_y else None
+        gw = Conv2dWeight.apply(gx, y, ctx.geometry, ctx.groups, ctx.kernel) if need_w else None
+        return gy, gw, None, None, None
+
+
+class Conv2dWeight(Op):
+    """The weight gradient of ``Conv2d``: correlate the input's windows with the output gradient."""
+
+    @staticmethod
+    def forward(ctx, x, y, g, groups, kernel, cols=None):
+        """``cols``: x's im2col when the caller already has it."""
+        need_x, need_y = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(x if need_y else None, y if need_x else None)
+        ctx.geometry, ctx.groups, ctx.hw = g, groups, x.shape[2:]
+        o = y.shape[1]
+        if cols is None:
+            cols = _im2col(ctx.xp, x, g, groups)
+        gw = _channels_first(y, groups) @ cols.transpose(0, 2, 1)
+        return gw.reshape(o, x.shape[1] // groups, *kernel)
+
+    @staticmethod
+    def backward(ctx, gw):
+        x, y = ctx.saved_tensors
+        need_x, need_y = ctx.needs_input_grad[:2]
+        gx = ConvTranspose2d.apply(y, gw, ctx.geometry, ctx.groups, ctx.hw) if need_x else None
+        gy = Conv2d.apply(x, gw, None, ctx.geometry, ctx.groups) if need_y else None
+        return gx, gy, None, None, None, None
+
+
+# -- pooling: one whole-array step per kernel offset ---------------------------------------------
+class MaxPool2d(Op):
+    """The largest element of each window. The second output says which kernel offset it came
+    from (0..KH*KW-1), so backward can route the gradient there and nowhere else."""
+
+    @staticmethod
+    def forward(ctx, x, g, out_hw):
+        xp = ctx.xp
+        n, c = x.shape[:2]
+        # one contiguous copy, window offset first: then every step below is a fast whole-array op
+        win = _windows(xp, _pad(xp, x, g, -math.inf), g, *out_hw).transpose(2, 3, 0, 1, 4, 5)
+        win = xp.ascontiguousarray(win).reshape(g.kernel[0] * g.kernel[1], n, c, *out_hw)
+        y = win.max(axis=0)
+        # the first offset holding the maximum, as torch picks (a NaN window points at offset 0)
+        idx = xp.zeros(y.shape, dtype="int8" if len(win) < 128 else "int64")
+        found = win[0] == y
+        for k in range(1, len(win)):
+            hit = (win[k] == y) & ~found
+            idx += hit * idx.dtype.type(k)
+            found |= hit
+        ctx.save_for_backward(idx)
+        ctx.geometry, ctx.hw = g, x.shape[2:]
+        return y, idx
+
+    @staticmethod
+    def backward(ctx, gy, _):
+        (idx,) = ctx.saved_tensors
+        return WindowScatter.apply(gy, idx.data, ctx.geometry, ctx.hw), None, None
+
+
+class WindowScatter(Op):
+    """Send each value to the element ``idx`` of its window (overlapping windows add up)."""
+
+    @staticmethod
+    def forward(ctx, y, idx, g, hw):
+        ctx.save_for_backward(idx)
+        ctx.geometry = g
+        pt, pb, pl, pr = g.padding
+        h, w = hw
+        out = ctx.xp.zeros((*y.shape[:2], h + pt + pb, w + pl + pr), dtype=y.dtype)
+        for k, (_, _, rows, cols) in enumerate(_offsets(g, *y.shape[2:])):
+            out[:, :, rows, cols] += y * (idx == k)
+        return ctx.xp.ascontiguousarray(out[:, :, pt:pt + h, pl:pl + w])
+
+    @staticmethod
+    def backward(ctx, gx):
+        (idx,) = ctx.saved_tensors
+        return WindowGather.apply(gx, idx.data, ctx.geometry), None, None, None
+
+
+class WindowGather(Op):
+    """The adjoint of ``WindowScatter``: out[n, c, i, j] = element ``idx`` of window (i, j)."""
+
+    @staticmethod
+    def forward(ctx, x, idx, g):
+        ctx.save_for_backward(idx)
+        ctx.geometry, ctx.hw = g, x.shape[2:]
+        xpad = _pad(ctx.xp, x, g)
+        y = ctx.xp.zeros(idx.shape, dtype=x.dtype)
+        for k, (_, _, rows, cols) in enumerate(_offsets(g, *idx.shape[2:])):
+            y += xpad[:, :, rows, cols] * (idx == k)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (idx,) = ctx.saved_tensors
+        return WindowScatter.apply(gy, idx.data, ctx.geometry, ctx.hw), None, None
+
+
+class WindowSum(Op):
+    """out[n, c, i, j] = the sum of window (i, j): average pooling before the division."""
+
+    @staticmethod
+    def forward(ctx, x, g, out_hw):
+        ctx.geometry, ctx.hw = g, x.shape[2:]
+        xpad = _pad(ctx.xp, x, g)
+        y = ctx.xp.zeros((*x.shape[:2], *out_hw), dtype=x.dtype)
+        for _, _, rows, cols in _offsets(g, *out_hw):
+            y += xpad[:, :, rows, cols]
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        return WindowSpread.apply(gy, ctx.geometry, ctx.hw), None, None
+
+
+class WindowSpread(Op):
+    """The adjoint of ``WindowSum``: add each value to every element of its window."""
+
+    @staticmethod
+    def forward(ctx, y, g, hw):
+        ctx.geometry, ctx.out_hw = g, y.shape[2:]
+        pt, pb, pl, pr = g.padding
+        h, w = hw
+        out = ctx.xp.zeros((*y.shape[:2], h + pt + pb, w + pl + pr), dtype=y.dtype)
+        for _, _, rows, cols in _offsets(g, *y.shape[2:]):
+            out[:, :, rows, cols] += y
+        return ctx.xp.ascontiguousarray(out[:, :, pt:pt + h, pl:pl + w])
+
+    @staticmethod
+    def backward(ctx, gx):
+        return WindowSum.apply(gx, ctx.geometry, ctx.out_hw), None, None
+
+
+class RowColumnMap(Op):
+    """out = A @ x @ B.T on every (H, W) plane, for constant matrices A and B: adaptive average
+    pooling is this with averaging matrices. It is linear, so its backward is itself with the
+    matrices transposed."""
+
+    @staticmethod
+    def forward(ctx, x, a, b):
+        ctx.a, ctx.b = a, b
+        return ctx.xp.einsum("ih,nchw,jw->ncij", a, x, b, optimize=True)
+
+    @staticmethod
+    def backward(ctx, gy):
+        return RowColumnMap.apply(gy, ctx.a.T, ctx.b.T), None, None
+
+
+# -- argument checking ---------------------------------------------------------------------------
+def _pair(v: IntPair, name: str, op: str, low: int) -> tuple[int, int]:
+    t = (v, v) if isinstance(v, int) else tuple(v)
+    if len(t) == 1:
+        t = t * 2
+    if len(t) != 2 or not all(isinstance(a, int) and a >= low for a in t):
+        raise ValueError(f"{op}: {name} must be an int >= {low} or a pair of them, got {v!r}")
+    return t
+
+
+def _check_image(x: Tensor, op: str) -> tuple[Tensor, bool]:
+    """Accept (N, C, H, W) or unbatched (C, H, W) floating input; return it 4-D."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: expected a Tensor input, got {type(x).__name__}")
+    if x.ndim not in (3, 4):
+        raise ShapeError(
+            f"{op}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape {tuple(x.shape)}"
+        )
+    if x.dtype.kind != "f":
+        raise DTypeError(f"{op}: expected a floating point input, got {x.dtype}")
+    return (x.reshape((1,) + x.shape), True) if x.ndim == 3 else (x, False)
+
+
+def _check_fits(op: str, x: Tensor, g: Geometry) -> None:
+    if min(g.out_size(*x.shape[2:])) < 1:
+        (kh, kw), (dh, dw), (pt, pb, pl, pr) = g.kernel, g.dilation, g.padding
+        raise ShapeError(
+            f"{op}: input of spatial size {tuple(x.shape[2:])} padded to "
+            f"({x.shape[2] + pt + pb}, {x.shape[3] + pl + pr}) is smaller than the (dilated) kernel "
+            f"size ({dh * (kh - 1) + 1}, {dw * (kw - 1) + 1})"
+        )
+
+
+def _conv_padding(padding, kernel, stride, dilation, op: str) -> tuple[int, int, int, int]:
+    if padding == "valid":
+        return (0, 0, 0, 0)
+    if padding == "same":
+        if stride != (1, 1):
+            raise ValueError(f"{op}: padding='same' is not supported for strided convolutions, got stride {stride}")
+        # an even total goes half each side; an odd one puts the extra row/column after, as torch
+        th, tw = dilation[0] * (kernel[0] - 1), dilation[1] * (kernel[1] - 1)
+        return (th // 2, th - th // 2, tw // 2, tw - tw // 2)
+    if isinstance(padding, str):
+        raise ValueError(f"{op}: padding must be 'valid', 'same', an int or a pair, got {padding!r}")
+    ph, pw = _pair(padding, "padding", op, 0)
+    return (ph, ph, pw, pw)
+
+
+def _check_conv(op: str, x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, in_dim: int) -> None:
+    """``in_dim`` is the weight axis that must match the input's channels divided by groups."""
+    if not isinstance(weight, Tensor) or weight.ndim != 4:
+        raise ShapeError(f"{op}: expected a 4-D weight, got shape {tuple(getattr(weight, 'shape', ()))}")
+    if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+        got = f"{weight.dtype}" + (f" and bias {bias.dtype}" if bias is not None else "")
+        raise DTypeError(f"{op}: input ({x.dtype}) and weight ({got}) must have the same dtype")
+    if not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
+    expected = weight.shape[in_dim] * groups if in_dim == 1 else weight.shape[0]
+    if x.shape[1] != expected:
+        raise ShapeError(
+            f"{op}: expected input with {expected} channels (weight of shape {tuple(weight.shape)}, "
+            f"groups={groups}), got input of shape {tuple(x.shape)} with {x.shape[1]} channels"
+        )
+    if weight.shape[0] % groups:
+        raise ShapeError(f"{op}: the first dim of weight (shape {tuple(weight.shape)}) must be divisible by "
+                         f"groups={groups}")
+    out = weight.shape[0] if in_dim == 1 else weight.shape[1] * groups
+    if bias is not None and tuple(bias.shape) != (out,):
+        raise ShapeError(f"{op}: expected a bias of shape ({out},), got {tuple(bias.shape)}")
+
+
+# -- the functions users call (torch.nn.functional's names and arguments) ---------------------------
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntPair = 1,
+           padding: IntPair | str = 0, dilation: IntPair = 1, groups: int = 1) -> Tensor:
+    """2-D cross-correlation of ``input`` (N, C, H, W) with ``weight`` (O, C/groups, KH, KW)."""
+    x, unbatched = _check_image(input, "conv2d")
+    _check_conv("conv2d", x, weight, bias, groups, 1)
+    k = tuple(weight.shape[2:])
+    s, d = _pair(stride, "stride", "conv2d", 1), _pair(dilation, "dilation", "conv2d", 1)
+    g = Geometry(k, s, _conv_padding(padding, k, s, d, "conv2d"), d)
+    _check_fits("conv2d", x, g)
+    y = Conv2d.apply(x, weight, bias, g, groups)
+    return y.reshape(y.shape[1:]) if unbatched else y
+
+
+def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int = 1,
+           padding: int | str = 0, dilation: int = 1, groups: int = 1) -> Tensor:
+    """1-D convolution of (N, C, L) with (O, C/groups, K): conv2d over images of height 1."""
+    for name, t, dims in (("input", input, (2, 3)), ("weight", weight, (3,))):
+        if not isinstance(t, Tensor) or t.ndim not in dims:
+            raise ShapeError(f"conv1d: expected a {' or '.join(f'{d}-D' for d in dims)} {name}, "
+                             f"got shape {tuple(getattr(t, 'shape', ()))}")
+
+    def row(v, fill):  # a 1-D argument as the (height, width) pair of a height-1 image
+        return v if isinstance(v, str) else (fill, v if isinstance(v, int) else v[0])
+
+    y = conv2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias, row(stride, 1), row(padding, 0), row(dilation, 1),
+               groups)
+    return y.squeeze(-2)
+
+
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntPair = 1,
+                     padding: IntPair = 0, output_padding: IntPair = 0, groups: int = 1,
+                     dilation: IntPair = 1) -> Tensor:
+    """The transpose (adjoint) of conv2d: ``weight`` is (C_in, C_out/groups, KH, KW), as in torch."""
+    x, unbatched = _check_image(input, "conv_transpose2d")
+    _check_conv("conv_transpose2d", x, weight, bias, groups, 0)
+    s, d = _pair(stride, "stride", "conv_transpose2d", 1), _pair(dilation, "dilation", "conv_transpose2d", 1)
+    ph, pw = _pair(padding, "padding", "conv_transpose2d", 0)
+    oph, opw = _pair(output_padding, "output_padding", "conv_transpose2d", 0)
+    if oph >= max(s[0], d[0]) or opw >= max(s[1], d[1]):
+        raise ValueError(f"conv_transpose2d: output_padding {(oph, opw)} must be smaller than stride {s} or "
+                         f"dilation {d}")
+    k = tuple(weight.shape[2:])
+    hw = tuple((n - 1) * st - 2 * p + dl * (kk - 1) + op + 1
+               for n, st, p, dl, kk, op in zip(x.shape[2:], s, (ph, pw), d, k, (oph, opw)))
+    if min(hw) < 1:
+        raise ShapeError(f"conv_transpose2d: input of shape {tuple(x.shape)} gives a non-positive output size {hw}")
+    y = ConvTranspose2d.apply(x, weight, Geometry(k, s, (ph, ph, pw, pw), d), groups, hw)
+    if bias is not None:
+        y = y + bias.reshape(1, -1, 1, 1)
+    return y.reshape(y.shape[1:]) if unbatched else y
+
+
+def _pool_size(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """torch's pooling output size: with ceil_mode the last window may hang over the edge, but
+    must start inside the input or the leading padding."""
+    out = (n + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def _pool_geometry(op: str, x: Tensor, kernel_size, stride, padding, dilation, ceil_mode: bool):
+    k = _pair(kernel_size, "kernel_size", op, 1)
+    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _pair(stride, "stride", op, 1)
+    p, d = _pair(padding, "padding", op, 0), _pair(dilation, "dilation", op, 1)
+    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise ValueError(f"{op}: padding should be at most half of the kernel size, got padding {p} for kernel {k}")
+    out = tuple(_pool_size(n, *a, ceil_mode) for n, a in zip(x.shape[2:], zip(k, s, p, d)))
+    if min(out) < 1:
+        raise ShapeError(f"{op}: input of shape {tuple(x.shape)} is too small for kernel {k} (output size {out})")
+    # pad after the image far enough for the last (ceil_mode) window
+    after = [max(pi, (o - 1) * si + di * (ki - 1) + 1 - n - pi)
+             for n, o, ki, si, pi, di in zip(x.shape[2:], out, k, s, p, d)]
+    return Geometry(k, s, (p[0], after[0], p[1], after[1]), d), out
+
+
+def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = None, padding: IntPair = 0,
+               dilation: IntPair = 1, ceil_mode: bool = False, return_indices: bool = False):
+    """The maximum of each window; with ``return_indices`` also where it is (a flat index into
+    each input plane, as torch returns)."""
+    x, unbatched = _check_image(input, "max_pool2d")
+    g, out = _pool_geometry("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    y, idx = MaxPool2d.apply(x, g, out)
+    if return_indices:
+        xp, (n, c, h, w), (oh, ow) = x.device.xp, x.shape, out
+        (kh, kw), (sh, sw), (pt, _, pl, _), (dh, dw) = g
+        offset = idx.data.astype("int64")
+        rows = xp.arange(oh).reshape(oh, 1) * sh + (offset // kw) * dh - pt
+        cols = xp.arange(ow) * sw + (offset % kw) * dw - pl
+        indices = Tensor(rows * w + cols, device=x.device)
+    if unbatched:
+        y = y.reshape(y.shape[1:])
+        indices = indices.reshape(indices.shape[1:]) if return_indices else None
+    return (y, indices) if return_indices else y
+
+
+def avg_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = None, padding: IntPair = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """The mean of each window (padding counts as zeros unless ``count_include_pad=False``)."""
+    x, unbatched = _check_image(input, "avg_pool2d")
+    g, out = _pool_geometry("avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode)
+    y = WindowSum.apply(x, g, out)
+    if divisor_override:
+        y = y * (1.0 / divisor_override)
+    else:
+        xp = x.device.xp
+        # torch's divisor: the window clipped to the padded image, or to the image itself
+        sizes = []
+        for n, o, k, s, p in zip(x.shape[2:], out, g.kernel, g.stride, g.padding[::2]):
+            start = xp.arange(o) * s - p
+            end = xp.minimum(start + k, n + p)
+            if not count_include_pad:
+                start, end = xp.maximum(start, 0), xp.minimum(end, n)
+            sizes.append(end - start)
+        y = y * Tensor((1.0 / (sizes[0][:, None] * sizes[1][None, :])).astype(x.dtype), device=x.device)
+    return y.reshape(y.shape[1:]) if unbatched else y
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size: IntPair) -> Tensor:
+    """Average over a grid of ``output_size`` bins, bin i spanning rows floor(i*H/OH) to
+    ceil((i+1)*H/OH), as torch does; ``None`` in ``output_size`` keeps that input size."""
+    x, unbatched = _check_image(input, "adaptive_avg_pool2d")
+    sizes = (output_size, output_size) if isinstance(output_size, int) or output_size is None else tuple(output_size)
+    if len(sizes) == 1:
+        sizes = sizes * 2
+    sizes = tuple(n if o is None else o for o, n in zip(sizes, x.shape[2:]))
+    if len(sizes) != 2 or not all(isinstance(o, int) and o >= 1 for o in sizes):
+        raise ValueError(f"adaptive_avg_pool2d: output_size must be a positive int or pair, got {output_size!r}")
+    xp = x.device.xp
+    mats = []
+    for n, o in zip(x.shape[2:], sizes):
+        i = xp.arange(o)[:, None]
+        start, end = (i * n) // o, -((-(i + 1) * n) // o)
+        cols = xp.arange(n)[None, :]
+        mats.append((((cols >= start) & (cols < end)) / (end - start)).astype(x.dtype))
+    y = RowColumnMap.apply(x, *mats)
+    return y.reshape(y.shape[1:]) if unbatched else y
