@@ -21,7 +21,7 @@ from minigrad.ops import (  # the torch.* functions; each is also a Tensor metho
     abs, add, amax, amin, argmax, argmin, bmm, broadcast_to, cat, chunk, clamp, clip, cos, cumsum, div,
     dot, einsum, erf, exp, flatten, flip, gather, index_select, log, log_softmax, logsumexp, matmul,
     max, maximum, mean, min, minimum, mm, mul, narrow, neg, outer, permute, pow, prod, relu, reshape,
-    rsqrt, sigmoid, sign, sin, softmax, split, sqrt, squeeze, stack, std, sub, sum, tanh, transpose,
+    roll, rsqrt, sigmoid, sign, sin, softmax, split, sqrt, squeeze, stack, std, sub, sum, tanh, transpose,
     unsqueeze, var, where,
 )
 from minigrad.serialization import load, save

@@ -344,6 +344,7 @@ class Tensor:
     def chunk(self, chunks, dim=0): return _ops.chunk(self, chunks, dim)
     def flip(self, dims): return _ops.flip(self, dims)
     def repeat(self, *sizes): return _ops.repeat(self, _shape_arg(sizes))
+    def roll(self, shifts, dims=None): return _ops.roll(self, shifts, dims)
     def movedim(self, source, destination): return _ops.movedim(self, source, destination)
     def narrow(self, dim, start, length): return _ops.narrow(self, dim, start, length)
     def gather(self, dim, index): return _ops.gather(self, dim, index)

@@ -159,3 +159,13 @@ def test_agrees_with_torch_on_what_passes():
     xt = torch.tensor(x.data, requires_grad=True)
     assert gradcheck(lambda a: a.sigmoid() * a, x) == torch.autograd.gradcheck(lambda a: a.sigmoid() * a, (xt,))
     assert gradgradcheck(lambda a: a.sigmoid() * a, x) == torch.autograd.gradgradcheck(lambda a: a.sigmoid() * a, (xt,))
+
+
+def test_gradcheck_of_a_function_that_differentiates_inside():
+    def meta(theta):  # a MAML-style inner step: the function itself calls grad
+        (g,) = minigrad.grad((theta ** 3).sum(), theta, create_graph=True)
+        return ((theta - 0.1 * g) ** 2).sum()
+
+    t = minigrad.randn(3, dtype=minigrad.float64, requires_grad=True)
+    assert gradcheck(meta, (t,))
+    assert gradgradcheck(meta, (t,))

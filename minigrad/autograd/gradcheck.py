@@ -15,7 +15,6 @@ from typing import Any, Callable, Sequence
 
 from minigrad import backend
 from minigrad.autograd.engine import grad
-from minigrad.autograd.grad_mode import enable_grad, no_grad
 from minigrad.errors import DTypeError
 from minigrad.tensor import Tensor, _wrap
 
@@ -80,10 +79,9 @@ def gradgradcheck(fn: Callable[..., Any], inputs: Tensor | Sequence[Any],
 
     def first_derivative(*args: Any) -> tuple:
         xs, vs = args[:n], args[n:]
-        with enable_grad():  # gradcheck evaluates under no_grad; this function needs a graph
-            outs = [o for o in _as_tuple(fn(*xs)) if isinstance(o, Tensor) and o.requires_grad]
-            wrt = [x for x in xs if isinstance(x, Tensor) and x.requires_grad]
-            grads = grad(outs, wrt, list(vs), create_graph=True, allow_unused=True)
+        outs = [o for o in _as_tuple(fn(*xs)) if isinstance(o, Tensor) and o.requires_grad]
+        wrt = [x for x in xs if isinstance(x, Tensor) and x.requires_grad]
+        grads = grad(outs, wrt, list(vs), create_graph=True, allow_unused=True)
         return tuple(g for g in grads if g is not None)
 
     return gradcheck(first_derivative, inputs + grad_outputs, eps=eps, atol=atol, rtol=rtol,
@@ -115,9 +113,9 @@ def _numerical_jacobian(fn: Callable, inputs: tuple, wrt: list[int], outputs: tu
 
 
 def _evaluate(fn: Callable, inputs: tuple, checked: list[int]) -> list:
-    """The checked outputs of ``fn`` as flat copies (an output may be a view of a perturbed input)."""
-    with no_grad():
-        outputs = _as_tuple(fn(*inputs))
+    """The checked outputs of ``fn`` as flat copies (an output may be a view of a perturbed input).
+    Grad mode stays on, as in torch: ``fn`` may differentiate inside (a MAML step, a gradient penalty)."""
+    outputs = _as_tuple(fn(*inputs))
     return [outputs[j].data.flatten() for j in checked]
 
 

@@ -20,7 +20,7 @@ from minigrad.tensor import Tensor, _dim
 
 __all__ = [
     "broadcast_to", "cat", "chunk", "expand", "flatten", "flip", "movedim", "narrow", "pad", "permute",
-    "repeat", "reshape", "split", "squeeze", "stack", "transpose", "unsqueeze", "view",
+    "repeat", "reshape", "roll", "split", "squeeze", "stack", "transpose", "unsqueeze", "view",
 ]
 
 
@@ -378,3 +378,21 @@ def repeat(x: Tensor, sizes: Sequence[int]) -> Tensor:
         raise ShapeError(f"repeat: needs one non-negative count per dim ({x.ndim} or more), got {sizes} "
                          f"for shape {x.shape}")
     return Repeat.apply(x, sizes)
+
+
+def roll(x: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    """Shift elements along ``dims`` with wrap-around (``torch.roll``): two slices joined by cat,
+    so the gradient rolls back the other way."""
+    if dims is None:
+        return reshape(roll(flatten(x), shifts, 0), x.shape)
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise ShapeError(f"roll: got {len(shifts)} shifts for {len(dims)} dims; give one shift per dim")
+    for shift, dim in zip(shifts, dims):
+        dim = _dim(dim, x.ndim, "roll")
+        n = x.shape[dim]
+        shift = shift % n if n else 0
+        if shift:
+            x = cat([narrow(x, dim, n - shift, shift), narrow(x, dim, 0, n - shift)], dim)
+    return x

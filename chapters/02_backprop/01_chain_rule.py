@@ -1,0 +1,151 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02.1 The chain rule, by hand and by the engine
+#
+# **Question:** what exactly does `loss.backward()` compute, and in which order?
+#
+# We answer it on the smallest network that has every ingredient of a real one, a 3-layer
+# perceptron with one hidden layer of two sigmoid units:
+#
+# $$z = W_1 x + b_1,\qquad h = \sigma(z),\qquad y = W_2 h + b_2,\qquad L = \tfrac12 (y - t)^2 .$$
+#
+# First with pencil-and-paper numbers, then with minigrad, then we watch the engine do it.
+
+# %%
+import numpy as np
+
+import minigrad
+from minigrad.autograd import topological_order
+from minigrad.graph import draw
+
+np.set_printoptions(precision=4, suppress=True)
+
+x = np.array([1.0, 2.0])
+W1 = np.array([[0.1, -0.2], [0.3, 0.4]])
+b1 = np.array([0.0, 0.1])
+W2 = np.array([[0.5, -0.6]])
+b2 = np.array([0.2])
+t = np.array([1.0])
+
+# %% [markdown]
+# ## Forward pass by hand
+# Each line is one node of the graph; we keep every intermediate value, because the backward
+# pass needs them.
+
+# %%
+def sigma(a):
+    return 1 / (1 + np.exp(-a))
+
+
+z = W1 @ x + b1
+h = sigma(z)
+y = W2 @ h + b2
+L = 0.5 * ((y - t) ** 2).sum()
+print("z =", z, " h =", h, " y =", y, " L =", round(L, 4))
+
+# %% [markdown]
+# ## Backward pass by hand
+# The chain rule, read from the loss back to the inputs: every gradient is the gradient that
+# arrives from above times the *local* derivative of one node. The only local derivatives we need:
+# $\partial L/\partial y = y - t$, $\partial (W h)/\partial h = W^\top$, $\partial (W h)/\partial W = (\cdot)\, h^\top$
+# and $\sigma'(z) = \sigma(z)(1 - \sigma(z))$.
+
+# %%
+dy = y - t                    # dL/dy
+dW2 = np.outer(dy, h)         # dL/dW2 = dy h^T
+db2 = dy                      # dL/db2
+dh = W2.T @ dy                # dL/dh  = W2^T dy
+dz = dh * h * (1 - h)         # dL/dz  = dh * sigma'(z)
+dW1 = np.outer(dz, x)         # dL/dW1 = dz x^T
+db1 = dz                      # dL/db1
+print("dL/dy  =", dy)
+print("dL/dh  =", dh)
+print("dL/dz  =", dz)
+print("dL/dW1 =\n", dW1)
+print("dL/dW2 =", dW2, " dL/db1 =", db1, " dL/db2 =", db2)
+
+# %% [markdown]
+# Notice the order: we could not compute `dz` before `dh`, nor `dh` before `dy`. Backward runs
+# the forward pass in reverse, and each step reuses a value (`h`, `x`) saved from the forward pass.
+#
+# ## The same numbers from minigrad
+# We mark the weights as leaves that require gradients, write the forward pass once, and call
+# `backward()`. Float64 so that the comparison is exact to the last digits.
+
+# %%
+f64 = minigrad.float64
+xt, tt = minigrad.tensor(x, dtype=f64), minigrad.tensor(t, dtype=f64)
+W1t = minigrad.tensor(W1, dtype=f64, requires_grad=True)
+b1t = minigrad.tensor(b1, dtype=f64, requires_grad=True)
+W2t = minigrad.tensor(W2, dtype=f64, requires_grad=True)
+b2t = minigrad.tensor(b2, dtype=f64, requires_grad=True)
+
+Lt = 0.5 * ((W2t @ (W1t @ xt + b1t).sigmoid() + b2t - tt) ** 2).sum()
+Lt.backward()
+print("L =", Lt)
+for name, ours, theirs in [("W1", dW1, W1t), ("b1", db1, b1t), ("W2", dW2, W2t), ("b2", db2, b2t)]:
+    print(f"d L / d {name}: matches the hand computation: {np.allclose(ours, theirs.grad.numpy(), rtol=1e-12)}")
+
+# %% [markdown]
+# ## The graph, with the gradients on it
+# `minigrad.graph.draw` draws what autograd recorded: boxes are ops, blue ellipses the leaves
+# that require gradients (with their `.grad` after backward), grey ellipses constants (`x`, `t`),
+# edges labelled with the shape that flows along them.
+
+# %%
+draw(Lt, show_grads=True, names={"W1": W1t, "b1": b1t, "W2": W2t, "b2": b2t, "L": Lt})
+
+# %% [markdown]
+# ## How the engine walks the graph
+# Each op node points to the nodes that produced its inputs (`next_functions`). The engine sorts
+# the nodes reachable from the loss in **topological order**, every node before the nodes it
+# depends on, so that a node runs only after all its consumers have sent their gradient to it.
+
+# %%
+order = topological_order([Lt.grad_fn])
+print(" -> ".join(n.name() for n in order))
+
+# %% [markdown]
+# To watch the gradient flow, we rebuild the graph and put a hook on every node; a node's
+# pre-hook sees the gradient arriving at its output just before its `backward` runs.
+
+# %%
+def fmt(g):
+    return np.array2string(np.asarray(g.numpy()).reshape(-1), precision=4, separator=", ")
+
+
+W1t.grad = b1t.grad = W2t.grad = b2t.grad = None
+Lt = 0.5 * ((W2t @ (W1t @ xt + b1t).sigmoid() + b2t - tt) ** 2).sum()
+leaf_names = {id(W1t): "W1", id(b1t): "b1", id(W2t): "W2", id(b2t): "b2"}
+for step, node in enumerate(topological_order([Lt.grad_fn])):
+    label = f"AccumulateGrad({leaf_names[id(node.variable)]})" if hasattr(node, "variable") else node.name()
+    node.register_prehook(lambda grads, step=step, label=label: print(f"{step:2d}  {label:22s} receives {fmt(grads[0])}"))
+Lt.backward()
+
+# %% [markdown]
+# Read it top to bottom: `Sub` receives $y - t = -1.0483$, `Sigmoid` receives $\partial L/\partial h$
+# and passes on $\partial L/\partial z$, and each leaf's `AccumulateGrad` stores what reaches it in
+# `.grad`. These are the numbers of the hand computation, in the same order.
+#
+# ## A value used twice
+# When a tensor feeds two ops, its node has two consumers and the gradients from both are summed
+# (the multivariate chain rule). Topological order guarantees that both have arrived before the
+# node runs.
+
+# %%
+a = minigrad.tensor(3.0, requires_grad=True)
+b = a * a + a          # a is used by Mul (twice) and by Add
+b.backward()
+print("d(a^2 + a)/da at a = 3:", a.grad.item(), "(2a + 1 = 7)")
+draw(b)

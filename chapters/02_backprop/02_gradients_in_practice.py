@@ -1,0 +1,195 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02.2 Gradients in practice: broadcasting, checking, accumulating
+#
+# Three questions every framework user meets sooner or later:
+# 1. A bias of shape `(3,)` is added to a batch of shape `(4, 3)`. Why is its gradient of shape `(3,)`?
+# 2. How do we know a backward rule is right?
+# 3. What happens to `.grad` when `backward()` is called twice, and how does that buy large batches?
+
+# %%
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+import minigrad
+from minigrad.autograd import Function, GradcheckError, gradcheck
+
+np.set_printoptions(precision=4, suppress=True)
+f64 = minigrad.float64
+minigrad.manual_seed(0)
+
+# %% [markdown]
+# ## 1. Broadcasting, and why gradients are summed back
+# In `X + b`, numpy-style broadcasting uses the same `b` in every row. Each of those copies
+# contributes to the loss, so by the multivariate chain rule `b`'s gradient is the **sum** of
+# the gradients of its copies. We give each output element its own upstream gradient `G` to see it.
+
+# %%
+X = minigrad.arange(12, dtype=f64).reshape(4, 3)
+b = minigrad.tensor([10.0, 20.0, 30.0], dtype=f64, requires_grad=True)
+G = minigrad.arange(1, 13, dtype=f64).reshape(4, 3)  # upstream gradient, one value per output
+
+out = X + b                                   # b is broadcast from (3,) to (4, 3)
+out.register_hook(lambda g: print("gradient arriving at X + b:", tuple(g.shape)))
+out.backward(G)
+print("b.grad:", b.grad.numpy(), "  shape", tuple(b.grad.shape))
+print("G summed over the batch dim:", G.numpy().sum(axis=0))
+
+# %% [markdown]
+# The rule is the same for every broadcast: sum over the dimensions that were added in front and
+# over those that were stretched from 1. Here `u` (4, 1) times `v` (1, 3) is an outer product;
+# each gets the gradient summed over the other's dimension.
+
+# %%
+u = minigrad.tensor([[1.0], [2.0], [3.0], [4.0]], dtype=f64, requires_grad=True)
+v = minigrad.tensor([[1.0, 10.0, 100.0]], dtype=f64, requires_grad=True)
+(u * v).backward(G)
+print("u.grad:", u.grad.numpy().ravel(), "= (G * v).sum(1):", (G.numpy() * v.detach().numpy()).sum(1))
+print("v.grad:", v.grad.numpy().ravel(), "= (G * u).sum(0):", (G.numpy() * u.detach().numpy()).sum(0))
+
+# %% [markdown]
+# minigrad does this in one place, the engine, with `minigrad.ops.sum_to(g, shape)`, for every op:
+# that is why `Add.backward` is just `return g, g`.
+
+# %%
+print(minigrad.ops.sum_to(G, (3,)).numpy(), minigrad.ops.sum_to(G, (4, 1)).numpy().ravel())
+
+# %% [markdown]
+# ## 2. Gradient checking with finite differences
+# A derivative is a limit: $f'(w) \approx \dfrac{f(w + \varepsilon) - f(w - \varepsilon)}{2\varepsilon}$.
+# We take the loss of the 3-layer perceptron of 02.1 as a function of its weights and compare one
+# element of the analytical gradient with that central difference.
+
+# %%
+x = minigrad.tensor([1.0, 2.0], dtype=f64)
+t = minigrad.tensor([1.0], dtype=f64)
+W1 = minigrad.tensor([[0.1, -0.2], [0.3, 0.4]], dtype=f64, requires_grad=True)
+b1 = minigrad.tensor([0.0, 0.1], dtype=f64, requires_grad=True)
+W2 = minigrad.tensor([[0.5, -0.6]], dtype=f64, requires_grad=True)
+b2 = minigrad.tensor([0.2], dtype=f64, requires_grad=True)
+
+
+def loss(W1, b1, W2, b2):
+    h = (W1 @ x + b1).sigmoid()
+    return 0.5 * ((W2 @ h + b2 - t) ** 2).sum()
+
+
+loss(W1, b1, W2, b2).backward()
+analytic = W1.grad[0, 0].item()
+
+
+def loss_at(w00):
+    W = W1.detach().numpy().copy()
+    W[0, 0] = w00
+    return loss(minigrad.tensor(W, dtype=f64), b1, W2, b2).item()
+
+
+eps = 1e-6
+central = (loss_at(0.1 + eps) - loss_at(0.1 - eps)) / (2 * eps)
+print(f"analytic {analytic:.8f}   central difference {central:.8f}")
+
+# %% [markdown]
+# How small should $\varepsilon$ be? The truncation error of the one-sided difference
+# $(f(w+\varepsilon) - f(w))/\varepsilon$ falls like $\varepsilon$, that of the central one like
+# $\varepsilon^2$; but below some $\varepsilon$ the float64 round-off in the subtraction,
+# about $10^{-16}/\varepsilon$, takes over.
+
+# %%
+epsilons = np.logspace(-1, -13, 25)
+forward_err = [abs((loss_at(0.1 + e) - loss_at(0.1)) / e - analytic) for e in epsilons]
+central_err = [abs((loss_at(0.1 + e) - loss_at(0.1 - e)) / (2 * e) - analytic) for e in epsilons]
+
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.loglog(epsilons, forward_err, "o-", label="forward difference")
+ax.loglog(epsilons, central_err, "s-", label="central difference")
+ax.set_xlabel("epsilon")
+ax.set_ylabel("|numerical - analytic|")
+ax.invert_xaxis()
+ax.legend()
+ax.set_title("finite-difference error")
+plt.show()
+
+# %% [markdown]
+# The central difference is best near $\varepsilon \approx 10^{-5}$ (error about $10^{-11}$), the
+# forward one is 100 times worse at its best; below that, a smaller $\varepsilon$ only adds
+# round-off. This is why gradient checks run in float64, with $\varepsilon \approx 10^{-6}$ and a tolerance.
+#
+# `minigrad.autograd.gradcheck(fn, inputs)` does this for every element of every input and every
+# output, and compares whole Jacobians.
+
+# %%
+print(gradcheck(loss, (W1, b1, W2, b2)))
+
+# %% [markdown]
+# ### Catching a wrong backward rule
+# A custom op is a `Function` with a `forward` and a `backward`. Here is a sigmoid whose backward
+# forgets the factor $(1 - \sigma)$: everything runs, the loss even goes down for a while,
+# but the gradients are wrong. `gradcheck` says so, and names the worst element.
+
+# %%
+class BrokenSigmoid(Function):
+    @staticmethod
+    def forward(ctx, a):
+        y = 1 / (1 + (-a).exp())
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y                  # wrong: sigma' = y * (1 - y)
+
+
+z = minigrad.tensor([-1.0, 0.0, 2.0], dtype=f64, requires_grad=True)
+try:
+    gradcheck(BrokenSigmoid.apply, (z,))
+except GradcheckError as e:
+    print(str(e).splitlines()[0])
+
+# %% [markdown]
+# Fixing the rule to `g * y * (1 - y)` makes the check pass (exercise 1 of this chapter).
+#
+# ## 3. Gradient accumulation
+# `backward()` **adds** into `.grad`; it never overwrites. Calling it twice doubles the gradient,
+# which is why training loops call `zero_grad()` before every step.
+
+# %%
+w = minigrad.tensor([1.0, 2.0], dtype=f64, requires_grad=True)
+for call in range(3):
+    (w * w).sum().backward()
+    print(f"after backward #{call + 1}: w.grad = {w.grad.numpy()}")
+w.grad = None                         # what optimizer.zero_grad() does
+
+# %% [markdown]
+# That addition is a feature: a batch too large for memory can be split into micro-batches,
+# each backward adding its share. With a mean loss, scale each micro-batch loss by
+# `1 / n_micro` and the accumulated gradient equals the full-batch gradient.
+
+# %%
+data_x = minigrad.randn(32, 5, dtype=f64)
+data_y = minigrad.randn(32, 1, dtype=f64)
+model = minigrad.nn.Linear(5, 1).double()
+
+model.zero_grad()
+minigrad.nn.functional.mse_loss(model(data_x), data_y).backward()
+full = [p.grad.numpy().copy() for p in model.parameters()]
+
+model.zero_grad()
+n_micro = 4
+for xb, yb in zip(data_x.split(8), data_y.split(8)):
+    (minigrad.nn.functional.mse_loss(model(xb), yb) / n_micro).backward()
+accumulated = [p.grad.numpy() for p in model.parameters()]
+print("4 micro-batches of 8 give the batch-32 gradient:",
+      all(np.allclose(a, f, rtol=1e-12, atol=1e-15) for a, f in zip(accumulated, full)))
