@@ -14,7 +14,8 @@ from typing import Any
 from minigrad import creation
 from minigrad.nn import init
 from minigrad.nn.module import Module, Parameter
-from minigrad.ops.conv import IntPair, _pair, adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d
+from minigrad.ops.conv import IntPair, _pair, conv2d
+from minigrad.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from minigrad.tensor import Tensor
 
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "Conv2d", "MaxPool2d"]

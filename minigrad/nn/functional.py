@@ -5,7 +5,7 @@ Everything here is built from differentiable minigrad ops (normalisation from on
 backward is minigrad ops too), so second derivatives flow through normalisation and losses
 (chapter 02 takes a Hessian-vector product through a whole MLP).
 Cross-entropy and NLL delegate to the fused ops in ``minigrad.ops``; the convolution and pooling
-functions are re-exported from ``minigrad.ops.conv``.
+functions are re-exported from ``minigrad.ops.conv`` and ``minigrad.ops.pool``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from typing import Any, Sequence
 from minigrad import ops as _ops
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.errors import DTypeError, ShapeError
-from minigrad.ops.conv import (  # noqa: F401  (convolution and pooling live with the other ops)
-    adaptive_avg_pool2d, avg_pool2d, conv1d, conv2d, conv_transpose2d, max_pool2d,
-)
+from minigrad.ops.conv import conv1d, conv2d, conv_transpose2d  # noqa: F401  (they live with the ops)
+from minigrad.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
 from minigrad.ops.elementwise import Op
 from minigrad.tensor import Tensor, _wrap
 
