@@ -201,18 +201,12 @@ class Tensor:
     # -- dtype and device -----------------------------------------------------------------------
     def to(self, *args: Any, dtype: Any = None, device: Any = None) -> Tensor:
         """``to(dtype)``, ``to(device)``, ``to(device, dtype)`` or ``to(other_tensor)``; differentiable."""
-        for a in args:
-            if isinstance(a, Tensor):
-                dtype, device = a.dtype, a.device
-            elif isinstance(a, Device) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
-                device = a
-            else:
-                dtype = a
+        dtype, device = parse_to_args(args, dtype, device)
         out = self
-        if device is not None and Device(device) is not self.device:
-            out = _ops.to_device(out, Device(device))
-        if dtype is not None and backend.as_dtype(dtype) != out.dtype:
-            out = _ops.cast(out, backend.as_dtype(dtype))
+        if device is not None and device is not self.device:
+            out = _ops.to_device(out, device)
+        if dtype is not None and dtype != out.dtype:
+            out = _ops.cast(out, dtype)
         return out
 
     def astype(self, dtype: Any) -> Tensor:
@@ -426,6 +420,20 @@ def _as_array(data: Any, dtype: Any, dev: Device) -> Any:
         raise DTypeError(f"tensor(): unsupported dtype {data.dtype}; expected one of {sorted(backend.DTYPES)}")
     data = backend.to_device(data, dev)
     return xp.array(data, dtype=dtype, copy=True)
+
+
+def parse_to_args(args: tuple, dtype: Any, device: Any) -> tuple[Any, Device | None]:
+    """``to``'s arguments, as Tensor.to and Module.to take them: a device, a dtype, both, or a
+    tensor whose device and dtype to match. Returns (dtype or None, Device or None)."""
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype, device = a.dtype, a.device
+        elif isinstance(a, Device) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
+            device = a
+        else:
+            dtype = a
+    return (backend.as_dtype(dtype) if dtype is not None else None,
+            Device(device) if device is not None else None)
 
 
 def _shape_arg(shape: tuple) -> tuple:

@@ -19,7 +19,7 @@ from minigrad.autograd.grad_mode import no_grad
 from minigrad.backend import Device
 from minigrad.errors import DTypeError
 from minigrad.hooks import RemovableHandle, add_hook
-from minigrad.tensor import Tensor, _init
+from minigrad.tensor import Tensor, _init, parse_to_args
 
 __all__ = ["Module", "Parameter", "RemovableHandle"]
 
@@ -367,18 +367,9 @@ class Module:
     def to(self, *args: Any, dtype: Any = None, device: Any = None, non_blocking: bool = False) -> Module:
         """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(tensor)``, in place.
         A dtype applies to floating tensors only (integer buffers such as counters keep theirs)."""
-        for a in args:
-            if isinstance(a, Tensor):
-                dtype, device = a.dtype, a.device
-            elif isinstance(a, Device) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
-                device = a
-            else:
-                dtype = a
-        if dtype is not None:
-            dtype = backend.as_dtype(dtype)
-            if dtype.kind != "f":
-                raise DTypeError(f"Module.to: only floating dtypes are accepted, got {dtype}")
-        device = Device(device) if device is not None else None
+        dtype, device = parse_to_args(args, dtype, device)
+        if dtype is not None and dtype.kind != "f":
+            raise DTypeError(f"Module.to: only floating dtypes are accepted, got {dtype}")
 
         def convert(t: Tensor) -> Tensor:
             with no_grad():
