@@ -1,0 +1,214 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01.2 Dynamic graphs and static graphs
+#
+# **Question:** if the graph is recorded while Python runs, what happens to an `if` or a loop,
+# and what do we gain or lose by recording the graph once and replaying it?
+#
+# minigrad, like PyTorch, builds a **dynamic** graph (define-by-run): a new graph on every call,
+# shaped by whatever path Python took. A **static** graph (TensorFlow 1, `torch.jit.trace`,
+# `jax.jit`) is built once and then executed many times, with no Python in the loop.
+
+# %%
+from collections import Counter
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+import minigrad
+from minigrad import nn, optim
+from minigrad.autograd import topological_order
+from minigrad.graph import draw, trace
+
+minigrad.manual_seed(0)
+
+# %% [markdown]
+# ## Python control flow shapes the graph
+# A loop whose number of steps depends on the data: halve `x` until every entry is at most 1.
+
+# %%
+def halve_until_small(x):
+    while x.abs().max() > 1:
+        x = x / 2
+    return x
+
+
+for value in (3.0, 40.0):
+    x = minigrad.tensor([value], requires_grad=True)
+    y = halve_until_small(x)
+    print(f"x = {value:4}: y = {y.item()}, graph of {len(topological_order([y.grad_fn]))} nodes")
+
+# %%
+x = minigrad.tensor([3.0], requires_grad=True)
+draw(halve_until_small(x), rankdir="LR")
+
+# %%
+x = minigrad.tensor([40.0], requires_grad=True)
+draw(halve_until_small(x), rankdir="LR")
+
+# %% [markdown]
+# Two inputs, two different graphs. The comparisons `x.abs().max() > 1` are not in them: they
+# produced Python booleans for the `while`, not values that flow into `y`.
+#
+# ## An LSTM over sequences of different lengths
+# A recurrent network is a Python loop over time steps (`minigrad/nn/rnn.py`): each step applies
+# the same `LSTMCell` to the next input and the previous state. One step is this graph (orange:
+# the cell's parameters; grey: the input `x` and the previous state `h`, `c`, which need no
+# gradient here; the four `GetItem`s cut the gate pre-activations into i, f, g and o):
+
+# %%
+cell = nn.LSTMCell(input_size=2, hidden_size=3)
+h, c = cell(minigrad.randn(1, 2))
+draw(h, names=dict(cell.named_parameters()))
+
+# %% [markdown]
+# A sequence of length `T` repeats it `T` times, so the graph grows with every sequence:
+
+# %%
+lstm = nn.LSTM(input_size=2, hidden_size=3)
+for length in (2, 5):
+    output, (h_n, c_n) = lstm(minigrad.randn(length, 1, 2))  # (time, batch, features)
+    ops = Counter(node.name() for node in topological_order([output.grad_fn]))
+    print(f"T = {length}: {sum(ops.values())} nodes, {dict(sorted(ops.items()))}")
+
+# %%
+lengths = list(range(1, 13))
+sizes = [len(topological_order([lstm(minigrad.randn(t, 1, 2))[0].grad_fn])) for t in lengths]
+fig, ax = plt.subplots(figsize=(5, 2.6))
+ax.plot(lengths, sizes, "o-")
+ax.set_xlabel("sequence length T")
+ax.set_ylabel("nodes in the graph")
+ax.set_title("An LSTM's graph is rebuilt for each sequence")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The count grows by the same number of nodes per time step: the loop is *unrolled* into the
+# graph. A dynamic graph handles every length (and every batch of mixed lengths) with no extra
+# code; backpropagation through time is just `backward()` on the unrolled graph.
+#
+# ## A static graph: trace once, replay
+# `minigrad.graph.trace(fn, *example_inputs)` runs `fn` once, records every op into an IR
+# `Graph`, and returns a function that replays the graph on new inputs: no Python control flow,
+# no autograd bookkeeping, only the recorded ops in topological order.
+
+# %%
+def neuron(x, w):
+    return (x @ w).tanh()
+
+
+traced = trace(neuron, minigrad.randn(4, 3), minigrad.randn(3, 2))
+print(traced.graph)
+
+# %%
+x, w = minigrad.randn(4, 3), minigrad.randn(3, 2)
+print("replay equals eager:", np.array_equal(traced(x, w).numpy(), neuron(x, w).numpy()))
+
+# %% [markdown]
+# ## What tracing cannot capture
+# The tracer sees ops, not Python. Tracing `halve_until_small` at `x = 40` records the six
+# divisions that input needed, and the `while` disappears:
+
+# %%
+halve_traced = trace(halve_until_small, minigrad.tensor([40.0]))
+print(halve_traced.graph)
+
+# %% [markdown]
+# The comparisons were recorded (`Abs`, `Amax`, `Greater`) but nothing uses their values: the
+# decision was taken once, in Python, and frozen. A replay divides by 64 whatever the input:
+
+# %%
+for value in (50.0, 3.0):
+    x = minigrad.tensor([value])
+    print(f"x = {value}: eager {halve_until_small(x).item():.6f}   replay {halve_traced(x).item():.6f}")
+
+# %% [markdown]
+# Right for 50 (it also needs six halvings), silently wrong for 3. The same goes for every value
+# Python reads out of a tensor (`if loss.item() > 1`, `range(int(n))`). Shapes are frozen too: an
+# LSTM traced on sequences of length 5 refuses length 7.
+
+# %%
+lstm_traced = trace(lambda seq: lstm(seq)[0], minigrad.randn(5, 1, 2))
+print(f"{len(lstm_traced.graph)} nodes for T = 5")
+try:
+    lstm_traced(minigrad.randn(7, 1, 2))
+except minigrad.errors.ShapeError as err:
+    print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# A branch survives tracing when it is written as an op instead of a Python `if`: `where` computes
+# both sides and selects, so the choice is an edge of the graph.
+
+# %%
+def double_or_negate(x):
+    if x.sum() > 0:           # Python decides, once
+        return x * 2
+    return -x
+
+
+def double_or_negate_op(x):
+    return minigrad.where(x.sum() > 0, x * 2, -x)   # the graph decides, every time
+
+
+example, other = minigrad.tensor([1.0, 2.0]), minigrad.tensor([-1.0, -2.0])
+for fn in (double_or_negate, double_or_negate_op):
+    replay = trace(fn, example)
+    print(f"{fn.__name__:20s} eager {fn(other).tolist()}  replay {replay(other).tolist()}")
+
+# %% [markdown]
+# Loops with a data-dependent trip count need more than `where`: static frameworks add control
+# flow ops (`tf.while_loop`, `jax.lax.while_loop`) whose body is a graph of its own.
+#
+# ## A whole training step as one static graph
+# Because minigrad's backward is written with minigrad ops, tracing a training step records the
+# forward pass, the backward pass and the optimizer update: the updates are `copy_` nodes that
+# write into the parameters, the new gradients `set_grad` nodes. (One eager step first, so that
+# every piece of optimizer state already exists.)
+
+# %%
+model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+optimizer = optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, target):
+    optimizer.zero_grad()
+    loss = ((model(x) - target) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+x, target = minigrad.randn(16, 4), minigrad.randn(16, 1)
+train_step(x, target)
+step_traced = trace(train_step, x, target)
+print(step_traced.graph)
+
+# %% [markdown]
+# Replaying it trains the same model as running it eagerly, step for step:
+
+# %%
+start = {k: v.clone() for k, v in model.state_dict().items()}
+eager = [train_step(x, target).item() for _ in range(5)]
+model.load_state_dict(start)
+replayed = [step_traced(x, target).item() for _ in range(5)]
+print("eager losses: ", [round(v, 3) for v in eager])
+print("replay losses:", [round(v, 3) for v in replayed])
+print("identical:", eager == replayed)
+
+# %% [markdown]
+# **The trade-off.** Dynamic graphs follow Python anywhere (variable lengths, data-dependent
+# branches, debugging with `print`) but pay Python's cost at every op and see one op at a time.
+# A static graph is frozen at trace time (shapes, branches, loop counts), but it is a complete
+# program that can be inspected, optimised and run without Python: chapter 03 fuses and prunes
+# exactly these traced graphs.

@@ -1,0 +1,185 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01.4 Outputs: checkpoints you can resume from
+#
+# **Question:** what must be written to disk so that a training run can stop (a crash, a time
+# limit, a preempted machine) and continue later *exactly* as if it had never stopped?
+#
+# The graph is rebuilt at every step, so it is not what we save. What persists between steps is
+# state: the model's parameters, the optimizer's state, and the position in the data.
+
+# %%
+import json
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+import minigrad
+from minigrad import nn, optim
+from minigrad.data import DataLoader, Digits
+from minigrad.serialization import CheckpointError
+
+here, scratch = os.getcwd(), tempfile.TemporaryDirectory()
+os.chdir(scratch.name)  # checkpoints go to a scratch directory, removed at the end
+train_set = Digits(train=True)
+loss_fn = nn.CrossEntropyLoss()
+
+# %% [markdown]
+# ## A training run with every source of state in sight
+# The model starts from a seeded initialisation, Adam keeps two running averages and a step count
+# per parameter, and each epoch shuffles with a generator seeded by `(seed, epoch)`, so the epoch
+# number alone says which batches come next.
+
+# %%
+def make_model_and_optimizer(seed=0):
+    minigrad.manual_seed(seed)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    return model, optim.Adam(model.parameters(), lr=0.01)
+
+
+def run_epoch(model, optimizer, epoch, seed=0):
+    total = 0.0
+    for x, y in DataLoader(train_set, batch_size=64, shuffle=True, generator=1000 * seed + epoch):
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(y)
+    return total / len(train_set)
+
+
+EPOCHS = 4
+model, optimizer = make_model_and_optimizer()
+straight = [run_epoch(model, optimizer, epoch) for epoch in range(EPOCHS)]
+print("uninterrupted, loss per epoch:", [round(v, 3) for v in straight])
+reference = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+
+# %% [markdown]
+# What the optimizer keeps, per parameter (by index), besides its hyper-parameters:
+
+# %%
+state = optimizer.state_dict()
+for index, entry in state["state"].items():
+    print(index, {k: (tuple(v.shape) if hasattr(v, "shape") else v) for k, v in entry.items()})
+print(state["param_groups"])
+
+# %% [markdown]
+# ## Stop after two epochs, save, resume
+# A checkpoint is one `minigrad.save` of a dictionary: the last finished epoch, the model's
+# `state_dict()` and the optimizer's `state_dict()`.
+
+# %%
+model, optimizer = make_model_and_optimizer()
+first_half = [run_epoch(model, optimizer, epoch) for epoch in range(2)]
+minigrad.save({"epoch": 1, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, "run.ckpt")
+del model, optimizer  # the "crash"
+
+# %% [markdown]
+# Later, in a new process: build the same model and optimizer (the initial values do not matter,
+# we pass a different seed to prove it), load the state, continue with the next epoch.
+
+# %%
+model, optimizer = make_model_and_optimizer(seed=123)
+checkpoint = minigrad.load("run.ckpt")
+model.load_state_dict(checkpoint["model"])
+optimizer.load_state_dict(checkpoint["optimizer"])
+second_half = [run_epoch(model, optimizer, epoch) for epoch in range(checkpoint["epoch"] + 1, EPOCHS)]
+
+print("uninterrupted:", [round(v, 3) for v in straight])
+print("resumed:      ", [round(v, 3) for v in first_half + second_half])
+print("final weights bit for bit equal:",
+      all(np.array_equal(reference[k], v.numpy()) for k, v in model.state_dict().items()))
+
+# %% [markdown]
+# Not close: *equal*. Leave out one piece of state and that is lost. Resuming with the weights but
+# a fresh Adam (its averages back at zero, its step count at 0) trains a different model:
+
+# %%
+model, optimizer = make_model_and_optimizer(seed=123)
+model.load_state_dict(checkpoint["model"])
+for epoch in range(2, EPOCHS):
+    run_epoch(model, optimizer, epoch)
+gap = max(np.abs(reference[k] - v.numpy()).max() for k, v in model.state_dict().items())
+print(f"without the optimizer state, the largest weight differs by {gap:.2f}")
+
+# %% [markdown]
+# The same goes for anything else that decides what happens next: a learning-rate scheduler
+# (`scheduler.state_dict()`), and the random generator if the model uses dropout or the data
+# random augmentation.
+#
+# ## What is in the file
+# A checkpoint is a zip archive: one `.npy` file per array and a JSON description of the
+# structure, with a SHA-256 digest of every array. There is no pickle in it, so loading a file
+# from someone else cannot run their code.
+
+# %%
+with zipfile.ZipFile("run.ckpt") as archive:
+    print([(info.filename, info.file_size) for info in archive.infolist()])
+    meta = json.loads(archive.read("metadata.json"))
+print(meta["format"], "version", meta["version"])
+print(json.dumps(meta["tree"])[:200], "...")
+
+# %% [markdown]
+# ## Damaged checkpoints
+# Files get truncated by a full disk, corrupted in transfer, or mixed up. Loading checks
+# everything and raises `CheckpointError` naming the file and what is wrong, instead of
+# returning wrong numbers. (Saving writes a temporary file and renames it when complete, so a
+# crash during `save` leaves the previous checkpoint intact.)
+
+# %%
+good = open("run.ckpt", "rb").read()
+flipped = bytearray(good)
+flipped[200] ^= 0xFF                       # one damaged byte, inside the first array
+damaged = {"truncated.ckpt": good[: len(good) // 2], "flipped.ckpt": bytes(flipped),
+           "notes.ckpt": b"epoch 3, loss 0.12\n"}
+for name, data in damaged.items():
+    with open(name, "wb") as f:
+        f.write(data)
+    try:
+        minigrad.load(name)
+    except CheckpointError as err:
+        print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# An array changed on purpose (the archive rewritten, so its own checksums are valid) is caught
+# by the digests:
+
+# %%
+with zipfile.ZipFile("run.ckpt") as src, zipfile.ZipFile("edited.ckpt", "w") as dst:
+    for info in src.infolist():
+        data = src.read(info)
+        if info.filename == "arr_0.npy":
+            data = data[:-4] + b"\x00\x00\x80\x3f"   # set the last weight to 1.0
+        dst.writestr(info, data)
+try:
+    minigrad.load("edited.ckpt")
+except CheckpointError as err:
+    print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# And a sound checkpoint loaded into the wrong model fails in `load_state_dict`, listing every
+# parameter that does not fit:
+
+# %%
+wider = nn.Sequential(nn.Flatten(), nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 10))
+try:
+    wider.load_state_dict(checkpoint["model"])
+except RuntimeError as err:
+    print(err)
+
+# %%
+os.chdir(here)
+scratch.cleanup()
