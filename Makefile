@@ -45,10 +45,13 @@ graphviz:
 lab: venv graphviz
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) --notebook-dir=chapters
 
+# The first matplotlib import on a machine builds its font cache and says so on stderr, which nbval
+# would compare against the stored outputs: import it once before the notebooks run.
 chapters: venv graphviz
 	@if [ -z "$$(find chapters -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' | head -1)" ]; then \
 		echo "no notebooks in chapters/ yet"; \
 	else \
+		$(PY) -c "import matplotlib.pyplot" && \
 		$(PY) -m pytest -p no:randomly --nbval chapters --nbval-sanitize-with chapters/nbval_sanitize.cfg; \
 	fi
 

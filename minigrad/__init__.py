@@ -18,14 +18,16 @@ from minigrad.creation import (
 )
 
 from minigrad.ops import (  # the torch.* functions; each is also a Tensor method where torch has one
-    abs, add, amax, amin, argmax, argmin, bmm, broadcast_to, cat, chunk, clamp, clip, cos, cumsum, div,
-    dot, einsum, erf, exp, flatten, flip, gather, index_select, log, log_softmax, logsumexp, matmul,
+    abs, add, all, allclose, amax, amin, argmax, argmin, bmm, broadcast_to, cat, chunk, clamp, clip, cos, cumsum, div,
+    dot, einsum, equal, erf, exp, flatten, flip, gather, index_select, any, log, log_softmax, logsumexp, matmul,
     max, maximum, mean, min, minimum, mm, mul, narrow, neg, outer, permute, pow, prod, relu, reshape,
     roll, rsqrt, sigmoid, sign, sin, softmax, split, sqrt, squeeze, stack, std, sub, sum, tanh, transpose,
     unsqueeze, var, where,
 )
 from minigrad.serialization import load, save
 from minigrad import autograd, data, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
+from minigrad.amp import autocast, GradScaler  # noqa: E402
+from minigrad import profiler  # noqa: E402,F401  (minigrad.profiler.profile())
 
 half, float, double, long, int, bool = float16, float32, float64, int64, int32, bool_  # torch's aliases
 

@@ -312,6 +312,8 @@ class Tensor:
     def min(self, dim=None, keepdim=False): return _ops.min(self, dim, keepdim)
     def amax(self, dim=None, keepdim=False): return _ops.amax(self, dim, keepdim)
     def amin(self, dim=None, keepdim=False): return _ops.amin(self, dim, keepdim)
+    def all(self, dim=None, keepdim=False): return _ops.all(self, dim, keepdim)
+    def any(self, dim=None, keepdim=False): return _ops.any(self, dim, keepdim)
     def argmax(self, dim=None, keepdim=False): return _ops.argmax(self, dim, keepdim)
     def argmin(self, dim=None, keepdim=False): return _ops.argmin(self, dim, keepdim)
     def var(self, dim=None, correction=1, keepdim=False): return _ops.var(self, dim, correction, keepdim)

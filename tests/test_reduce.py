@@ -234,3 +234,22 @@ def test_bad_dim_names_the_op_and_the_shape(call, name):
 def test_max_with_several_dims_points_to_amax():
     with pytest.raises(TypeError, match="amax"):
         ops.max(t(X), (0, 1))
+
+
+@pytest.mark.parametrize("dim, keepdim", [(None, False), (0, False), (1, True), ((0, 1), False)])
+def test_all_and_any_match_numpy(dim, keepdim):
+    a = np.array([[0.0, 1.0, 2.0], [3.0, 0.0, 5.0]])
+    x = mg.tensor(a)
+    axis = dim if dim is None or isinstance(dim, int) else tuple(dim)
+    np.testing.assert_array_equal(x.all(dim, keepdim).numpy(), a.all(axis=axis, keepdims=keepdim))
+    np.testing.assert_array_equal(mg.any(x > 4, dim, keepdim).numpy(), (a > 4).any(axis=axis, keepdims=keepdim))
+    assert x.all(dim).dtype == mg.bool
+
+
+def test_equal_and_allclose():
+    a = mg.tensor([1.0, 2.0, 3.0])
+    assert mg.equal(a, a.clone()) and not mg.equal(a, a[:2])
+    assert not mg.equal(a, a + 1e-3)
+    assert mg.allclose(a, a + 1e-9) and not mg.allclose(a, a + 1e-3)
+    nan = mg.tensor([float("nan")])
+    assert not mg.allclose(nan, nan) and mg.allclose(nan, nan, equal_nan=True)

@@ -173,6 +173,9 @@ class AccumulateGrad(Function):
     def name(self) -> str:
         return "AccumulateGrad"
 
+    def __repr__(self) -> str:
+        return "<AccumulateGrad>"
+
 
 # ---------------------------------------------------------------------------------------------
 def _fresh_output(out: Any, args: tuple) -> Any:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import builtins
 from typing import NamedTuple
 
-from minigrad.errors import DTypeError, ShapeError
+from minigrad.errors import DeviceError, DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, _floating, exp, sqrt, where
 from minigrad.ops.movement import broadcast_to, reshape
 from minigrad.tensor import Tensor, _dim, _wrap
 
 __all__ = [
-    "ValuesIndices", "amax", "amin", "argmax", "argmin", "cumsum", "logsumexp", "max", "mean", "min",
-    "prod", "std", "sum", "sum_to", "var",
+    "ValuesIndices", "all", "allclose", "amax", "amin", "any", "argmax", "argmin", "cumsum", "equal",
+    "logsumexp", "max", "mean", "min", "prod", "std", "sum", "sum_to", "var",
 ]
 
 
@@ -329,6 +329,38 @@ def _arg(cls: type, x: Tensor, dim: int | None, keepdim: bool, op: str) -> Tenso
     axes = _axes(x, dim, op)
     _nonempty(x, axes, op)
     return cls.apply(x, axes[0] if axes else None, keepdim)
+
+
+class All(Op):
+    @staticmethod
+    def forward(ctx, a, dims, keepdim): return ctx.xp.all(a, axis=dims, keepdims=keepdim)
+
+
+class Any(Op):
+    @staticmethod
+    def forward(ctx, a, dims, keepdim): return ctx.xp.any(a, axis=dims, keepdims=keepdim)
+
+
+def all(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """Whether every element (along ``dim``) is nonzero, as a bool tensor."""
+    return All.apply(x, _dims(dim, x.ndim, "all"), keepdim)
+
+
+def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """Whether some element (along ``dim``) is nonzero, as a bool tensor."""
+    return Any.apply(x, _dims(dim, x.ndim, "any"), keepdim)
+
+
+def equal(a: Tensor, b: Tensor) -> bool:
+    """True when both have the same shape and the same elements (``torch.equal``)."""
+    return a.shape == b.shape and bool(all(a == b))
+
+
+def allclose(a: Tensor, b: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+    """``|a - b| <= atol + rtol * |b|`` everywhere (``torch.allclose``)."""
+    if a.device is not b.device:
+        raise DeviceError(f"allclose: tensors on different devices, {a.device} and {b.device}")
+    return bool(a.device.xp.allclose(a.data, b.data, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def argmax(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
