@@ -13,6 +13,7 @@ import string
 from typing import Any
 
 from minigrad import backend
+from minigrad.autograd import function
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, cast
 from minigrad.ops.movement import broadcast_to, reshape
@@ -53,7 +54,8 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
             + (f" and bias {tuple(b.shape)}" if b is not None else "")
             + " (expected input (..., in), weight (out, in), bias (out,))"
         )
-    if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):  # mixed: let matmul promote
+    # mixed dtypes: let matmul promote, unless autocast is about to cast all three to one dtype
+    if function.autocast is None and (w.dtype != x.dtype or (b is not None and b.dtype != x.dtype)):
         out = matmul(x, w.mT)
         return out if b is None else out + b
     return Linear.apply(x, w, b)

@@ -174,7 +174,7 @@ def sum_to(x: Tensor, shape: tuple) -> Tensor:
     if x.shape == shape:
         return x
     lead = x.ndim - len(shape)
-    if lead < 0 or any(n != 1 and n != m for n, m in zip(shape, x.shape[lead:])):
+    if lead < 0 or builtins.any(n != 1 and n != m for n, m in zip(shape, x.shape[lead:])):
         raise ShapeError(f"sum_to: cannot sum a tensor of shape {tuple(x.shape)} to shape {shape}")
     return SumTo.apply(x, shape)
 
