@@ -377,3 +377,12 @@ def test_clip_grad_value_and_vector_round_trip():
     np.testing.assert_array_equal(m.bias.data, [6, 7])
     with pytest.raises(ValueError, match="8"):
         nn.utils.vector_to_parameters(mg.ones(5), m.parameters())
+
+
+def test_replacing_a_child_or_parameter_keeps_its_place():
+    seq = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    seq[0] = nn.Linear(2, 3)
+    assert list(seq._modules) == ["0", "1", "2"]
+    lin = nn.Linear(2, 2)
+    lin.weight = nn.Parameter(mg.zeros(2, 2))
+    assert [name for name, _ in lin.named_parameters()] == ["weight", "bias"]

@@ -103,8 +103,11 @@ class Module:
         if isinstance(value, Parameter):
             if params is None:
                 raise AttributeError("cannot assign parameters before Module.__init__() call")
-            self._forget(name)
-            self.register_parameter(name, value)
+            if name in params:  # a replaced parameter keeps its place in parameters() and state_dict
+                params[name] = value
+            else:
+                self._forget(name)
+                self.register_parameter(name, value)
         elif params is not None and name in params:
             if value is not None:
                 raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' "
@@ -113,7 +116,8 @@ class Module:
         elif isinstance(value, Module):
             if params is None:
                 raise AttributeError("cannot assign module before Module.__init__() call")
-            self._forget(name)
+            if name not in self._modules:  # a new child goes last; a replaced one keeps its place
+                self._forget(name)
             self._modules[name] = value
         elif d.get("_modules") is not None and name in self._modules:
             if value is not None:

@@ -1,0 +1,206 @@
+"""Process groups: which process am I (rank), how many are we (world size), and how we talk.
+
+``mpiexec -n N python train.py`` starts N copies of one script; ``init_process_group("mpi")``
+joins them into a group in which each learns its rank. A *backend* moves contiguous arrays between
+the processes: MPI through mpi4py for host memory here, NCCL through cupy for GPU memory (the GPU
+issue adds it behind the same ``Backend`` interface). Collectives on tensors, DDP and pipelines
+are written against that interface only. Chapter 04 starts here.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import importlib
+import importlib.util
+import sys
+import traceback
+from typing import Any, Callable
+
+__all__ = [
+    "Backend", "ProcessGroup", "ReduceOp", "Work", "barrier", "destroy_process_group", "get_backend",
+    "get_rank", "get_world_size", "init_process_group", "is_available", "is_initialized",
+]
+
+
+class ReduceOp(enum.Enum):
+    """How a collective combines the ranks' values, element by element."""
+
+    SUM = "sum"
+    AVG = "avg"
+    PRODUCT = "product"
+    MAX = "max"
+    MIN = "min"
+
+
+def _nothing() -> None:
+    return None
+
+
+class Work:
+    """A started operation. ``wait()`` blocks until its data is in place; ``is_completed()`` asks
+    without blocking. Follow-up steps added with ``then`` (copying a result back, dividing for an
+    average, bumping a version counter) run once, as the operation completes."""
+
+    def __init__(self, wait: Callable[[], None] = _nothing, test: Callable[[], bool] = lambda: True) -> None:
+        self._wait, self._test, self._then, self._done = wait, test, [], False
+
+    def then(self, fn: Callable[[], None]) -> Work:
+        if self._done:
+            fn()
+        else:
+            self._then.append(fn)
+        return self
+
+    def wait(self) -> bool:
+        if not self._done:
+            self._wait()
+            self._complete()
+        return True
+
+    def is_completed(self) -> bool:
+        if not self._done and self._test():
+            self._complete()
+        return self._done
+
+    def _complete(self) -> None:
+        self._done = True
+        for fn in self._then:
+            fn()
+
+
+class Backend(abc.ABC):
+    """A transport between the ranks of a job. Every operation takes contiguous arrays of the
+    backend's device, works in place, and returns a ``Work``: finished when it returns unless
+    ``async_op``, in which case the arrays must stay untouched until ``wait()``."""
+
+    name: str
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+
+    @abc.abstractmethod
+    def all_reduce(self, array: Any, op: ReduceOp, async_op: bool) -> Work:
+        """Every rank's ``array`` becomes the element-wise ``op`` of all ranks' arrays."""
+
+    @abc.abstractmethod
+    def broadcast(self, array: Any, src: int, async_op: bool) -> Work:
+        """Every rank's ``array`` becomes rank ``src``'s."""
+
+    @abc.abstractmethod
+    def all_gather(self, output: Any, array: Any, async_op: bool) -> Work:
+        """``output`` (world_size times ``array``'s size) receives every rank's array, in rank order."""
+
+    @abc.abstractmethod
+    def reduce_scatter(self, output: Any, array: Any, op: ReduceOp, async_op: bool) -> Work:
+        """``array`` is world_size blocks of ``output``'s size; rank r gets the reduction of block r."""
+
+    @abc.abstractmethod
+    def send(self, array: Any, dst: int, tag: int, async_op: bool) -> Work:
+        """Send ``array`` to rank ``dst``."""
+
+    @abc.abstractmethod
+    def recv(self, array: Any, src: int | None, tag: int, async_op: bool) -> Work:
+        """Receive into ``array`` from rank ``src`` (any rank when None); the finished Work's
+        ``source`` is the sender's rank."""
+
+    @abc.abstractmethod
+    def barrier(self) -> None:
+        """Return once every rank has called ``barrier``."""
+
+    @abc.abstractmethod
+    def abort(self, code: int) -> None:
+        """End every process of the job now, with exit status ``code``."""
+
+
+# Backends by name, imported when first used so that minigrad itself needs neither mpi4py nor cupy.
+BACKENDS = {"mpi": "minigrad.distributed.mpi_backend:MPIBackend"}
+
+
+class ProcessGroup:
+    """The ranks that take part in collectives, and the backend that carries their data."""
+
+    def __init__(self, backend: Backend, check_shapes: bool) -> None:
+        self.backend, self.check_shapes = backend, check_shapes
+
+    def rank(self) -> int:
+        return self.backend.rank
+
+    def size(self) -> int:
+        return self.backend.world_size
+
+
+_default: ProcessGroup | None = None
+_saved_excepthook: Any = None
+
+
+def is_available() -> bool:
+    """Whether a backend can be started here (mpi4py is installed)."""
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def init_process_group(backend: str = "mpi", *, check_shapes: bool = True) -> None:
+    """Join the job this process was started in (``mpiexec -n N python script.py``).
+
+    ``check_shapes``: before each collective, the ranks compare their tensors' shapes and dtypes
+    (one small all-gather) and raise a ``ShapeError`` naming them when they differ, instead of
+    computing garbage or waiting forever. Switch it off to save that round trip on tiny messages.
+    From here on, an exception that nobody catches ends the whole job (every rank) with status 1.
+    """
+    global _default, _saved_excepthook
+    if _default is not None:
+        raise RuntimeError("init_process_group: the default process group is already initialized")
+    if backend not in BACKENDS:
+        raise ValueError(f"init_process_group: unknown backend {backend!r}; expected one of {sorted(BACKENDS)}")
+    module, cls = BACKENDS[backend].split(":")
+    _default = ProcessGroup(getattr(importlib.import_module(module), cls)(), check_shapes)
+    _saved_excepthook, sys.excepthook = sys.excepthook, _abort_on_exception
+
+
+def _abort_on_exception(kind: type, value: BaseException, tb: Any) -> None:
+    # A rank that dies alone would leave the others blocked in their next collective: print this
+    # rank's error, then take the whole job down so that mpiexec exits non-zero at once.
+    rank = _default.rank() if _default is not None else "?"
+    sys.stderr.write(f"[rank {rank}] uncaught exception, aborting the job:\n")
+    traceback.print_exception(kind, value, tb)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    if _default is not None:
+        _default.backend.abort(1)
+
+
+def destroy_process_group() -> None:
+    """Leave the group (the transport itself shuts down when the process exits)."""
+    global _default
+    group()
+    _default = None
+    sys.excepthook = _saved_excepthook
+
+
+def is_initialized() -> bool:
+    return _default is not None
+
+
+def group() -> ProcessGroup:
+    """The default process group; raises if ``init_process_group`` has not been called."""
+    if _default is None:
+        raise RuntimeError("the default process group has not been initialized; call "
+                           "minigrad.distributed.init_process_group() first (and start the script "
+                           "with mpiexec -n N python script.py)")
+    return _default
+
+
+def get_rank() -> int:
+    return group().rank()
+
+
+def get_world_size() -> int:
+    return group().size()
+
+
+def get_backend() -> str:
+    return group().backend.name
+
+
+def barrier() -> None:
+    group().backend.barrier()
