@@ -11,13 +11,14 @@ BENCH_ENV := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 # JupyterLab refuses to start as root unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv graphviz lab chapters test torch bench clean
+.PHONY: help venv graphviz lab chapters test torch mpi bench clean
 
 help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
 	@echo "make chapters  run every chapter notebook headless and compare its outputs (nbval)"
 	@echo "make test      run the test suite and the chapter notebooks (PyTorch cross-checks skip unless 'make torch')"
 	@echo "make torch     install PyTorch 2.13.0 (CPU) into .venv for cross-checks and benchmarks"
+	@echo "make mpi       install mpi4py and MPICH (PyPI wheels) so the distributed tests run"
 	@echo "make bench     run every benchmark in benchmarks/"
 	@echo "make venv      create .venv and install minigrad with its dev extra"
 	@echo "make graphviz  install graphviz's 'dot' (needed to draw graphs) if it is missing"
@@ -61,6 +62,9 @@ test: venv graphviz
 
 torch: venv
 	$(PY) -m pip install --quiet --progress-bar off torch==2.13.0
+
+mpi: venv
+	$(PY) -m pip install --quiet --progress-bar off -e '.[mpi]'
 
 bench: venv
 	@status=0; for script in benchmarks/bench_*.py; do \
