@@ -26,8 +26,10 @@ from minigrad.ops import (  # the torch.* functions; each is also a Tensor metho
 )
 from minigrad.serialization import load, save
 from minigrad import autograd, data, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
+from minigrad import memory  # noqa: E402,F401  (minigrad.memory.checkpoint, .track)
 from minigrad.amp import autocast, GradScaler  # noqa: E402
 from minigrad import profiler  # noqa: E402,F401  (minigrad.profiler.profile())
+from minigrad import distributed  # noqa: E402,F401  (MPI is imported only by init_process_group)
 
 half, float, double, long, int, bool = float16, float32, float64, int64, int32, bool_  # torch's aliases
 

@@ -58,3 +58,12 @@ def test_user_function_gradient_is_copied():
     Identity.apply(x).sum().backward()
     x.grad.zero_()
     np.testing.assert_array_equal(x.detach().numpy(), [5.0, 6.0])
+
+
+def test_grad_wrt_a_non_leaf_does_not_run_or_free_its_producer():
+    x = mg.randn(3, requires_grad=True)
+    h = x.exp()
+    (g,) = mg.grad((h * 3).sum(), [h])
+    np.testing.assert_array_equal(g.numpy(), [3.0, 3.0, 3.0])
+    h.sum().backward()  # h's graph is intact: Exp's saved output was not freed
+    np.testing.assert_allclose(x.grad.numpy(), x.detach().exp().numpy(), rtol=1e-6)

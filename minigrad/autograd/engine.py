@@ -172,6 +172,8 @@ def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dic
                 if accumulate and grads[0] is not None and (targets is None or (node, 0) in targets):
                     _accumulate(node.variable, grads[0], create_graph, shared)
                 continue
+            if targets is not None and not any(e is not None and e[0] in needed for e in node.next_functions):
+                continue  # a wanted node with nothing wanted below it: capture only, keep its saved tensors
             _call_backward(node, grads, buffers, retain_graph, shared)
 
 

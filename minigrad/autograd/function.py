@@ -34,6 +34,7 @@ from minigrad.autograd import grad_mode
 from minigrad.backend import cpu
 from minigrad.errors import AutogradError, DeviceError, ShapeError
 from minigrad.hooks import RemovableHandle, add_hook
+from minigrad import tensor as tensor_module
 from minigrad.tensor import Tensor, _wrap
 
 _FREED = object()  # marks saved tensors released by a backward pass without retain_graph
@@ -257,6 +258,8 @@ def _pack(s: Any, args: tuple, arrays: list, outputs: tuple) -> Any:
             return (1, (o.data, i, weakref.ref(o)), o._version)
     if isinstance(s, Tensor):
         return (0, s, s._version)
+    if tensor_module.memory_hook is not None:  # a constant kept for backward (a mask, im2col columns) is memory too
+        tensor_module.memory_hook(s)
     return (2, s, 0)
 
 

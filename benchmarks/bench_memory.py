@@ -1,0 +1,107 @@
+"""Gradient checkpointing, measured: activation memory against recomputation time.
+
+Two models, each a list of n identical blocks run by ``checkpoint_sequential`` with segments in
+{none, 2, 4, sqrt(n), n}; a step is forward, a mean-square loss and backward.
+(a) MLP: 32 blocks of Linear(1024, 1024) + ReLU, batch 256.
+(b) CNN: 25 blocks of Conv2d(16, 16, 3, padding=1) + BatchNorm2d + ReLU on 32x32 images, batch 8.
+
+Memory comes from the tracker (``minigrad.memory.track``): "activations" is its activation peak,
+the most bytes held at once by tensors the forward computation made (including the ones
+checkpointing recomputes during backward, not the gradients); "step peak" is the whole step's
+peak above what was alive before it (weights, data), gradients included; arrays an op keeps for
+backward (ReLU's bool mask, the convolution's im2col columns) count too. Target: with sqrt(n) segments, activations at most 25% of no checkpointing's
+for at most 1.35x its step time.
+
+``make bench``, or ``python benchmarks/bench_memory.py [--repeats R] [--steps N] [--width W]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import os
+
+from common import blas_info, interleaved  # first: sets BLAS threads before numpy
+
+import minigrad
+from minigrad import memory, nn
+
+MEMORY_TARGET, TIME_TARGET = 0.25, 1.35
+
+
+def mlp(blocks: int, width: int) -> nn.Sequential:
+    return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(blocks)])
+
+
+def cnn(blocks: int, channels: int) -> nn.Sequential:
+    return nn.Sequential(*[nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels),
+                                         nn.ReLU()) for _ in range(blocks)])
+
+
+def segment_counts(n: int) -> dict[str, int | None]:
+    root = round(math.sqrt(n))
+    return {"none": None, "2": 2, "4": 4, f"{root} (sqrt n)": root, f"{n} (n)": n}
+
+
+def make_step(model: nn.Sequential, x: minigrad.Tensor, segments: int | None):
+    def step() -> None:
+        model.zero_grad()  # gradients set to None: the step allocates them
+        y = model(x) if segments is None else memory.checkpoint_sequential(model, segments, x)
+        (y * y).mean().backward()
+
+    return step
+
+
+def measure(model: nn.Module, step) -> tuple[int, int]:
+    model.zero_grad()  # the last step's gradients go before the tracker starts, not inside
+    gc.collect()
+    with memory.track() as mem:
+        step()
+    return mem.activation_peak, mem.peak - mem.start
+
+
+def case(title: str, model: nn.Sequential, x: minigrad.Tensor, repeats: int, steps: int) -> list[str]:
+    counts = segment_counts(len(model))
+    runs = {name: make_step(model, x, s) for name, s in counts.items()}
+    for run in runs.values():  # warm-up
+        run()
+    ms = interleaved(runs, repeats, steps)
+    mem = {name: measure(model, run) for name, run in runs.items()}
+    base_act, base_peak = mem["none"]
+    lines = [title, f"{'segments':14}{'activations':>22}{'step peak':>22}{'ms per step':>22}"]
+    for name in runs:
+        act, peak = mem[name]
+        lines.append(f"{name:14}{act / 1e6:12.1f} MB {act / base_act:5.2f}x{peak / 1e6:12.1f} MB "
+                     f"{peak / base_peak:5.2f}x{ms[name]:14.0f} {ms[name] / ms['none']:5.2f}x")
+    root = next(name for name in runs if "sqrt" in name)
+    act_ratio, time_ratio = mem[root][0] / base_act, ms[root] / ms["none"]
+    met = act_ratio <= MEMORY_TARGET and time_ratio <= TIME_TARGET
+    lines.append(f"target, sqrt(n) segments: activations <= {MEMORY_TARGET:.0%} for <= {TIME_TARGET}x the time: "
+                 f"{act_ratio:.0%} for {time_ratio:.2f}x ({'met' if met else 'not met'})")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats (median taken)")
+    parser.add_argument("--steps", type=int, default=2, help="steps per repeat")
+    parser.add_argument("--width", type=int, default=1024, help="MLP width (batch 256)")
+    args = parser.parse_args()
+    minigrad.manual_seed(0)
+    mlp_x = minigrad.randn(256, args.width)
+    cnn_x = minigrad.randn(8, 16, 32, 32)
+    print("bench_memory: gradient checkpointing (checkpoint_sequential), forward + backward")
+    print(f"median of {args.repeats} interleaved repeats x {args.steps} steps; {blas_info()}; "
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    for line in case(f"(a) MLP: 32 x (Linear({args.width}, {args.width}) + ReLU), batch 256",
+                     mlp(32, args.width), mlp_x, args.repeats, args.steps):
+        print(line)
+    print()
+    for line in case("(b) CNN: 25 x (Conv2d(16, 16, 3, padding=1) + BatchNorm2d + ReLU), 32x32, batch 8",
+                     cnn(25, 16), cnn_x, args.repeats, args.steps):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""Memory tracking: how many bytes of tensor data are alive, now and at the worst moment (chapter 03).
+
+Every new Tensor hands its array to ``minigrad.tensor.memory_hook``. While a tracker is active the
+hook counts the array's buffer once (a view's bytes belong to the array that owns the memory, and
+several Tensors may wrap one array) and a weak reference takes the bytes off again when the buffer
+is freed. ``track()`` reads the running total and its high-water mark, the figure that activation
+checkpointing lowers; ``summary()`` lists what is alive right now, largest first, with the op that
+made each tensor. Arrays an op keeps for backward without wrapping them in a Tensor (ReLU's bool
+mask, the convolution's im2col columns) pass the hook too, when the node saves them.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import weakref
+from contextlib import contextmanager
+from typing import Any, Iterator, NamedTuple
+
+from minigrad import backend
+from minigrad.autograd import engine as _engine
+from minigrad.autograd.function import Function
+from minigrad.backend import Device
+from minigrad.errors import DeviceError
+from minigrad.nn.module import Parameter
+from minigrad.tensor import Tensor
+
+_tensor = importlib.import_module("minigrad.tensor")  # the module: minigrad.tensor is also a function
+
+__all__ = ["LiveTensor", "MemoryTracker", "recomputation", "snapshot", "summary", "track"]
+
+
+class MemoryTracker:
+    """Bytes of tensor data on a device while a ``with track():`` block runs.
+
+    ``start``: bytes alive on entry; ``current``: alive now; ``peak``: the most alive at once since
+    entry or the last ``reset_peak()``. ``activations``: bytes alive now of tensors that forward
+    computation made inside the block (including the ones checkpointing recomputes during
+    backward, not the gradients that backward rules make); ``activation_peak``: their most at once.
+    After the block, the figures stay as they were at its end.
+    """
+
+    def __init__(self, device: str | Device = "cpu") -> None:
+        self.device = Device(device)
+        if self.device.type not in _COUNTERS:
+            raise DeviceError(f"memory tracking on {self.device} is not supported (devices: {sorted(_COUNTERS)})")
+        self.start = self.peak = self.activation_peak = self.activations = 0
+        self._current = 0
+        self._counter: _HostCounter | None = None
+
+    @property
+    def current(self) -> int:
+        return self._counter.current if self._counter is not None else self._current
+
+    def reset_peak(self) -> None:
+        """Start measuring peaks again from what is alive now."""
+        self.peak, self.activation_peak = self.current, self.activations
+
+    def __enter__(self) -> MemoryTracker:
+        self._counter = _COUNTERS[self.device.type]
+        self._counter.add(self)
+        self.start = self.peak = self.current
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._current = self._counter.current
+        self._counter.remove(self)
+        self._counter = None
+
+    def __repr__(self) -> str:
+        return (f"MemoryTracker({self.device}: current {_fmt(self.current)}, peak {_fmt(self.peak)}, "
+                f"activation peak {_fmt(self.activation_peak)})")
+
+
+def track(device: str | Device = "cpu") -> MemoryTracker:
+    """``with minigrad.memory.track() as mem: ...`` then read ``mem.peak`` (bytes)."""
+    return MemoryTracker(device)
+
+
+_forward_depth = 0  # the engine's backward_depth at which ops compute activations (see recomputation)
+
+
+@contextmanager
+def recomputation() -> Iterator[None]:
+    """Count tensors made in this block as activations although backward is running: checkpointing
+    recomputes a segment's forward pass inside the backward pass."""
+    global _forward_depth
+    previous, _forward_depth = _forward_depth, _engine.backward_depth
+    try:
+        yield
+    finally:
+        _forward_depth = previous
+
+
+class _HostCounter:
+    """Counts the numpy buffers behind live tensors: how the cpu device knows its memory.
+
+    Buffers already alive when counting starts are found by asking the garbage collector for every
+    Tensor and graph node. A buffer made while trackers are active also remembers the trackers that
+    counted it as an activation, so each tracker's ``activations`` covers its own block only.
+    """
+
+    def __init__(self) -> None:
+        self.array_type = backend.numpy.ndarray
+        self.live: dict[int, tuple[int, tuple, weakref.ref]] = {}  # id(buffer) -> (bytes, trackers, ref)
+        self.current = 0
+        self.trackers: list[MemoryTracker] = []
+
+    def add(self, tracker: MemoryTracker) -> None:
+        if not self.trackers:
+            _tensor.memory_hook = self.count
+            for array, _ in _live_arrays():
+                self.count(array, activation=False)
+        self.trackers.append(tracker)
+
+    def remove(self, tracker: MemoryTracker) -> None:
+        self.trackers.remove(tracker)
+        if not self.trackers:  # nothing is watching: stop counting and drop the weak references
+            _tensor.memory_hook = None
+            self.live.clear()
+            self.current = 0
+
+    def count(self, array: Any, activation: bool | None = None) -> None:
+        """The memory hook: count ``array``'s buffer unless it is already counted."""
+        if not isinstance(array, self.array_type):
+            return  # a numpy scalar (a few bytes) or an array of another device
+        while isinstance(array.base, self.array_type):
+            array = array.base
+        key = id(array)
+        if key in self.live:
+            return
+        if activation is None:
+            activation = _engine.backward_depth == _forward_depth
+        nbytes = array.nbytes
+        trackers = tuple(self.trackers) if activation else ()
+        self.live[key] = (nbytes, trackers, weakref.ref(array, lambda _, key=key: self.release(key)))
+        self.current += nbytes
+        for t in self.trackers:
+            if self.current > t.peak:
+                t.peak = self.current
+        for t in trackers:
+            t.activations += nbytes
+            if t.activations > t.activation_peak:
+                t.activation_peak = t.activations
+
+    def release(self, key: int) -> None:
+        """Called when a counted buffer is freed."""
+        nbytes, trackers, _ = self.live.pop(key, (0, (), None))
+        self.current -= nbytes
+        for t in trackers:
+            t.activations -= nbytes
+
+
+# One counter per kind of device. CUDA joins this table with a counter over the CuPy memory pool.
+_COUNTERS: dict[str, _HostCounter] = {"cpu": _HostCounter()}
+
+
+# ---------------------------------------------------------------------------------------------
+class LiveTensor(NamedTuple):
+    """One live buffer: its size in bytes, shape and dtype, and what made it."""
+
+    nbytes: int
+    shape: tuple
+    dtype: Any
+    op: str
+
+
+def _live_arrays() -> Iterator[tuple[Any, tuple[int, str]]]:
+    """Every array that a live Tensor wraps or a graph node keeps for backward, with a label:
+    (rank, text), where a lower rank is the better description of what made it."""
+    for obj in gc.get_objects():
+        if issubclass(type(obj), Tensor):  # type(): isinstance would read __class__, which some objects warn about
+            if obj.grad_fn is not None:
+                yield obj.data, (0, obj.grad_fn.name())
+            else:
+                yield obj.data, (3, "Parameter") if isinstance(obj, Parameter) else (4, "leaf")
+            if obj.grad is not None:
+                yield obj.grad.data, (2, "grad")
+        elif issubclass(type(obj), Function) and type(obj._saved) is tuple:
+            # saved entries are (kind, value, version): 1 = this node's output, 2 = a constant such
+            # as a mask (see minigrad.autograd.function._pack)
+            for entry in obj._saved:
+                if type(entry) is tuple and len(entry) == 3 and entry[0] == 1:
+                    yield entry[1][0], (0, obj.name())
+                elif type(entry) is tuple and len(entry) == 3 and entry[0] == 2:
+                    yield entry[1], (1, f"{obj.name()} (saved)")
+
+
+def snapshot(device: str | Device = "cpu") -> list[LiveTensor]:
+    """The tensor buffers alive on ``device`` now, largest first, each counted once."""
+    dev = Device(device)
+    found: dict[int, tuple[Any, tuple[int, str]]] = {}
+    for array, label in _live_arrays():
+        if not hasattr(array, "nbytes") or backend.device_of(array) is not dev:
+            continue
+        while getattr(array, "base", None) is not None and type(array.base) is type(array):
+            array = array.base
+        known = found.get(id(array))
+        if known is None or label < known[1]:
+            found[id(array)] = (array, label)
+    live = [LiveTensor(a.nbytes, tuple(a.shape), a.dtype, label[1]) for a, label in found.values()]
+    return sorted(live, key=lambda t: -t.nbytes)
+
+
+def summary(device: str | Device = "cpu", top: int = 20) -> None:
+    """Print the live tensors on ``device`` by size, and the bytes per creating op."""
+    live = snapshot(device)
+    total = sum(t.nbytes for t in live)
+    lines = [f"live tensor memory on {Device(device)}: {_fmt(total)} in {len(live)} buffer(s)",
+             f"{'bytes':>11}  {'shape':<22}{'dtype':<10}made by"]
+    for t in live[:top]:
+        lines.append(f"{_fmt(t.nbytes):>11}  {str(t.shape):<22}{str(t.dtype):<10}{t.op}")
+    if len(live) > top:
+        lines.append(f"{_fmt(sum(t.nbytes for t in live[top:])):>11}  ({len(live) - top} smaller buffers)")
+    by_op: dict[str, int] = {}
+    for t in live:
+        by_op[t.op] = by_op.get(t.op, 0) + t.nbytes
+    lines.append("by op: " + ", ".join(f"{op} {_fmt(n)}" for op, n in sorted(by_op.items(), key=lambda kv: -kv[1])))
+    print("\n".join(lines))
+
+
+def _fmt(nbytes: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:.2f} {unit}"
+    return f"{nbytes} B"
