@@ -67,3 +67,12 @@ def test_grad_wrt_a_non_leaf_does_not_run_or_free_its_producer():
     np.testing.assert_array_equal(g.numpy(), [3.0, 3.0, 3.0])
     h.sum().backward()  # h's graph is intact: Exp's saved output was not freed
     np.testing.assert_allclose(x.grad.numpy(), x.detach().exp().numpy(), rtol=1e-6)
+
+
+def test_full_reductions_hold_arrays_so_in_place_ops_work():
+    s = mg.ones(3).sum()
+    assert isinstance(s.data, np.ndarray) and s.shape == ()
+    s.add_(1)
+    assert s.item() == 4.0
+    s.zero_()
+    assert s.item() == 0.0

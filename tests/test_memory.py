@@ -30,6 +30,7 @@ def test_keeping_one_activation_shows_4_mb_more():
             loss.backward()
         figures.append((held, mem.peak - mem.start))
         x.grad = None
+        del loss  # its graph must not outlive the step it belongs to
     (held_exp, peak_exp), (held_mul, peak_mul) = figures
     assert held_exp - held_mul == MB4
     assert peak_exp - peak_mul == MB4

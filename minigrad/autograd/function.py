@@ -138,20 +138,21 @@ class Function:
             except ValueError as e:
                 shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
                 raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
+            ndarray = device.xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
             if type(out) is tuple:
-                outputs = tuple([_wrap(o, device) for o in out])
+                outputs = tuple([_wrap(o if type(o) is ndarray else device.xp.asarray(o), device) for o in out])
             else:
-                outputs = _wrap(out, device)
+                outputs = _wrap(out if type(out) is ndarray else device.xp.asarray(out), device)
         else:
             with grad_mode.no_grad():
-                outputs = cls.forward(ctx, *args, **kwargs)
+                outputs = out = cls.forward(ctx, *args, **kwargs)
             if type(outputs) is tuple:
                 outputs = tuple([_fresh_output(o, args) for o in outputs])
             else:
                 outputs = _fresh_output(outputs, args)
 
         if record:
-            _attach(ctx, args, arrays, outputs)
+            _attach(ctx, args, arrays, outputs, out)
         if anomaly_enabled:
             from minigrad.autograd.anomaly import check_forward
 
@@ -222,8 +223,9 @@ def _connect(ctx: Function, args: tuple) -> None:
     ctx._input_meta = tuple(meta)
 
 
-def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any) -> None:
-    """Make the node the grad_fn of its (floating) outputs, and turn saved arrays into saved tensors."""
+def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any) -> None:
+    """Make the node the grad_fn of its (floating) outputs, and turn saved arrays into saved tensors
+    (``raw`` is what forward returned, which it may have saved before it became ``outputs``)."""
     non_diff = ctx._non_differentiable
     if type(outputs) is tuple:
         ctx._n_outputs = len(outputs)
@@ -231,30 +233,30 @@ def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any) -> None:
         for i, o in enumerate(outputs):
             if isinstance(o, Tensor) and o.data.dtype.kind == "f" and not any(o is n for n in non_diff):
                 o.requires_grad, o.grad_fn, o._output_nr = True, ctx, i
-        out_list = outputs
+        out_list, raw_list = outputs, raw
     else:
         ctx._n_outputs = 1
         if outputs.data.dtype.kind == "f" and not non_diff:
             outputs.requires_grad = True
             outputs.grad_fn = ctx
-        out_list = (outputs,)
+        out_list, raw_list = (outputs,), (raw,)
     saved = ctx._saved
     if saved:
-        ctx._saved = tuple([_pack(x, args, arrays, out_list) for x in saved])
+        ctx._saved = tuple([_pack(x, args, arrays, out_list, raw_list) for x in saved])
 
 
 # A saved entry is (kind, value, version): kind 0 = a tensor kept as is, 1 = an output of this
 # node (kept as its data plus a weak reference, so the node does not keep its output alive), 2 = a
 # constant array (no gradient flows through it), 3 = a plain Python value.
-def _pack(s: Any, args: tuple, arrays: list, outputs: tuple) -> Any:
+def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any:
     if s is None or not hasattr(s, "shape"):
         return (3, s, 0)
     for a, arr in zip(args, arrays):
         if s is arr or s is a:
             if isinstance(a, Tensor):
                 return (0, a, a._version)
-    for i, o in enumerate(outputs):
-        if s is o or s is o.data:
+    for i, (o, r) in enumerate(zip(outputs, raws)):
+        if s is o or s is o.data or s is r:
             return (1, (o.data, i, weakref.ref(o)), o._version)
     if isinstance(s, Tensor):
         return (0, s, s._version)
