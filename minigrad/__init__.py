@@ -30,6 +30,7 @@ from minigrad import memory  # noqa: E402,F401  (minigrad.memory.checkpoint, .tr
 from minigrad.amp import autocast, GradScaler  # noqa: E402
 from minigrad import profiler  # noqa: E402,F401  (minigrad.profiler.profile())
 from minigrad import distributed  # noqa: E402,F401  (MPI is imported only by init_process_group)
+from minigrad.graph.compile import compile  # noqa: E402  (minigrad.compile, chapter 03)
 
 half, float, double, long, int, bool = float16, float32, float64, int64, int32, bool_  # torch's aliases
 

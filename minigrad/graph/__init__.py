@@ -7,10 +7,14 @@ is imported on first use, so tracing works without the graphviz package installe
 
 from typing import Any
 
+from minigrad.graph.executor import Executor
 from minigrad.graph.ir import Graph, GraphError, Node, op_kind
 from minigrad.graph.trace import TracedFunction, TraceError, TraceWarning, trace
+from minigrad.graph.compile import CompiledFunction, CompileWarning, compile  # noqa: E402  (needs trace)
 
 __all__ = ["Graph", "GraphError", "Node", "TraceError", "TraceWarning", "TracedFunction", "draw", "op_kind", "trace"]
+__all__ += ["Executor"]
+__all__ += ["CompiledFunction", "CompileWarning", "compile"]
 
 
 def __getattr__(name: str) -> Any:

@@ -38,17 +38,18 @@ _KINDS = {
                    "SigmoidBackward Relu LeakyRelu Softplus Clamp Maximum Minimum Where Cast Clone Gelu Erf "
                    "Equal NotEqual Less LessEqual Greater GreaterEqual LogicalAnd LogicalOr LogicalNot",
     "reduction": "Sum SumTo Mean Prod Cumsum Amax Amin MaxDim MinDim Argmax Argmin Var Logsumexp Softmax "
-                 "LogSoftmax NllLoss Standardize MaxPool2d WindowSum",
-    "matmul": "Matmul Einsum Conv2d ConvTranspose2d Conv2dWeight",
+                 "LogSoftmax Standardize MaxPool2d WindowSum",
+    "matmul": "Matmul Linear Einsum Conv2d ConvTranspose2d Conv2dWeight",
     "movement": "Reshape BroadcastTo Permute Cat Flip Repeat Pad GetItem ScatterIndex IndexPut Contiguous "
-                "ToDevice WindowGather WindowScatter WindowSpread getitem saved",
+                "ToDevice WindowGather WindowScatter WindowSpread Pick Place getitem saved",
     "effect": "copy_ set_grad",
+    "fused": "fused",  # a group of ops merged into one generated kernel (passes/fusion.py)
 }
 _KIND_OF = {op: kind for kind, ops in _KINDS.items() for op in ops.split()}
 _KIND_COLOR = {
     "placeholder": "#9ecae1", "parameter": "#fdd49e", "grad": "#fdd49e", "constant": "#d9d9d9",
     "elementwise": "#c7e9c0", "reduction": "#fcbba1", "matmul": "#dadaeb", "movement": "#f0f0f0",
-    "effect": "#fbb4c4", "output": "#ffffff", "other": "#ffffff",
+    "effect": "#fbb4c4", "fused": "#74c476", "output": "#ffffff", "other": "#ffffff",
 }
 
 

@@ -1,0 +1,189 @@
+"""Fusion and compile: an elementwise-heavy chain and an MLP training step, eager vs compiled, and memory.
+
+(a) On 4096 x 1024 float32 values (4M): tanh-approximation GELU, a per-column scale and shift, a
+sigmoid gate ``h * sigmoid(h)``, then a LayerNorm-style normalise of each row (mean, centre,
+variance, rsqrt). Eager minigrad, ``minigrad.compile``, PyTorch eager and ``torch.compile`` (CPU
+inductor, which compiles C++ with g++ on its first call: 30-60 s). Targets: compiled >= 3x faster
+than eager minigrad, and within 1.2x of torch.compile. PyTorch gets as many threads as minigrad's
+kernels use. (b) bench_train's MLP 784-512-512-10 training step (batch 128, SGD with momentum),
+compiled vs eager. (c) Peak memory of the chain: eager, and the executor (each buffer freed after
+its last use) on the unfused and on the fused graph, beside what keeping every value would take.
+``--sweep`` times the compiled chain for block sizes and thread counts (``codegen/cpu.py`` took its
+defaults from it). ``python benchmarks/bench_fusion.py [--repeats R] [--steps N] [--sweep]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import time
+
+# torch's OpenMP threads would spin after each call, taking the cores from the next contender
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from common import blas_info, interleaved, torch  # noqa: E402  (first: sets BLAS threads before numpy)
+
+import numpy
+
+import minigrad
+from bench_train import make_step, mlp
+from minigrad.graph import trace
+from minigrad.graph.codegen import cpu
+from minigrad.graph.executor import Executor
+from minigrad.graph.passes import eliminate_dead_code, fuse_elementwise
+
+SHAPE = (4096, 1024)
+SPEEDUP_TARGET, TORCH_COMPILE_TARGET = 3.0, 1.2
+
+
+def chain(lib, x, scale, shift):
+    """The same expression for minigrad and torch (``lib`` is either module)."""
+    g = 0.5 * x * (1 + lib.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
+    h = g * scale + shift
+    h = h * lib.sigmoid(h)
+    d = h - h.mean(-1, keepdim=True)
+    return d * lib.rsqrt((d * d).mean(-1, keepdim=True) + 1e-5)
+
+
+def minigrad_chain(x, scale, shift):
+    return chain(minigrad, x, scale, shift)
+
+
+def torch_chain(x, scale, shift):
+    return chain(torch, x, scale, shift)
+
+
+def chain_contenders(arrays) -> dict:
+    x = [minigrad.tensor(a) for a in arrays]
+    compiled = minigrad.compile(minigrad_chain)
+    expected = compiled(*x).numpy()  # traces and compiles
+    numpy.testing.assert_allclose(compiled(*x).numpy(), expected, rtol=1e-5, atol=1e-5)
+    runs = {"minigrad": lambda: minigrad_chain(*x), "compiled": lambda: compiled(*x)}
+    if torch is not None:
+        torch.set_num_threads(cpu.NUM_THREADS)
+        t = [torch.from_numpy(a) for a in arrays]
+        start = time.perf_counter()
+        inductor = torch.compile(torch_chain)
+        try:
+            numpy.testing.assert_allclose(inductor(*t).numpy(), expected, rtol=1e-3, atol=1e-3)
+            runs["torch.compile"] = lambda: inductor(*t)
+            print(f"torch.compile: first call (compiling) took {time.perf_counter() - start:.1f} s")
+        except Exception as e:  # noqa: BLE001  (report the failure, time the rest)
+            print(f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        numpy.testing.assert_allclose(torch_chain(*t).numpy(), expected, rtol=1e-3, atol=1e-3)
+        runs["torch"] = lambda: torch_chain(*t)
+    return runs
+
+
+def chain_table(ms: dict) -> str:
+    names = list(ms)
+    lines = [f"{'ms per call':22}" + "".join(f"{n:>15}" for n in names),
+             f"{'chain, 4M float32':22}" + "".join(f"{ms[n]:15.2f}" for n in names), ""]
+    speedup = ms["minigrad"] / ms["compiled"]
+    lines.append(f"compiled vs eager minigrad: {speedup:.2f}x faster (target >= {SPEEDUP_TARGET}x: "
+                 f"{'met' if speedup >= SPEEDUP_TARGET else 'not met'})")
+    if "torch.compile" in ms:
+        ratio = ms["compiled"] / ms["torch.compile"]
+        lines.append(f"compiled / torch.compile: {ratio:.2f}x (target <= {TORCH_COMPILE_TARGET}x: "
+                     f"{'met' if ratio <= TORCH_COMPILE_TARGET else 'not met'})")
+    if "torch" in ms:
+        lines.append(f"torch eager / torch.compile: {ms['torch'] / ms.get('torch.compile', math.nan):.2f}x")
+    return "\n".join(lines)
+
+
+def mlp_step_contenders() -> dict:
+    rng = numpy.random.default_rng(0)
+    x = minigrad.tensor(rng.standard_normal((128, 784)).astype(numpy.float32))
+    y = minigrad.tensor(rng.integers(0, 10, 128))
+    runs = {}
+    for name in ("minigrad", "compiled"):
+        minigrad.manual_seed(0)
+        step = make_step(minigrad, mlp(minigrad), x, y)
+        step()  # the warm-up: momentum buffers exist before the trace
+        runs[name] = minigrad.compile(step) if name == "compiled" else step
+        runs[name]()  # the compiled one traces here
+    return runs
+
+
+def memory_rows(arrays) -> list[str]:
+    from minigrad.memory import track
+
+    x = [minigrad.tensor(a) for a in arrays]
+    with minigrad.no_grad(), track() as mem:
+        minigrad_chain(*x)
+    rows = [f"{'eager (no_grad)':32}{'':>14}{mem.peak - mem.start:>14,}"]
+    graph = eliminate_dead_code(trace(minigrad_chain, *x).graph)
+    for name, g in (("executor, unfused graph", graph), ("executor, fused graph", fuse_elementwise(graph))):
+        ex = Executor(g)
+        ex.run(x, measure=True)
+        rows.append(f"{name:32}{ex.planned_peak:>14,}{ex.measured_peak or 0:>14,}")
+        rows.append(f"{'  run_graph keeps every value':32}{keep_every_value(g):>14,}")
+    return [f"{'peak bytes of intermediates':32}{'planned':>14}{'measured':>14}"] + rows
+
+
+def keep_every_value(graph) -> int:
+    """The bytes of every value the graph computes: what ``run_graph``, which frees nothing, holds."""
+    return sum(math.prod(n.shape) * n.dtype.itemsize for n in graph
+               if n.shape is not None and n.op not in ("placeholder", "constant", "parameter", "output"))
+
+
+def sweep(arrays, repeats: int) -> str:
+    x = [minigrad.tensor(a) for a in arrays]
+    compiled = minigrad.compile(minigrad_chain)
+    compiled(*x)
+    saved = cpu.BLOCK_SIZE, cpu.NUM_THREADS
+    sizes = (8192, 16384, 32768, 65536, 131072, 262144)
+
+    def config(block: int, threads: int):
+        def run():
+            cpu.BLOCK_SIZE, cpu.NUM_THREADS = block, threads
+            compiled(*x)
+        return run
+
+    runs = {(b, t): config(b, t) for t in (1, 2) for b in sizes}
+    samples = [interleaved(runs, 1, 1) for _ in range(repeats)]  # one interleaved round each
+    cpu.BLOCK_SIZE, cpu.NUM_THREADS = saved
+    lines = [f"{'block (elements)':22}" + "".join(f"{b:>9}" for b in sizes)]
+    for stat in (min, statistics.median):
+        for t in (1, 2):
+            label = f"{t} thread(s), {'best' if stat is min else 'median'}"
+            lines.append(f"{label:22}" + "".join(f"{stat(s[(b, t)] for s in samples):9.1f}" for b in sizes))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved repeats (median taken)")
+    parser.add_argument("--steps", type=int, default=3, help="calls per repeat")
+    parser.add_argument("--sweep", action="store_true", help="also time block sizes and thread counts")
+    args = parser.parse_args()
+    rng = numpy.random.default_rng(0)
+    arrays = [rng.standard_normal(SHAPE).astype(numpy.float32), rng.standard_normal(SHAPE[1:]).astype(numpy.float32),
+              rng.standard_normal(SHAPE[1:]).astype(numpy.float32)]
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"bench_fusion on {os.cpu_count()} cores, load average {load} (1, 5, 15 min); {blas_info()}")
+    print(f"kernels: blocks of {cpu.BLOCK_SIZE} elements on {cpu.NUM_THREADS} thread(s); "
+          f"median of {args.repeats} interleaved repeats x {args.steps} calls")
+    print()
+    runs = chain_contenders(arrays)
+    print("(a) GELU (tanh) -> scale/shift -> sigmoid gate -> LayerNorm-style normalise, 4096 x 1024 float32")
+    print(chain_table(interleaved(runs, args.repeats, args.steps)))
+    print()
+    print("(b) MLP 784-512-512-10 training step, batch 128, SGD with momentum")
+    ms = interleaved(mlp_step_contenders(), args.repeats, args.steps)
+    print(f"{'ms per step':22}{'minigrad':>15}{'compiled':>15}\n{'MLP step':22}{ms['minigrad']:15.2f}"
+          f"{ms['compiled']:15.2f}\ncompiled vs eager: {ms['minigrad'] / ms['compiled']:.2f}x")
+    print()
+    print("(c) peak memory of the chain's intermediate values (inputs not counted)")
+    print("\n".join(memory_rows(arrays)))
+    if args.sweep:
+        print()
+        print("(d) compiled chain, ms per call by block size and threads (best and median of the repeats)")
+        print(sweep(arrays, args.repeats))
+    print(f"\nload average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""CUDA kernels for fused groups: one ``cupy.ElementwiseKernel`` (or ``ReductionKernel``) per group (chapter 03).
+
+On a GPU each eager op is a kernel launch that reads its inputs from device memory and writes its
+result back. A fused group becomes one launch in which every thread carries its element through
+the whole chain in registers: ``float v3 = x0 * x0; ... y = v9 * v12;``. A group that ends in a
+sum, mean, max or min becomes a ``ReductionKernel`` whose ``map_expr`` is the chain, written as a
+``__device__`` function in the kernel's preamble; other reductions, and the matmul or conv of an
+epilogue, run their own op first or last with the chain's kernel beside them. This module only
+writes the CUDA source: cupy is imported when a kernel first runs, and compiles it then (NVRTC).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from minigrad.graph.codegen import Program, program
+from minigrad.graph.codegen.cpu import _Forward
+from minigrad.graph.ir import Graph, Node
+from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
+
+__all__ = ["CudaKernel", "generate", "supports"]
+
+_C_TYPES = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
+            "uint8": "unsigned char", "float16": "float16", "float32": "float", "float64": "double"}
+
+# Each op as a C expression of its arguments {0}, {1}, ... (in forward's order); {T} is the C type
+# of its first tensor argument, so constants stay in that precision ((float)0.5, not a double).
+_C_EXPR = {
+    "Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0} / {1}", "Neg": "-{0}",
+    "Pow": "pow({0}, {1})", "Exp": "exp({0})", "Log": "log({0})", "Sqrt": "sqrt({0})", "Rsqrt": "({T})1 / sqrt({0})",
+    "Sin": "sin({0})", "Cos": "cos({0})", "Tanh": "tanh({0})", "Erf": "erf({0})",
+    "Sign": "({T})(({0} > ({T})0) - ({0} < ({T})0))",
+    "TanhBackward": "{0} * (({T})1 - {1} * {1})",
+    "Sigmoid": "({T})0.5 + ({T})0.5 * tanh(({T})0.5 * {0})",
+    "SigmoidBackward": "{0} * {1} * (({T})1 - {1})",
+    # comparisons written so that NaN propagates, as numpy's maximum and minimum do
+    "Relu": "({0} > ({T})0 || {0} != {0}) ? {0} : ({T})0",
+    "Maximum": "({0} > {1} || {0} != {0}) ? {0} : {1}",
+    "Minimum": "({0} < {1} || {0} != {0}) ? {0} : {1}",
+    "LeakyRelu": "{0} > ({T})0 ? {0} : {0} * {1}",
+    "Gelu": "({T})0.5 * {0} * (({T})1 + erf({0} * ({T})0.7071067811865476))",
+    "Softplus": "{0} * {1} > {2} ? {0} : log1p(exp({0} * {1})) / {1}",
+    "Where": "{0} ? {1} : {2}",
+    "Clone": "{0}", "Contiguous": "{0}",
+    "Equal": "{0} == {1}", "NotEqual": "{0} != {1}", "Less": "{0} < {1}", "LessEqual": "{0} <= {1}",
+    "Greater": "{0} > {1}", "GreaterEqual": "{0} >= {1}",
+    "LogicalAnd": "{0} && {1}", "LogicalOr": "{0} || {1}", "LogicalNot": "!{0}",
+}
+# ReductionKernel pieces per reduction: (reduce_expr, identity, post_map_expr); {T} as above
+_C_REDUCE = {
+    "Sum": ("a + b", "0", "y = a"),
+    "Mean": ("a + b", "0", "y = a / ({T})(_in_ind.size() / _out_ind.size())"),
+    "Amax": ("(a > b || a != a) ? a : b", "{lowest}", "y = a"),
+    "Amin": ("(a < b || a != a) ? a : b", "{highest}", "y = a"),
+}
+_INFINITY = {"float": "__int_as_float(0x7f800000)", "double": "__longlong_as_double(0x7ff0000000000000LL)"}
+
+
+def supports(node: Node) -> bool:
+    """Whether a GPU group can evaluate this elementwise op inside its kernel."""
+    known = node.op in _C_EXPR or node.op in ("Abs", "Cast", "Clamp")
+    return known and not node.meta.get("kwargs") and all(str(n.dtype) in _C_TYPES for n in (node, *node.inputs))
+
+
+class CudaKernel:
+    """A fused group as CUDA source for cupy: ``kernel(*arrays) -> array``. ``source`` shows the
+    kernel (built on the first call, when cupy is imported); ``params`` holds its pieces."""
+
+    def __init__(self, prog: Program, kind: str, params: dict[str, str], leaves: list[int]) -> None:
+        self.name, self.kind, self.params, self._prog, self._leaves = prog.name, kind, params, prog, leaves
+        self._anchor = _Forward(prog.anchor) if prog.anchor is not None else None
+        self._reduce = _Forward(prog.reduction) if prog.reduction is not None else None
+        self._kernel: Any = None
+        args = ",\n".join(f"    {k}={_quote(v)}" for k, v in params.items())
+        self.source = f"cupy.{kind}(\n{args},\n)\n"
+
+    def __call__(self, *arrays: Any) -> Any:
+        import cupy
+
+        if self._kernel is None:
+            self._kernel = getattr(cupy, self.kind)(**self.params)
+        prog = self._prog
+        leaves = [arrays[k] for k in self._leaves]
+        if self._anchor is not None:  # the product first; the kernel is its epilogue
+            leaves.append(self._anchor(*[arrays[prog.inputs.index(i)] for i in prog.anchor.inputs]))
+        if self.kind == "ReductionKernel":
+            red = prog.reduction
+            return self._kernel(*leaves, axis=red.attrs["dims"], keepdims=red.attrs["keepdim"])
+        out = cupy.empty(prog.shape, prog.ops[-1].dtype)
+        self._kernel(*leaves, out)
+        return self._reduce(out) if self._reduce is not None else out
+
+    def __repr__(self) -> str:
+        return f"<CudaKernel {self.name}: {self.kind}>"
+
+
+def generate(group: Graph) -> CudaKernel:
+    """The CUDA kernel of a fused group's sub-graph (source now, compiled by cupy on first call)."""
+    prog = program(group)
+    names = {p: f"x{k}" for k, p in enumerate(prog.inputs)}
+    if prog.anchor is not None:
+        names[prog.anchor] = "m"
+    leaves = [p for p in prog.inputs if any(p in op.inputs for op in prog.ops)]
+    params_of = leaves + ([prog.anchor] if prog.anchor is not None else [])
+    in_params = ", ".join(f"{_dtype(p)} {names[p]}" for p in params_of)
+    lines = []
+    value = dict(names)
+    for n in prog.ops:
+        value[n] = "v" + re.sub(r"\W", "_", n.name.lstrip("%")) if n is not prog.ops[-1] else "y"
+        decl = "" if value[n] == "y" else _ctype(n) + " "
+        lines.append(f"{decl}{value[n]} = {_expression(n, value)};  // {n.name} {n.op}")
+    red = prog.reduction
+    ctype = _ctype(prog.ops[-1])
+    if red is not None and red.op in _C_REDUCE and ctype in ("float", "double") and red.dtype == prog.ops[-1].dtype:
+        reduce_expr, identity, post = (s.format(T=ctype, lowest="-" + _INFINITY[ctype], highest=_INFINITY[ctype])
+                                       for s in _C_REDUCE[red.op])
+        args = ", ".join(f"{_ctype(p)} {names[p]}" for p in params_of)
+        body = "\n".join("    " + line.replace("y = ", "return ", 1) if line.startswith("y = ") else "    " + line
+                         for line in lines)
+        params = {"in_params": in_params, "out_params": f"{_dtype(red)} y",
+                  "map_expr": f"{prog.name}_map({', '.join(names[p] for p in params_of)})",
+                  "reduce_expr": reduce_expr, "post_map_expr": post, "identity": identity, "name": prog.name,
+                  "preamble": f"__device__ {ctype} {prog.name}_map({args}) {{\n{body}\n}}\n"}
+        return CudaKernel(prog, "ReductionKernel", params, [prog.inputs.index(p) for p in leaves])
+    params = {"in_params": in_params, "out_params": f"{_dtype(prog.ops[-1])} y",
+              "operation": "\n".join(lines) + "\n", "name": prog.name}
+    return CudaKernel(prog, "ElementwiseKernel", params, [prog.inputs.index(p) for p in leaves])
+
+
+def _expression(node: Node, value: dict[Node, str]) -> str:
+    inputs = iter(node.inputs)
+    ctype = _ctype(node.inputs[0]) if node.inputs else _ctype(node)
+    args = []
+    for k in node.meta["args"]:
+        args.append(value[next(inputs)] if k in (TENSOR_ARG, ARRAY_ARG) else _literal(node.attrs[k], ctype))
+    if node.op == "Cast":
+        return f"({_ctype(node)}){args[0]}"
+    if node.op == "Abs":
+        return f"{'fabs' if ctype in ('float', 'double', 'float16') else 'abs'}({args[0]})"
+    if node.op == "Clamp":  # either bound may be absent
+        x, lo, hi = args
+        x = x if lo == "None" else f"max({x}, {lo})"
+        return x if hi == "None" else f"min({x}, {hi})"
+    return _C_EXPR[node.op].format(*args, T=ctype)
+
+
+def _literal(v: Any, ctype: str) -> str:
+    if v is None:
+        return "None"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v != v:
+        return f"({ctype})(0.0 / 0.0)"
+    if isinstance(v, float) and v in (float("inf"), float("-inf")):
+        return ("-" if v < 0 else "") + _INFINITY.get(ctype, "__int_as_float(0x7f800000)")
+    return f"({ctype}){v!r}"
+
+
+def _ctype(node: Node) -> str:
+    return _C_TYPES[str(node.dtype)]
+
+
+def _dtype(node: Node) -> str:
+    return str(node.dtype)
+
+
+def _quote(text: str) -> str:
+    return f"'''\n{text}'''" if "\n" in text else repr(text)

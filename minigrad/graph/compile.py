@@ -1,0 +1,184 @@
+"""``minigrad.compile``: trace a function once, optimise its graph, replay the optimised graph (chapter 03).
+
+The first call with a new input signature (each tensor's shape, dtype, device and requires_grad,
+plus grad mode and a module's train/eval mode) runs the function for real under the tracer, so
+that call's result is the eager one. The recorded graph then goes through the passes (constant
+folding, simplification, CSE, dead code elimination, then fusion with generated kernels) and later
+calls with that signature replay it with the ``Executor``, which frees every buffer after its last
+use. A new signature traces again. As with ``trace``, Python control flow is frozen at trace time,
+and a training step should be compiled after one eager warm-up step, so that optimizer state
+(momentum buffers) exists before the trace; values kept in Python numbers (Adam's step count) are
+frozen too. When a graph cannot stand in for the function, the signature runs eagerly from then on
+and a ``CompileWarning`` says why and which ops: op arguments holding traced values as raw arrays,
+writes the tracer cannot replay, or outputs that require grad outside a traced backward (a replay
+records no autograd graph: compile the whole training step, or run inference under ``no_grad``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+from typing import Any, Callable, NamedTuple
+
+from minigrad.autograd import function, grad_mode
+from minigrad.backend import cpu
+from minigrad.graph.executor import Executor
+from minigrad.graph.ir import Graph
+from minigrad.graph.passes import PassManager, default_passes
+from minigrad.graph.passes.fusion import MAX_GROUP_SIZE, fuse_elementwise
+from minigrad.graph.trace import TraceError, Tracer, TraceWarning, _flatten, _positional_names, _unflatten
+from minigrad.tensor import Tensor, _wrap
+
+__all__ = ["CompileWarning", "CompiledFunction", "compile"]
+
+
+class CompileWarning(UserWarning):
+    """A compiled function runs eagerly for some signature; the message says why."""
+
+
+def compile(fn: Callable[..., Any] | None = None, *, passes: list | None = None,
+            max_group_size: int = MAX_GROUP_SIZE, verbose: bool = False, cache_size_limit: int = 8) -> Any:
+    """Compile ``fn`` (a function of tensors, or a ``Module``, whose forward is then compiled).
+    Use as ``compile(fn)``, ``@compile`` or ``@compile(verbose=True)``. ``passes`` replaces the
+    default pass list; ``verbose`` prints what each pass changed; after ``cache_size_limit``
+    signatures, new ones run eagerly."""
+    if fn is None:
+        return functools.partial(compile, passes=passes, max_group_size=max_group_size, verbose=verbose,
+                                 cache_size_limit=cache_size_limit)
+    return CompiledFunction(fn, passes, max_group_size, verbose, cache_size_limit)
+
+
+_MISSING = object()  # no entry yet for a signature (None: the signature runs eagerly)
+
+
+class _Entry(NamedTuple):
+    graph: Graph
+    executor: Executor
+    spec: Any
+
+
+class CompiledFunction:
+    """What ``compile`` returns: call it like ``fn``. ``graphs`` maps each signature seen to its
+    optimised ``Graph`` (None where it runs eagerly)."""
+
+    def __init__(self, fn: Callable[..., Any], passes: list | None, max_group_size: int, verbose: bool,
+                 cache_size_limit: int) -> None:
+        self.fn = fn
+        self.passes = passes if passes is not None else default_passes() + [
+            fuse_elementwise if max_group_size == MAX_GROUP_SIZE
+            else functools.partial(fuse_elementwise, max_group_size=max_group_size)]
+        self.verbose, self.cache_size_limit = verbose, cache_size_limit
+        self._cache: dict[tuple, _Entry | None] = {}
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    @property
+    def graphs(self) -> dict[tuple, Graph | None]:
+        return {key: entry.graph if entry is not None else None for key, entry in self._cache.items()}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if function.tracer is not None:  # inside another trace: let it record the ops themselves
+            return self.fn(*args, **kwargs)
+        key = self._signature(args, kwargs)
+        entry = self._cache.get(key, _MISSING) if key is not None else None
+        if entry is _MISSING:
+            if len(self._cache) >= self.cache_size_limit:
+                warnings.warn(f"compile: {self.__name__} has been compiled for {len(self._cache)} signatures "
+                              f"(cache_size_limit); running this one eagerly", CompileWarning, stacklevel=2)
+                return self.fn(*args, **kwargs)
+            return self._compile(key, args, kwargs)
+        if entry is None:
+            return self.fn(*args, **kwargs)
+        values = entry.executor.run([a for a in args if isinstance(a, Tensor)])
+        outs = iter([_wrap(v, n.meta.get("device", cpu)) for v, n in zip(values, entry.graph.outputs)])
+        return _unflatten(entry.spec, outs)
+
+    def __getattr__(self, name: str) -> Any:  # a compiled module still answers .parameters(), .eval()...
+        if name == "fn":
+            raise AttributeError(name)
+        return getattr(self.fn, name)
+
+    def __repr__(self) -> str:
+        return f"<CompiledFunction {self.__name__}: {len(self._cache)} signature(s)>"
+
+    # -- tracing and optimising ---------------------------------------------------------------------
+    def _signature(self, args: tuple, kwargs: dict) -> tuple | None:
+        """The cache key of a call; None when an argument cannot be part of one (it runs eagerly)."""
+        parts: list[Any] = [grad_mode.is_grad_enabled(), function.autocast is not None,
+                            getattr(self.fn, "training", None)]
+        for a in args:
+            if isinstance(a, Tensor):
+                parts.append((tuple(a.shape), str(a.dtype), str(a.device), a.requires_grad))
+            else:
+                parts.append((type(a), a))  # 2 and 2.0 trace differently
+        for k, v in sorted(kwargs.items()):
+            if isinstance(v, Tensor):
+                return self._eager(f"tensor keyword argument {k!r} (pass tensors positionally)")
+            parts.append((k, type(v), v))
+        try:
+            hash(tuple(parts))
+        except TypeError:
+            return self._eager("an argument that is not hashable (non-tensor arguments are constants of a signature)")
+        return tuple(parts)
+
+    def _compile(self, key: tuple, args: tuple, kwargs: dict) -> Any:
+        """Run the function under the tracer (its result is this call's), then optimise the graph."""
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        if len({id(t) for t in tensors}) != len(tensors):
+            self._cache[key] = self._eager("the same tensor passed twice")
+            return self.fn(*args, **kwargs)
+
+        def call(*ts: Tensor) -> Any:  # non-tensor arguments are constants of this signature
+            it = iter(ts)
+            return self.fn(*[next(it) if isinstance(a, Tensor) else a for a in args], **kwargs)
+
+        graph = Graph()
+        tracer = Tracer(graph)
+        for name, t in zip(_positional_names(self._callee(), len(args), 0, "input"), args):
+            if isinstance(t, Tensor):
+                tracer.add_input(t, "%" + name)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            function.tracer = tracer
+            try:
+                result = call(*tensors)
+            except TraceError:
+                self._cache[key] = self._eager("a write the tracer cannot record; later calls run eagerly")
+                raise
+            finally:
+                function.tracer = None
+                tracer.remove_hooks()
+        frozen = [w for w in caught if issubclass(w.category, TraceWarning)]
+        for w in caught:
+            if w not in frozen:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        try:
+            spec = tracer.finish(result)
+        except TraceError as e:
+            self._cache[key] = self._eager(str(e))
+            return result
+        if frozen:
+            ops = sorted({m for w in frozen for m in re.findall(r"argument of (\w+)", str(w.message))})
+            self._cache[key] = self._eager(f"{', '.join(ops) or 'an op'} would freeze a traced value "
+                                           f"({frozen[0].message})")
+            return result
+        _, flat = _flatten(result)
+        backward_ran = tracer._fresh_grad or any(n.op == "set_grad" for n in graph)
+        if any(t.requires_grad for t in flat) and not backward_ran:
+            self._cache[key] = self._eager(
+                "its outputs require grad, and a compiled replay records no autograd graph; compile the whole "
+                "training step (forward, backward, update) or call it under minigrad.no_grad()")
+            return result
+        graph = PassManager(self.passes, verbose=self.verbose)(graph)
+        self._cache[key] = _Entry(graph, Executor(graph), spec)
+        return result
+
+    def _callee(self) -> Callable[..., Any]:
+        return getattr(self.fn, "forward", self.fn)
+
+    def _eager(self, why: str) -> None:
+        warnings.warn(f"compile: {self.__name__} runs eagerly for this signature: {why}", CompileWarning,
+                      stacklevel=4)
+        return None
+

@@ -1,0 +1,25 @@
+"""Dead code elimination: drop the nodes whose values nobody needs (chapter 03).
+
+A node is live when its value reaches the graph's output or a side effect (an in-place write, a
+``.grad`` update); everything else is dead: a Python test the trace recorded but no longer acts
+on, a gradient the function never used. Liveness is a walk backwards from those roots along the
+in-edges (``live_nodes``). Placeholders stay, since they are the graph's signature, and so do
+random ops, since a draw from the random generator is an effect on the generator.
+"""
+
+from __future__ import annotations
+
+from minigrad.graph.ir import Graph, Node
+from minigrad.graph.passes.rewrite import DROP, Rewriter, live_nodes, rewrite
+
+__all__ = ["eliminate_dead_code"]
+
+
+def eliminate_dead_code(graph: Graph) -> Graph:
+    """A new graph without the nodes whose results reach no output or side effect."""
+    live = live_nodes(graph)
+
+    def visit(node: Node, rw: Rewriter) -> object:
+        return None if node in live else DROP
+
+    return rewrite(graph, visit)

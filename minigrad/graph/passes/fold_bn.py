@@ -1,0 +1,177 @@
+"""BatchNorm folding for inference: a conv (or linear layer) followed by BatchNorm is one conv (chapter 03).
+
+In evaluation mode BatchNorm is an affine map per channel, ``y * s + t`` with
+``s = weight / sqrt(running_var + eps)`` and ``t = bias - running_mean * s``; applied to a conv's
+output ``y = W * x + b`` it gives ``(W * s) * x + (b * s + t)``: the same conv with each output
+channel's filter scaled by ``s`` and a new bias. Folding removes a whole pass over the activations.
+
+Two forms, as torch.fx's fuser has: ``fold_conv_bn(module)`` rewrites the layers of a model in
+eval mode (Conv2d + BatchNorm2d, Linear + BatchNorm1d in ``Sequential``s), and
+``fold_batch_norm(graph)`` finds the pattern in a traced graph, where BatchNorm is the ops
+``Mul(conv, scale)`` then ``Add(., shift)``; run ``fold_constants(graph, freeze=True)`` first so
+the weights, scale and shift are constants. The new weights are computed in float64.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from minigrad.backend import device_of
+from minigrad.graph.ir import Graph, Node
+from minigrad.graph.passes.rewrite import DROP, Rewriter, rewrite
+from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
+from minigrad.nn import BatchNorm1d, BatchNorm2d, Conv2d, Identity, Linear, Module, Sequential
+from minigrad.nn.module import Parameter
+from minigrad.tensor import Tensor
+
+__all__ = ["fold_batch_norm", "fold_conv_bn", "fuse_conv_bn_eval", "fuse_linear_bn_eval"]
+
+_LAYERS = {"Conv2d": 1, "Linear": -1}  # op -> the axis of its output channels
+
+
+# -- modules ----------------------------------------------------------------------------------------
+def fold_conv_bn(module: Module) -> Module:
+    """A copy of ``module`` (in eval mode) in which every Conv2d followed by a BatchNorm2d, and every
+    Linear followed by a BatchNorm1d, inside a ``Sequential``, is one layer; the BatchNorm becomes
+    ``Identity``. BatchNorms without running statistics normalise with the batch's and stay."""
+    if module.training:
+        raise ValueError("fold_conv_bn: the module is in training mode, where BatchNorm uses batch statistics; "
+                         "call .eval() first")
+    folded = copy.deepcopy(module)
+    for m in folded.modules():
+        if isinstance(m, Sequential):
+            names = list(m._modules)
+            for a, b in zip(names, names[1:]):
+                layer, bn = m._modules[a], m._modules[b]
+                if getattr(bn, "training", True) or getattr(bn, "running_mean", None) is None:
+                    continue
+                # written into _modules directly: assigning an existing name would move it to the end
+                if isinstance(layer, Conv2d) and type(bn) is BatchNorm2d:
+                    m._modules[a], m._modules[b] = fuse_conv_bn_eval(layer, bn), Identity()
+                elif isinstance(layer, Linear) and type(bn) is BatchNorm1d:
+                    m._modules[a], m._modules[b] = fuse_linear_bn_eval(layer, bn), Identity()
+    return folded
+
+
+def fuse_conv_bn_eval(conv: Conv2d, bn: BatchNorm2d) -> Conv2d:
+    """A new Conv2d equal to ``bn(conv(x))`` with ``bn`` in eval mode."""
+    return _fused_layer(conv, bn)
+
+
+def fuse_linear_bn_eval(linear: Linear, bn: BatchNorm1d) -> Linear:
+    """A new Linear equal to ``bn(linear(x))`` for inputs (N, in_features), with ``bn`` in eval mode."""
+    return _fused_layer(linear, bn)
+
+
+def _fused_layer(layer: Module, bn: Module) -> Module:
+    xp = layer.weight.device.xp
+    var, mean = bn.running_var.data.astype("float64"), bn.running_mean.data.astype("float64")
+    scale = 1.0 / xp.sqrt(var + bn.eps)
+    if bn.weight is not None:
+        scale = scale * bn.weight.data
+    shift = -mean * scale + (bn.bias.data if bn.bias is not None else 0.0)
+    w = layer.weight.data
+    b = layer.bias.data if layer.bias is not None else None
+    new_w, new_b = _folded(w, b, scale, shift)
+    fused = copy.deepcopy(layer)
+    fused.weight.data = new_w
+    if fused.bias is None:
+        fused.bias = Parameter(Tensor(new_b, device=layer.weight.device), layer.weight.requires_grad)
+    else:
+        fused.bias.data = new_b
+    return fused
+
+
+def _folded(w: Any, b: Any, scale: Any, shift: Any) -> tuple[Any, Any]:
+    """``(w * scale, b * scale + shift)`` per output channel (dim 0 of w), in float64, cast to w's dtype."""
+    s = scale.reshape((-1,) + (1,) * (w.ndim - 1))
+    new_w = (w.astype("float64") * s).astype(w.dtype)
+    new_b = (b.astype("float64") * scale if b is not None else scale * 0.0) + shift
+    return new_w, new_b.astype(w.dtype)
+
+
+# -- graphs -----------------------------------------------------------------------------------------
+def fold_batch_norm(graph: Graph) -> Graph:
+    """A new graph in which ``Conv2d``/``Linear`` followed by a per-channel ``Mul`` (and ``Add`` or
+    ``Sub``) by constants is one ``Conv2d``/``Linear`` with folded constant weights."""
+    plans: dict[Node, tuple] = {}  # the last node of each pattern -> (layer, scale, shift)
+    inside: set[Node] = set()  # the pattern's other nodes, which the folded layer replaces
+    for node in graph.topological_order():
+        found = _match(node)
+        if found is not None:
+            chain, scale, shift = found
+            plans[chain[-1]] = (node, scale, shift)
+            inside.update(chain[:-1])
+            inside.add(node)
+
+    def visit(node: Node, rw: Rewriter) -> object:
+        if node in plans:
+            return _fold(node, *plans[node], rw)
+        return DROP if node in inside else None
+
+    return rewrite(graph, visit)
+
+
+def _match(layer: Node) -> tuple[list[Node], Any, Any] | None:
+    """For a conv or linear node with constant weights that only a per-channel ``Mul`` (then maybe
+    an ``Add``/``Sub``) by constants reads: (the Mul and Add nodes, scale, shift)."""
+    if layer.op not in _LAYERS or not all(i.op == "constant" for i in layer.inputs[1:]):
+        return None
+    chain, scale, shift = [], None, None
+    for op in ("Mul", "Add"):
+        last = chain[-1] if chain else layer
+        users = last.users
+        if len(users) != 1 or users[0].op not in ((op, "Sub") if op == "Add" else (op,)):
+            break
+        user = users[0]
+        value = _per_channel(user, last, layer)
+        if value is None:
+            break
+        if op == "Mul":
+            scale = value
+        else:
+            shift = -value if user.op == "Sub" else value
+        chain.append(user)
+    if scale is None:
+        return None
+    return chain, scale, shift
+
+
+def _per_channel(node: Node, x: Node, layer: Node) -> Any:
+    """The other operand of binary ``node`` as a vector over ``layer``'s output channels, when it
+    is a constant that varies along that axis only and ``node`` keeps x's shape and dtype."""
+    if node.shape != x.shape or node.dtype != x.dtype or any(u.op == "saved" for u in node.users):
+        return None
+    it = iter(node.inputs)
+    operands = [next(it) if k in (TENSOR_ARG, ARRAY_ARG) else node.attrs.get(k) for k in node.meta["args"]]
+    if x not in operands or (node.op == "Sub" and operands[0] is not x):
+        return None
+    other = operands[1] if operands[0] is x else operands[0]
+    if isinstance(other, Node):
+        if other.op != "constant":
+            return None
+        other = other.attrs["value"]
+    elif not isinstance(other, (int, float)):
+        return None
+    xp = device_of(layer.inputs[1].attrs["value"]).xp
+    value = xp.asarray(other, dtype="float64")
+    channels, axis = x.shape[_LAYERS[layer.op]], _LAYERS[layer.op] % len(x.shape)
+    full = (1,) * (len(x.shape) - value.ndim) + tuple(value.shape)
+    if len(full) != len(x.shape) or any(n != 1 for i, n in enumerate(full) if i != axis):
+        return None
+    return xp.broadcast_to(value.reshape(-1), (channels,))
+
+
+def _fold(last: Node, layer: Node, scale: Any, shift: Any, rw: Rewriter) -> Node:
+    """The folded layer node that stands for ``last``."""
+    w_node = layer.inputs[1]
+    w = w_node.attrs["value"]
+    b = layer.inputs[2].attrs["value"] if len(layer.inputs) > 2 else None
+    new_w, new_b = _folded(w, b, scale, shift if shift is not None else scale * 0.0)
+    attrs = {k: v for k, v in layer.attrs.items() if k != "b"}
+    args = tuple(TENSOR_ARG if k == "b" else k for k in layer.meta["args"])
+    meta = dict(layer.meta, args=args, needs_input_grad=(False,) * len(args))
+    inputs = [rw[layer.inputs[0]], rw.constant(new_w, w_node, name=f"{w_node.name}_folded"),
+              rw.constant(new_b, w_node, name=f"{last.name}_bias")]
+    return rw.copy(layer, inputs, attrs=attrs, meta=meta, name=last.name)

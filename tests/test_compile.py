@@ -1,0 +1,213 @@
+"""minigrad.compile: compiled results equal eager ones (random elementwise/broadcast/reduction
+programs, MLP and CNN training steps), signatures are cached and re-traced, and what a graph cannot
+replay falls back to eager with a warning."""
+
+import contextlib
+import copy
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minigrad as mg
+from minigrad import nn, optim
+from minigrad.graph import CompileWarning, trace
+from minigrad.graph.codegen import cpu
+
+
+@contextlib.contextmanager
+def small_blocks():
+    saved = cpu.BLOCK_SIZE, cpu.NUM_THREADS, cpu.PARALLEL_MIN_SIZE
+    cpu.BLOCK_SIZE, cpu.NUM_THREADS, cpu.PARALLEL_MIN_SIZE = 8, 2, 0
+    try:
+        yield
+    finally:
+        cpu.BLOCK_SIZE, cpu.NUM_THREADS, cpu.PARALLEL_MIN_SIZE = saved
+
+
+def assert_close(a, b, rtol=1e-5):
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=rtol, atol=1e-6, equal_nan=True)
+
+
+# -- random programs ---------------------------------------------------------------------------------
+UNARY = [lambda a: a.tanh(), mg.sigmoid, lambda a: a.tanh().exp(), lambda a: a.abs().sqrt(), lambda a: -a,
+         mg.relu, lambda a: a.clamp(-1.0, 1.0), lambda a: a.sin() * 3]
+BINARY = [lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / (1 + b.abs()),
+          mg.maximum, lambda a, b: mg.where(a > b, a, b * 2)]
+REDUCE = [lambda a: a.sum(-1, keepdim=True), lambda a: a.mean(0), lambda a: a.amax(-1, keepdim=True),
+          lambda a: a.softmax(-1)]
+STEP = st.tuples(st.sampled_from("uubbr"), st.integers(0, 99), st.integers(0, 99), st.integers(0, 99))
+
+
+def run_program(steps, x, row, col, s):
+    """Apply the steps to a growing list of values; every shape met broadcasts with every other."""
+    values = [x, row, col, s]
+    for kind, i, j, k in steps:
+        a, b = values[i % len(values)], values[j % len(values)]
+        if kind == "u":
+            values.append(UNARY[k % len(UNARY)](a))
+        elif kind == "b":
+            values.append(BINARY[k % len(BINARY)](a, b))
+        else:  # a 0-d value has nothing to reduce
+            values.append(REDUCE[k % len(REDUCE)](a) if a.ndim else a.tanh())
+    return values[-1], values[4 + len(values[4:]) // 2]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(STEP, min_size=1, max_size=12), st.integers(1, 5), st.integers(1, 7))
+def test_random_programs_compile_to_the_same_results(steps, rows, cols):
+    def program(x, row, col, s):
+        return run_program(steps, x, row, col, s)
+
+    compiled = mg.compile(program)
+    with small_blocks():
+        for _ in range(3):  # the first call traces (and is eager), the next ones replay the fused graph
+            inputs = mg.randn(rows, cols), mg.randn(rows, 1), mg.randn(cols), mg.randn()
+            for a, b in zip(compiled(*inputs), program(*inputs)):
+                assert_close(a, b)
+
+
+# -- training steps -----------------------------------------------------------------------------------
+def train_both(build, x_shape, classes=3, steps=10):
+    """Train a model and its copy for ``steps`` steps, one step compiled and one eager, after an
+    eager warm-up step each (so the momentum buffers exist before the trace)."""
+    model = build()
+    twin = copy.deepcopy(model)
+    opts = [optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4) for m in (model, twin)]
+    rng = np.random.default_rng(0)
+    data = [(mg.tensor(rng.standard_normal(x_shape).astype(np.float32)),
+             mg.tensor(rng.integers(0, classes, x_shape[0]))) for _ in range(steps + 1)]
+
+    def make_step(m, opt):
+        def step(x, t):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(m(x), t)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    for m, opt in zip((model, twin), opts):
+        make_step(m, opt)(*data[0])
+    compiled, eager = mg.compile(make_step(model, opts[0])), make_step(twin, opts[1])
+    for x, t in data[1:]:
+        assert_close(compiled(x, t), eager(x, t))
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert_close(p, q)
+        assert_close(p.grad, q.grad)
+    (graph,) = compiled.graphs.values()
+    return graph
+
+
+def test_mlp_training_step_matches_eager_for_ten_steps():
+    graph = train_both(lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(),
+                                             nn.Linear(16, 3)), (12, 8))
+    kinds = [n.meta["kind"] for n in graph if n.op == "fused"]
+    assert "matmul" in kinds and "reduction" in kinds and "elementwise" in kinds
+
+
+def test_cnn_training_step_matches_eager_for_ten_steps():
+    graph = train_both(lambda: nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                                             nn.Linear(4 * 3 * 3, 3)), (6, 1, 8, 8))
+    assert any(n.op == "fused" for n in graph)
+
+
+# -- signatures and the cache ---------------------------------------------------------------------------
+def test_decorator_forms_and_caching_by_signature(capsys):
+    calls = []
+
+    @mg.compile
+    def f(x, scale):
+        calls.append(1)
+        return (x * scale).tanh() + 1
+
+    x = mg.randn(4, 3)
+    for _ in range(3):
+        assert_close(f(x, 2.0), (x * 2.0).tanh() + 1)
+    assert len(calls) == 1  # traced once, replayed twice
+    f(mg.randn(5, 3), 2.0)  # a new shape
+    f(x, 3.0)  # a non-tensor argument is a constant of its signature
+    f(x.to(mg.float64), 2.0)
+    with mg.no_grad():
+        f(x, 2.0)  # grad mode is part of the signature
+        f(mg.randn(4, 3, requires_grad=True), 2.0)  # and so is requires_grad
+    assert len(calls) == len(f.graphs) == 6
+    assert f.__name__ == "f" and "fused" in str(next(iter(f.graphs.values())))
+
+    g = mg.compile(verbose=True)(lambda x: (x * 2).exp().sum())
+    g(x)
+    out = capsys.readouterr().out
+    assert "fuse_elementwise" in out and "eliminate_dead_code" in out
+
+
+def test_a_module_compiles_its_forward_and_still_answers_as_the_module():
+    model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 2))
+    compiled = mg.compile(model)
+    assert len(list(compiled.parameters())) == 4
+    x = mg.randn(3, 4)
+    with mg.no_grad():
+        for _ in range(2):
+            assert_close(compiled(x), model(x))
+        model.eval()  # train/eval is part of the signature
+        compiled(x)
+    assert len(compiled.graphs) == 2
+
+
+def test_inside_another_trace_the_ops_are_recorded():
+    compiled = mg.compile(lambda x: (x * 2).tanh())
+    traced = trace(lambda x: compiled(x) + 1, mg.randn(3))
+    assert [n.op for n in traced.graph][1:4] == ["Mul", "Tanh", "Add"]
+
+
+def test_dropout_draws_a_fresh_mask_on_every_replay():
+    compiled = mg.compile(lambda x: nn.functional.dropout(x.exp(), 0.5) * 2)
+    x = mg.ones(200)
+    first, second, third = (compiled(x).numpy() for _ in range(3))
+    assert not np.array_equal(second, third)
+    np.testing.assert_allclose(third[third != 0], 2 * 2 * np.e, rtol=1e-6)  # kept values scaled by 1 / (1 - p)
+
+
+# -- falling back to eager -------------------------------------------------------------------------------
+def test_outputs_that_need_autograd_run_eagerly():
+    W = mg.randn(3, 2, requires_grad=True)
+    compiled = mg.compile(lambda x: (x @ W).tanh())
+    x = mg.randn(4, 3)
+    with pytest.warns(CompileWarning, match="outputs require grad"):
+        compiled(x)
+    y = compiled(x)  # eager: the caller can backpropagate through it
+    y.sum().backward()
+    assert W.grad is not None and list(compiled.graphs.values()) == [None]
+
+
+def test_ops_that_would_freeze_a_traced_value_run_eagerly_and_are_named():
+    compiled = mg.compile(lambda x, i: x[i] * 2)
+    x = mg.randn(5)
+    with pytest.warns(CompileWarning, match="GetItem would freeze a traced value"):
+        compiled(x, mg.tensor([0, 2]))
+    assert_close(compiled(x, mg.tensor([1, 3])), x[mg.tensor([1, 3])] * 2)
+
+
+def test_writes_the_tracer_cannot_replay_run_eagerly():
+    W = mg.randn(3)
+
+    def f(x):
+        y = x * W
+        with mg.no_grad():
+            W.zero_()  # a write without an op
+        return y
+
+    compiled = mg.compile(f)
+    with pytest.warns(CompileWarning, match="changed in place"):
+        compiled(mg.ones(3))
+    W.data[:] = 2.0
+    assert_close(compiled(mg.ones(3)), mg.full((3,), 2.0))  # eager again: it reads W and zeroes it
+    assert W.abs().sum().item() == 0
+
+
+def test_the_cache_is_bounded():
+    compiled = mg.compile(lambda x: x * 2, cache_size_limit=2)
+    compiled(mg.randn(1))
+    compiled(mg.randn(2))
+    with pytest.warns(CompileWarning, match="cache_size_limit"):
+        assert compiled(mg.randn(3)).shape == (3,)
