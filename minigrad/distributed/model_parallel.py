@@ -106,6 +106,18 @@ def _init_uniform(t: Tensor, fan_in: int) -> None:
     init.uniform_(t, -bound, bound)
 
 
+def _add_parameters(layer: Module, weight_shape: tuple, bias_size: int | None, fan_in: int) -> None:
+    """A shard's weight (and bias), initialised as the full Linear's would be."""
+    layer.weight = Parameter(creation.empty(*weight_shape))
+    if bias_size is None:
+        layer.register_parameter("bias", None)
+    else:
+        layer.bias = Parameter(creation.empty(bias_size))
+    for t in (layer.weight, layer.bias):
+        if t is not None:
+            _init_uniform(t, fan_in)
+
+
 class ColumnParallelLinear(Module):
     """``Linear(in_features, out_features)`` whose output features are split across ranks: this
     rank holds ``weight`` rows ``[r*k, (r+1)*k)``, ``k = out_features / N``. With
@@ -115,14 +127,7 @@ class ColumnParallelLinear(Module):
         super().__init__()
         k = _shard_size(out_features, "ColumnParallelLinear")
         self.in_features, self.out_features, self.gather_output = in_features, out_features, gather_output
-        self.weight = Parameter(creation.empty(k, in_features))
-        if bias:
-            self.bias = Parameter(creation.empty(k))
-        else:
-            self.register_parameter("bias", None)
-        for t in (self.weight, self.bias):
-            if t is not None:
-                _init_uniform(t, in_features)
+        _add_parameters(self, (k, in_features), k if bias else None, in_features)
 
     @classmethod
     def from_linear(cls, linear: Linear, gather_output: bool = True) -> ColumnParallelLinear:
@@ -153,14 +158,7 @@ class RowParallelLinear(Module):
         super().__init__()
         k = _shard_size(in_features, "RowParallelLinear")
         self.in_features, self.out_features, self.input_is_parallel = in_features, out_features, input_is_parallel
-        self.weight = Parameter(creation.empty(out_features, k))
-        if bias:
-            self.bias = Parameter(creation.empty(out_features))
-        else:
-            self.register_parameter("bias", None)
-        for t in (self.weight, self.bias):
-            if t is not None:
-                _init_uniform(t, in_features)
+        _add_parameters(self, (out_features, k), out_features if bias else None, in_features)
 
     @classmethod
     def from_linear(cls, linear: Linear, input_is_parallel: bool = False) -> RowParallelLinear:

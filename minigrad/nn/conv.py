@@ -8,7 +8,6 @@ minigrad CNN and its torch twin train from the same distribution (chapter 02).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from minigrad import creation
@@ -49,11 +48,7 @@ class Conv2d(Module):
 
     def reset_parameters(self) -> None:
         # torch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both, fan_in = in/groups * kH * kW
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        init.layer_default_(self.weight, self.bias)
 
     def forward(self, input: Tensor) -> Tensor:
         return conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)

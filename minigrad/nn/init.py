@@ -14,7 +14,7 @@ from typing import Any
 from minigrad.tensor import Tensor
 
 __all__ = [
-    "calculate_gain", "constant_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
+    "calculate_gain", "constant_", "kaiming_normal_", "kaiming_uniform_", "layer_default_", "normal_", "ones_",
     "trunc_normal_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_",
 ]
 
@@ -135,3 +135,13 @@ def kaiming_normal_(tensor: Tensor, a: float = 0, mode: str = "fan_in", nonlinea
     if 0 in tensor.shape:
         return tensor
     return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(_fan(tensor, mode)), generator)
+
+
+def layer_default_(weight: Tensor, bias: Tensor | None = None) -> None:
+    """PyTorch's default for Linear and Conv layers: ``kaiming_uniform_(a=sqrt(5))`` for the weight,
+    which is U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same range for the bias."""
+    kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        fan_in, _ = _calculate_fan_in_and_fan_out(weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        uniform_(bias, -bound, bound)

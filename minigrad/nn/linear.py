@@ -8,7 +8,6 @@ initialised exactly as PyTorch does (Kaiming-uniform with ``a=sqrt(5)``, bias un
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from minigrad import creation
@@ -46,11 +45,7 @@ class Linear(Module):
 
     def reset_parameters(self) -> None:
         # a=sqrt(5) gives U(-1/sqrt(fan_in), 1/sqrt(fan_in)), torch's long-standing default
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        init.layer_default_(self.weight, self.bias)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.linear(input, self.weight, self.bias)
