@@ -13,33 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
-from typing import Callable
 
 import numpy
 
 import minigrad
 import minigrad.distributed as dist
+from mpi_timing import interleaved  # benchmarks/ is on sys.path when a script runs
 
 SIZES = [2**k for k in range(10, 27, 2)]  # bytes: 1 KB, 4 KB, ..., 64 MB
 TARGET = 0.8  # ring / MPI bandwidth from 1 MB up
-
-
-def interleaved(runs: dict[str, Callable[[], None]], repeats: int, steps: int) -> dict[str, float]:
-    """Median ms per call of each run, timed in turn within each repeat (so load changes hit all
-    alike), every timing started by all ranks together. Not common.interleaved: importing
-    common loads PyTorch into every rank, seconds each, and makes its gc.collect() calls slow."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                run()
-            times[name].append((time.perf_counter() - t0) * 1e3 / steps)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def worker(repeats: int) -> None:

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
-from typing import Callable
 
 import numpy
 
 import minigrad
 import minigrad.distributed as dist
+from mpi_timing import interleaved  # benchmarks/ is on sys.path when a script runs
 from minigrad import nn, optim
 
 BATCH, BUCKET_MB = 128, 2.0
@@ -33,21 +32,6 @@ def mlp() -> nn.Module:
     minigrad.manual_seed(0)
     return nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
                          nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
-
-
-def interleaved(runs: dict[str, Callable[[], None]], repeats: int, steps: int) -> dict[str, float]:
-    """Median ms per call of each run, timed in turn within each repeat (so load changes hit all
-    alike), every timing started by all ranks together. Not common.interleaved: importing
-    common loads PyTorch into every rank, seconds each, and makes its gc.collect() calls slow."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                run()
-            times[name].append((time.perf_counter() - t0) * 1e3 / steps)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def worker(repeats: int, steps: int) -> None:

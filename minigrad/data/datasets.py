@@ -34,7 +34,28 @@ def load_digits() -> tuple[numpy.ndarray, numpy.ndarray]:
     return (images[:, None] / numpy.float32(16)).astype(numpy.float32), labels.astype(numpy.int64)
 
 
-class Digits(Dataset):
+class _LabelledImages(Dataset):
+    """Images in ``data`` with integer labels in ``targets``; sample ``i`` is ``(image, label)``
+    after the optional ``transform`` and ``target_transform``."""
+
+    data: numpy.ndarray
+    targets: numpy.ndarray
+    transform: Callable | None
+    target_transform: Callable | None
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        image, label = self.data[index].copy(), int(self.targets[index])  # transforms may work in place
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            label = self.target_transform(label)
+        return image, label
+
+
+class Digits(_LabelledImages):
     """The shipped digits with a fixed, class-stratified train/test split (1,437 / 360 by default).
 
     Sample ``i`` is ``(image, label)``: a float32 (1, 8, 8) numpy array in [0, 1] (after
@@ -59,17 +80,6 @@ class Digits(Dataset):
         keep = numpy.sort(order[test_size:] if train else order[:test_size])
         self.data, self.targets = images[keep], labels[keep]
         self.train, self.transform, self.target_transform = train, transform, target_transform
-
-    def __len__(self) -> int:
-        return len(self.targets)
-
-    def __getitem__(self, index: int) -> tuple[Any, Any]:
-        image, label = self.data[index].copy(), int(self.targets[index])  # transforms may work in place
-        if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            label = self.target_transform(label)
-        return image, label
 
     def __repr__(self) -> str:
         return f"Digits(split={'train' if self.train else 'test'}, samples={len(self)})"
@@ -199,7 +209,7 @@ def _find_idx(root: Path, stem: str) -> Path:
                             "point root at a folder holding the IDX files")
 
 
-class MNIST(Dataset):
+class MNIST(_LabelledImages):
     """MNIST from its IDX files in ``root`` (``t10k-*`` for ``train=False``, ``train-*`` for
     ``train=True``, each optionally ``.gz``; ``root/MNIST/raw`` as torchvision lays it out also
     works). Sample ``i`` is ``(image, label)``: a uint8 (28, 28) numpy array (``ToTensor`` makes
@@ -225,17 +235,6 @@ class MNIST(Dataset):
         self.root, self.train = root, train
         self.transform, self.target_transform = transform, target_transform
         self.data, self.targets = images, labels.astype(numpy.int64)
-
-    def __len__(self) -> int:
-        return len(self.targets)
-
-    def __getitem__(self, index: int) -> tuple[Any, Any]:
-        image, label = self.data[index].copy(), int(self.targets[index])  # transforms may work in place
-        if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            label = self.target_transform(label)
-        return image, label
 
     def __repr__(self) -> str:
         split = "train" if self.train else "test"
