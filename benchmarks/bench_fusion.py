@@ -134,7 +134,7 @@ def sweep(arrays, repeats: int) -> str:
     compiled = minigrad.compile(minigrad_chain)
     compiled(*x)
     saved = cpu.BLOCK_SIZE, cpu.NUM_THREADS
-    sizes = (8192, 16384, 32768, 65536, 131072, 262144)
+    sizes = (32768, 65536, 131072, 262144, 524288, 1048576)
 
     def config(block: int, threads: int):
         def run():

@@ -11,6 +11,7 @@ import minigrad as mg
 from minigrad import nn
 from minigrad.graph import trace
 from minigrad.graph.codegen import cpu, cuda, program
+from minigrad.graph.ir import GraphError
 from minigrad.graph.passes import fuse_elementwise
 from minigrad.graph.trace import run_graph
 
@@ -103,9 +104,35 @@ def test_reduction_groups_by_rows_or_whole(small_blocks, reduce):
 def test_rows_path_reduces_each_block_of_rows():
     x = mg.randn(4, 6)
     (node,) = fused(lambda x: (x * 2).sum(1), x)[2]
-    assert "reduce_rows(" in node.fn.source
+    assert "run_rows(" in node.fn.source
     (node,) = fused(lambda x: (x * 2).sum(0), x)[2]
     assert "p = empty((4, 6), 'float32')" in node.fn.source  # axis 0 reduced: the prologue is materialised
+
+
+def normalise(x, c):
+    h = (x * c).tanh()
+    d = h - h.mean(-1, keepdim=True)
+    return d * ((d * d).mean(-1, keepdim=True) + 1e-5).rsqrt()
+
+
+@pytest.mark.parametrize("fn", [normalise, lambda x, c: (x * c).softmax(-1) * 2 + 1,
+                                lambda x, c: x / (x.abs().amax(-1, keepdim=True) + c[:1]).exp(),
+                                lambda x, c: (x - x.mean(-1, keepdim=True)).sum(-1)])
+def test_row_reductions_inside_a_kernel_see_whole_rows(small_blocks, fn):
+    x, col = mg.randn(7, 3, 5, dtype=mg.float64), mg.randn(5, dtype=mg.float64)
+    (node,) = check(fn, x, col)
+    assert "run_rows(" in node.fn.source and "by blocks of rows" in node.fn.source
+
+
+def test_kernels_write_into_a_given_output():
+    x, col = mg.randn(6, 4), mg.randn(4)
+    for fn in (lambda x, c: (x * c).tanh() + 1, normalise, lambda x, c: (x * c).exp().sum(0),
+               lambda x, c: (x * c).exp().sum(1)):
+        graph, _, (node,) = fused(fn, x, col)
+        want = run_graph(graph, [x, col])[0]
+        out = np.empty(node.shape, node.dtype)
+        assert node.fn(x.numpy(), col.numpy(), out=out) is out
+        np.testing.assert_array_equal(out, want)
 
 
 def test_matmul_epilogue_writes_over_the_product(small_blocks):
@@ -205,3 +232,10 @@ def test_program_reads_a_group_as_a_recipe():
     prog = program(group_of(lambda x: (x @ W + 1).relu(), mg.randn(4, 3)))
     assert prog.anchor.op == "Matmul" and [n.op for n in prog.ops] == ["Add", "Relu"]
     assert prog.reduction is None and prog.shape == (4, 2) and prog.name == "fused_matmul_relu"
+
+
+def test_cuda_source_refuses_a_group_by_rows():
+    x, col = mg.randn(6, 4), mg.randn(4)
+    (node,) = fused(normalise, x, col)[2]
+    with pytest.raises(GraphError, match="Mean, Mean inside the group needs whole rows"):
+        cuda.generate(node.meta["group"])

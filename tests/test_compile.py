@@ -1,6 +1,6 @@
 """minigrad.compile: compiled results equal eager ones (random elementwise/broadcast/reduction
-programs, MLP and CNN training steps), signatures are cached and re-traced, and what a graph cannot
-replay falls back to eager with a warning."""
+programs, MLP and CNN training steps, whose optimizers' updates are all computed into their tensors),
+signatures are cached and re-traced, and what a graph cannot replay falls back to eager with a warning."""
 
 import contextlib
 import copy
@@ -14,6 +14,7 @@ import minigrad as mg
 from minigrad import nn, optim
 from minigrad.graph import CompileWarning, trace
 from minigrad.graph.codegen import cpu
+from minigrad.graph.executor import Executor
 
 
 @contextlib.contextmanager
@@ -69,12 +70,20 @@ def test_random_programs_compile_to_the_same_results(steps, rows, cols):
 
 
 # -- training steps -----------------------------------------------------------------------------------
-def train_both(build, x_shape, classes=3, steps=10):
+def mlp():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def sgd(params):
+    return optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-4)
+
+
+def train_both(build, x_shape, classes=3, steps=10, make_opt=sgd):
     """Train a model and its copy for ``steps`` steps, one step compiled and one eager, after an
     eager warm-up step each (so the momentum buffers exist before the trace)."""
     model = build()
     twin = copy.deepcopy(model)
-    opts = [optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4) for m in (model, twin)]
+    opts = [make_opt(m.parameters()) for m in (model, twin)]
     rng = np.random.default_rng(0)
     data = [(mg.tensor(rng.standard_normal(x_shape).astype(np.float32)),
              mg.tensor(rng.integers(0, classes, x_shape[0]))) for _ in range(steps + 1)]
@@ -101,8 +110,7 @@ def train_both(build, x_shape, classes=3, steps=10):
 
 
 def test_mlp_training_step_matches_eager_for_ten_steps():
-    graph = train_both(lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(),
-                                             nn.Linear(16, 3)), (12, 8))
+    graph = train_both(mlp, (12, 8))
     kinds = [n.meta["kind"] for n in graph if n.op == "fused"]
     assert "matmul" in kinds and "reduction" in kinds and "elementwise" in kinds
 
@@ -111,6 +119,17 @@ def test_cnn_training_step_matches_eager_for_ten_steps():
     graph = train_both(lambda: nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                                              nn.Linear(4 * 3 * 3, 3)), (6, 1, 8, 8))
     assert any(n.op == "fused" for n in graph)
+
+
+@pytest.mark.parametrize("make_opt", [sgd, lambda ps: optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True),
+                                      lambda ps: optim.RMSprop(ps, lr=0.01, momentum=0.5, centered=True)],
+                         ids=["sgd", "nesterov", "rmsprop"])
+def test_every_update_is_computed_into_its_tensor(make_opt):
+    """No copy is left for the end: each new parameter and optimizer state is written where it lives."""
+    graph = train_both(mlp, (12, 8), make_opt=make_opt)
+    writes = Executor(graph).writes
+    assert writes.absorbed == {n for n in graph if n.op == "copy_"}
+    assert writes.into and writes.own_grads
 
 
 # -- signatures and the cache ---------------------------------------------------------------------------

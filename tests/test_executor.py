@@ -1,5 +1,6 @@
 """The executor: same results as ``run_graph`` (forward graphs, training steps with effects, random
-programs, parallel levels), buffers freed at their last use, and the planned peak memory."""
+programs, parallel levels), buffers freed at their last use, the planned peak memory, and updates
+computed straight into their tensors only once nothing reads the old value (random update programs)."""
 
 import copy
 import functools
@@ -13,7 +14,7 @@ import minigrad as mg
 from minigrad import nn, optim
 from minigrad.graph import Graph, trace
 from minigrad.graph.executor import Executor
-from minigrad.graph.passes import PassManager, default_passes
+from minigrad.graph.passes import PassManager, default_passes, fuse_elementwise
 from minigrad.graph.trace import TENSOR_ARG, run_graph
 from minigrad.ops.elementwise import Op
 from test_passes import random_program, step
@@ -186,3 +187,172 @@ def test_random_programs_run_as_in_eager(steps, seed, optimise, parallel):
     ex = Executor(graph, parallel=parallel)
     close(ex.run(inputs), eager)
     assert ex.planned_peak <= sum(n.shape is not None and np.prod(n.shape) * n.dtype.itemsize for n in graph)
+
+
+# -- updates computed in place ------------------------------------------------------------------------
+@pytest.mark.parametrize("parallel", [False, True])
+def test_an_optimizer_step_writes_its_updates_into_the_tensors(parallel):
+    model = nn.Linear(3, 2).to(mg.float64)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x):
+        opt.zero_grad()
+        (model(x) ** 2).sum().backward()
+        opt.step()
+
+    step(randn(4, 3))  # the momentum buffers exist before the trace
+    ex = Executor(trace(step, randn(4, 3)).graph, parallel=parallel)
+    tensors = list(model.parameters()) + [opt.state[p]["momentum_buffer"] for p in model.parameters()]
+    copies = [n for n in ex.effects if n.op == "copy_"]
+    # buf.mul_(0.9).add_(g) and p.sub_(0.1 * buf): every new value lands in its tensor as it is computed
+    assert set(ex.writes.into.values()) == {n.inputs[0] for n in copies} and ex.writes.absorbed == set(copies)
+    assert sorted(n.op for n in ex.writes.into) == ["Add", "Add", "Mul", "Mul", "Sub", "Sub"]
+    arrays = [t.data for t in tensors]
+    before = [a.copy() for a in arrays]
+    x = randn(4, 3)
+    ex.run([x])
+    assert all(t.data is a for t, a in zip(tensors, arrays))  # the same buffers, updated
+    want = [a.copy() for a in arrays]
+    for a, b in zip(arrays, before):
+        a[...] = b
+    run_graph(ex.graph, [x])
+    close(arrays, want)
+
+
+def _updates(f, x, p, fuse=False):
+    """Run the traced ``f`` (which updates ``p`` in place) with the executor and with ``run_graph``
+    from the same start; checks that both agree and returns the executor."""
+    graph = trace(f, x).graph
+    graph = fuse_elementwise(graph) if fuse else graph
+    ex = Executor(graph)
+    start = p.data.copy()
+    got = ex.run([x]) + [p.data.copy()]
+    p.data[...] = start
+    close(got, run_graph(graph, [x]) + [p.data])
+    return ex
+
+
+def test_a_value_moves_into_its_tensor_only_after_the_old_value_is_read():
+    p = randn(3, 3, requires_grad=True)
+
+    def read_before(x):
+        with mg.no_grad():
+            y = p * x
+            p.mul_(2)
+        return y.exp()
+
+    def view_read_before(x):
+        with mg.no_grad():
+            y = p.T * x
+            p.mul_(2)
+        return y.exp()
+
+    def returns_the_new_value(x):  # the caller must not get the tensor's memory
+        with mg.no_grad():
+            p.mul_(x)
+        return p
+
+    for f in (read_before, view_read_before):
+        ex = _updates(f, randn(3, 3), p)
+        assert [n.op for n in ex.writes.into] == ["Mul"]
+        # fused with exp, the read of the old value moves to exp's step, after the update
+        ex = _updates(f, randn(3, 3), p, fuse=True)
+        assert [n.op for n in ex.schedule if n.op in ("Mul", "fused")] == ["Mul", "fused"]
+        assert not ex.writes.into and not ex.writes.absorbed
+    assert not _updates(returns_the_new_value, randn(3, 3), p).writes.into
+
+
+def test_copies_that_a_later_copy_overwrites_are_skipped():
+    p = randn(3, 3, requires_grad=True)
+
+    def twice(x):
+        with mg.no_grad():
+            p.mul_(x)
+            p.add_(x.exp())
+            p.sub_(x)
+        return x * 1
+
+    ex = _updates(twice, randn(3, 3), p)
+    assert len(ex.writes.absorbed) == 3 and len(ex.writes.into) == 3
+
+
+def test_a_constant_sharing_memory_with_an_updated_tensor_keeps_the_old_values():
+    """The plan cannot see that two arrays share memory; the run checks, and copies at the end instead."""
+    p = randn(3, 4, requires_grad=True)
+    flat = p.detach().reshape(12)  # a constant of the trace: another array on p's memory
+
+    def f(x):
+        with mg.no_grad():
+            p.mul_(2)
+            return flat * x
+
+    ex = _updates(f, randn(12), p)
+    assert ex.writes.into and ex.writes.overlaps
+
+
+def test_a_tensor_given_another_array_is_updated_in_that_array():
+    p = randn(3, 4, requires_grad=True)
+
+    def f(x):
+        with mg.no_grad():
+            p.mul_(x)
+        return x * 1
+
+    x = randn(3, 4)
+    ex = _updates(f, x, p)
+    new = p.data.astype(np.float32)  # another array, of another dtype than traced
+    p.data = new
+    want = new * x.numpy()
+    ex.run([x])
+    assert p.data is new
+    np.testing.assert_allclose(new, want, rtol=1e-6)
+
+
+def test_a_returned_gradient_is_not_the_tensors_grad():
+    w = randn(3, 3, requires_grad=True)
+
+    def f(x):
+        w.grad = None
+        (w @ x).sum().backward()
+        return w.grad
+
+    ex = Executor(trace(f, randn(3, 2)).graph)
+    (g,) = ex.run([randn(3, 2)])
+    assert not ex.writes.own_grads and not np.shares_memory(g, w.grad.data)
+
+
+UPDATE = st.tuples(st.sampled_from(["read", "view", "mul_", "add_", "sub_", "copy_"]), st.integers(0, 99),
+                   st.integers(0, 99))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(UPDATE, min_size=1, max_size=10), st.booleans(), st.booleans())
+def test_random_updates_run_as_in_eager(steps, optimise, parallel):
+    """Reads and in-place updates of two tensors in any order: the executor (with the passes and
+    fusion, whose groups move reads of an old value later) ends where eager does."""
+    def program(ps):
+        def f(x):
+            values = [x]
+            with mg.no_grad():
+                for kind, i, j in steps:
+                    p, v = ps[i % 2], values[j % len(values)]
+                    if kind == "read":
+                        values.append((p * v).tanh())
+                    elif kind == "view":
+                        values.append(p.T.T - v)
+                    elif kind == "copy_":
+                        p.copy_(v * 0.5)
+                    else:
+                        getattr(p, kind)(v)
+            return values[-1] + values[len(values) // 2] * 0.5
+        return f
+
+    ps = [randn(3, 4, requires_grad=True) for _ in range(2)]
+    traced = trace(program(ps), randn(3, 4))
+    graph = fuse_elementwise(PassManager(default_passes())(traced.graph)) if optimise else traced.graph
+    ex = Executor(graph, parallel=parallel)
+    twins = [p.detach().clone().requires_grad_() for p in ps]
+    for _ in range(2):
+        x = randn(3, 4)
+        close(ex.run([x]), [program(twins)(x).numpy()])
+        close([p.data for p in ps], [t.data for t in twins])

@@ -22,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from minigrad.graph.viz import draw
 
         return draw
+    if name == "export_onnx":
+        from minigrad.graph.onnx_export import export_onnx
+
+        return export_onnx
     raise AttributeError(f"module 'minigrad.graph' has no attribute {name!r}")

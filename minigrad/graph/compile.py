@@ -5,7 +5,8 @@ plus grad mode and a module's train/eval mode) runs the function for real under 
 that call's result is the eager one. The recorded graph then goes through the passes (constant
 folding, simplification, CSE, dead code elimination, then fusion with generated kernels) and later
 calls with that signature replay it with the ``Executor``, which frees every buffer after its last
-use. A new signature traces again. As with ``trace``, Python control flow is frozen at trace time,
+use and computes an optimizer's updates straight into the tensors they update. A new signature
+traces again. As with ``trace``, Python control flow is frozen at trace time,
 and a training step should be compiled after one eager warm-up step, so that optimizer state
 (momentum buffers) exists before the trace; values kept in Python numbers (Adam's step count) are
 frozen too. When a graph cannot stand in for the function, the signature runs eagerly from then on

@@ -7,19 +7,25 @@ live at once over the schedule is the *planned peak*, computed from node shapes 
 anything runs. Views (reshape, permute, broadcast) share their input's buffer, so they cost
 nothing and keep that buffer alive. With ``parallel=True`` the nodes of each level (no node
 depends on another of its level) run at once in a thread pool: numpy releases the GIL in its
-kernels. Side effects (``copy_``, ``set_grad``) apply at the end, in order, as in ``run_graph``.
+kernels. Side effects (``copy_``, ``set_grad``) apply at the end, in order, as in ``run_graph``,
+except the updates that ``minigrad.graph.writeback`` plans into their tensors: those values are
+computed straight into the tensor's memory (an optimizer's new weights and momentum), so their
+copies have nothing left to do. Each node's call (what it reads, where its value goes) is
+prepared once, so that a replay spends its time in the ops.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from minigrad.graph.ir import Graph, Node
 from minigrad.graph.trace import _saved_array, _target, run_node
+from minigrad.graph.writeback import UFUNCS, plan_writes, ufunc_args
 from minigrad.tensor import Tensor, _wrap
 
 _tensor = sys.modules["minigrad.tensor"]  # the module (``minigrad.tensor`` is also a function)
@@ -37,7 +43,8 @@ class Executor:
     (inputs, parameters and constants not counted), ``planned_live`` those bytes at each step, and
     ``planned_total`` what keeping every value to the end (as ``run_graph`` does) holds;
     ``measured_peak`` is set by ``run(..., measure=True)`` when the memory tracker
-    (``minigrad.memory.track``) is available."""
+    (``minigrad.memory.track``) is available. ``writes`` is the plan of updates computed in place
+    (``minigrad.graph.writeback``)."""
 
     def __init__(self, graph: Graph, parallel: bool = False, max_workers: int | None = None) -> None:
         self.graph, self.parallel, self.max_workers = graph, parallel, max_workers
@@ -46,7 +53,14 @@ class Executor:
         self.steps = [[n for n in level if n.op != "output"] for level in self.steps]
         self.effects = [n for n in self.schedule if n.op in ("copy_", "set_grad")]
         self._keep_ctx = {n for n in self.schedule if any(u.op == "saved" for u in n.users)}
+        self.writes = plan_writes(self.steps, self.effects, graph.outputs, self._keep_ctx)
+        # the sources whose arrays decide whether a call may write in place (see _apart)
+        self._watched = list(dict.fromkeys([*self.writes.into.values(), *(n for p in self.writes.overlaps for n in p)]))
+        self._seen: tuple[list, bool] | None = None  # the watched arrays of the last check, and its answer
+        self._in_place = True  # this call writes the planned values into their tensors
         self._work = self._plan_work()
+        self._effect_plan = [(e.op, e.inputs[0], e.inputs[1] if len(e.inputs) > 1 else None,
+                              e in self.writes.absorbed, e in self.writes.own_grads) for e in self.effects]
         self.planned_live = self._plan_memory()
         self.planned_peak = max(self.planned_live, default=0)
         owned = [n for n in self.schedule if n.op not in _FROM_OUTSIDE and n.op not in VIEW_OPS]
@@ -75,40 +89,62 @@ class Executor:
         given = dict(zip(self.graph.placeholders, inputs))
         env: dict[Node, Any] = {n: x.data for n, x in given.items()}
         ctxs: dict[Node, Any] = {}
-        keep_ctx = self._keep_ctx
+        self._in_place = not self._watched or self._apart(given)
         pool = ThreadPoolExecutor(self.max_workers) if self.parallel else None
         try:
-            for threaded, inline, structural, frees, ctx_frees in self._work:
-                futures = [pool.submit(run_node, n, [env[i] for i in n.inputs]) for n in threaded]
-                for n in inline:
-                    env[n], ctx = run_node(n, [env[i] for i in n.inputs])
-                    if n in keep_ctx:
-                        ctxs[n] = ctx
-                for n, f in zip(threaded, futures):
-                    env[n], ctx = f.result()
-                    if n in keep_ctx:
-                        ctxs[n] = ctx
-                for n in structural:
-                    env[n] = _structural_value(n, env, ctxs, given)
+            for pooled, calls, frees, ctx_frees, new in self._work:
+                if pooled:  # compute on the pool's threads, store here
+                    futures = [pool.submit(compute, [env[i] for i in n.inputs]) for n, compute in pooled]
+                for call in calls:
+                    call(env, ctxs)
+                if pooled:
+                    for (n, _), f in zip(pooled, futures):
+                        env[n], ctx = f.result()
+                        if n in self._keep_ctx:
+                            ctxs[n] = ctx
                 if report and _tensor.memory_hook is not None:
-                    for n in (*threaded, *inline, *structural):
-                        if n.op not in _FROM_OUTSIDE:
-                            _report(env[n])
+                    for n in new:
+                        _report(env[n])
                 for n in frees:  # drop the last references: the buffer can be freed now
-                    env.pop(n, None)
+                    del env[n]
                 for n in ctx_frees:  # a ctx holds the arrays its op saved
-                    ctxs.pop(n, None)
+                    del ctxs[n]
         finally:
             if pool is not None:
                 pool.shutdown()
-        for node in self.effects:
-            target = _target(node.inputs[0], given)
-            if node.op == "copy_":
-                target.device.xp.copyto(target.data, env[node.inputs[1]], casting="same_kind")
-                target._bump_version()
-            else:
-                target.grad = _wrap(env[node.inputs[1]].copy(), target.device) if len(node.inputs) > 1 else None
+        self._apply_effects(env, given)
         return [env[n] for n in self.graph.outputs]
+
+    def _apply_effects(self, env: dict[Node, Any], given: dict[Node, Tensor]) -> None:
+        """The effects, in order: a ``copy_`` whose value the run already wrote into the tensor
+        (or that a later copy overwrites) only bumps the tensor's version."""
+        in_place = self._in_place
+        for op, target_node, value, absorbed, own in self._effect_plan:
+            target = _target(target_node, given)
+            if op == "copy_":
+                if not (absorbed and in_place):
+                    target.device.xp.copyto(target.data, env[value], casting="same_kind")
+                target._bump_version()
+            elif value is not None:
+                target.grad = _wrap(env[value] if own else env[value].copy(), target.device)
+            else:
+                target.grad = None
+
+    def _apart(self, given: dict[Node, Tensor]) -> bool:
+        """Whether the tensors written in place share no memory with the sources that the plan
+        assumes apart from them (a constant that is a view of a parameter would see the update
+        early), and still have the shapes and dtypes traced. Checked again only when an array changes."""
+        arrays = [given[n].data if n.op == "placeholder" else n.attrs["value"] if n.op == "constant"
+                  else _target(n, given).data for n in self._watched]
+        if self._seen is not None and all(a is b for a, b in zip(arrays, self._seen[0])):
+            return self._seen[1]
+        array_of = dict(zip(self._watched, arrays))
+        fit = all(array_of[t].shape == t.shape and array_of[t].dtype == t.dtype for t in set(self.writes.into.values()))
+        shared = any(type(array_of[t]) is type(array_of[s])
+                     and t.meta["target"].device.xp.may_share_memory(array_of[t], array_of[s])
+                     for t, s in self.writes.overlaps)
+        self._seen = (arrays, fit and not shared)  # kept, so that "is" compares with live arrays only
+        return self._seen[1]
 
     # -- planning -------------------------------------------------------------------------------------
     def _last_step(self) -> dict[Node, int]:
@@ -123,13 +159,14 @@ class Executor:
         return last
 
     def _plan_work(self) -> list[tuple]:
-        """For each step: the ops for the thread pool, the ops to run here, the structural nodes
-        (sources, getitem, saved) to fill in, and the values and ctxs to drop after it."""
+        """For each step: the ops for the thread pool (with their compute functions), the calls to
+        make here (ops and structural nodes: sources, getitem, saved), the values and ctxs to drop
+        after it, and the nodes whose values are new buffers (for the memory tracker)."""
         step_of = {n: k for k, step in enumerate(self.steps) for n in step}
         frees: list[list[Node]] = [[] for _ in self.steps]
         ctx_frees: list[list[Node]] = [[] for _ in self.steps]
         for n, k in self._last_step().items():
-            if k < len(self.steps):
+            if k < len(self.steps) and n.op not in ("copy_", "set_grad"):
                 frees[k].append(n)
             if n in self._keep_ctx:
                 ctx_frees[max(step_of[u] for u in n.users if u.op == "saved")].append(n)
@@ -137,23 +174,73 @@ class Executor:
         for step, free, ctx_free in zip(self.steps, frees, ctx_frees):
             ops = [n for n in step if not _is_structural(n)]
             # a user Function runs under no_grad, a global flag, so it stays on this thread
-            pooled = self.parallel and len(ops) > 1
-            threaded = [n for n in ops if pooled and _array_op(n)]
-            inline = [n for n in ops if not (pooled and _array_op(n))]
-            structural = [n for n in step if n.op in _STRUCTURAL]
-            work.append((threaded, inline, structural, free, ctx_free))
+            threaded = {n for n in ops if self.parallel and len(ops) > 1 and _array_op(n)}
+            pooled = [(n, self._compute(n)) for n in ops if n in threaded]
+            inline = [n for n in ops if n not in threaded] + [n for n in step if n.op in _STRUCTURAL]
+            new = [n for n in step if n.op not in _FROM_OUTSIDE and n.op not in ("copy_", "set_grad")
+                   and n not in self.writes.into]
+            work.append((pooled, [self._call(n) for n in inline], free, ctx_free, new))
         return work
+
+    def _call(self, n: Node) -> Callable[[dict, dict], None]:
+        """A function that puts ``n``'s value into the environment: looked up for a structural
+        node, computed for an op (keeping its ctx when a ``saved`` node reads from it)."""
+        op, inputs = n.op, n.inputs
+        if op == "constant":
+            value = n.attrs["value"]
+
+            def call(env: dict, ctxs: dict) -> None:
+                env[n] = value
+        elif op == "parameter":
+            t = n.meta["target"]
+
+            def call(env: dict, ctxs: dict) -> None:
+                env[n] = t.data
+        elif op == "grad":
+            def call(env: dict, ctxs: dict) -> None:
+                env[n] = _target(n, {}).data
+        elif op == "getitem":
+            index = n.attrs["index"]
+
+            def call(env: dict, ctxs: dict) -> None:
+                env[n] = env[inputs[0]][index]
+        elif op == "saved":
+            def call(env: dict, ctxs: dict) -> None:
+                env[n] = _saved_array(ctxs[inputs[0]], n)
+        elif n in self._keep_ctx:
+            compute = self._compute(n)
+
+            def call(env: dict, ctxs: dict) -> None:
+                env[n], ctxs[n] = compute([env[i] for i in inputs])
+        else:
+            compute = self._compute(n)
+
+            def call(env: dict, ctxs: dict) -> None:
+                env[n] = compute([env[i] for i in inputs])[0]
+        return call
+
+    def _compute(self, n: Node) -> Callable[[list], tuple[Any, Any]]:
+        """``run_node`` for ``n``; for a value planned into a tensor, a call that writes it there."""
+        target = self.writes.into.get(n)
+        if target is None:
+            return functools.partial(run_node, n)
+        t = target.meta["target"]
+        if n.op == "fused":
+            kernel = n.fn
+            return lambda arrays: (kernel(*arrays, out=t.data if self._in_place else None), None)
+        ufunc = getattr(n.meta["ctx_device"].xp, UFUNCS[n.op])
+        return lambda arrays: (ufunc(*ufunc_args(n, arrays), out=t.data if self._in_place else None), None)
 
     def _plan_memory(self) -> list[int]:
         """Bytes of intermediate values alive during each step. A buffer is born at the step of
         the op that makes it (a getitem's or saved array's at its op's) and lives until the last
-        reader of it, or of any view of it, has run."""
+        reader of it, or of any view of it, has run. A value computed into a tensor costs nothing."""
         step_of = {n: k for k, step in enumerate(self.steps) for n in step}
         last = self._last_step()
         owner: dict[Node, Node | None] = {}  # the node whose buffer holds each value (None: not ours)
         born, dies, size = {}, {}, {}
         for n in self.schedule:
-            if n.op in _FROM_OUTSIDE or n.op in ("copy_", "set_grad"):
+            if n.op in _FROM_OUTSIDE or n.op in ("copy_", "set_grad") or n in self.writes.into:
                 owner[n] = None
                 continue
             if n.op in VIEW_OPS:
@@ -190,16 +277,6 @@ def _is_structural(n: Node) -> bool:
 def _array_op(n: Node) -> bool:
     """A built-in op or a generated kernel: arrays in, array out, no global state touched."""
     return getattr(n.fn, "array_forward", False) or not isinstance(n.fn, type)
-
-
-def _structural_value(n: Node, env: dict, ctxs: dict, given: dict) -> Any:
-    if n.op == "constant":
-        return n.attrs["value"]
-    if n.op in ("parameter", "grad"):
-        return _target(n, given).data
-    if n.op == "getitem":
-        return env[n.inputs[0]][n.attrs["index"]]
-    return _saved_array(ctxs[n.inputs[0]], n)  # a saved array
 
 
 def _nbytes(n: Node) -> int:

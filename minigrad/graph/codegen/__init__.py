@@ -15,10 +15,15 @@ from typing import Any, NamedTuple
 
 from minigrad.graph.ir import Graph, Node, op_kind
 
-__all__ = ["ANCHOR_OPS", "Program", "generate", "program", "supports"]
+__all__ = ["ANCHOR_OPS", "Program", "ROW_REDUCTIONS", "fuses_rows", "generate", "program", "reduces_rows",
+           "row_compatible", "supports"]
 
 # Ops that compute a whole product first and may take an elementwise epilogue (GEMM + bias + ReLU).
 ANCHOR_OPS = frozenset({"Matmul", "Linear", "Conv2d"})
+# Reductions (and row-wise ops such as softmax) whose forward on a block of rows of its input gives
+# the same rows of its result, whenever the dims they reduce leave axis 0 alone.
+ROW_REDUCTIONS = frozenset({"Sum", "Mean", "Prod", "Amax", "Amin", "Var", "Logsumexp", "Softmax", "LogSoftmax",
+                            "Cumsum", "Argmax", "Argmin"})
 
 
 class Program(NamedTuple):
@@ -45,6 +50,29 @@ def program(group: Graph) -> Program:
     distinct = list(dict.fromkeys(n.op.lower() for n in members if n.op not in ("Mul", "Add")))  # the telling ones
     name = "_".join(["fused"] + (distinct or [root.op.lower()])[:3])
     return Program(name, group.placeholders, anchor, ops, reduction, shape, root)
+
+
+def reduces_rows(node: Node) -> bool:
+    """Whether a reduction keeps axis 0 of its input, so that each block of rows reduces on its own."""
+    shape, attrs = node.inputs[0].shape, node.attrs
+    dims = attrs["dims"] if "dims" in attrs else attrs.get("dim", ())
+    if shape is None or len(shape) < 2 or dims is None or dims == () or node.op not in ROW_REDUCTIONS:
+        return False
+    dims = (dims,) if isinstance(dims, int) else dims
+    return all(d % len(shape) != 0 for d in dims)
+
+
+def row_compatible(shape: tuple, full: tuple) -> bool:
+    """Whether a value of ``shape`` lives in the rows of ``full``: the same rows (axis 0), and every
+    other axis either ``full``'s or 1 (a per-row statistic kept with ``keepdim``)."""
+    return (len(shape) == len(full) >= 2 and shape[0] == full[0]
+            and all(n in (f, 1) for n, f in zip(shape[1:], full[1:])))
+
+
+def fuses_rows(node: Node) -> bool:
+    """Whether the node's device has kernels that run a group by blocks of rows, so that row
+    reductions may sit inside a group (the CPU's; a CUDA kernel maps one element per thread)."""
+    return _device_type(node) == "cpu"
 
 
 def supports(node: Node) -> bool:

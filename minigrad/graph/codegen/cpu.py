@@ -7,29 +7,33 @@ elements and applies the group's ufuncs to each block with ``out=`` into a few s
 allocated once per call: intermediates stay in the caches and nothing is allocated per op.
 Inputs are broadcast to the output's shape as views and axes that every operand can merge are
 collapsed (``_collapse``), so per-row and per-column operands, scalars and non-contiguous views all
-block alike. Blocks are shared among ``NUM_THREADS`` threads (numpy releases the GIL in ufunc
-loops). Each template below mirrors its op's ``forward`` ufunc for ufunc, so fused and eager
-results agree bit for bit; ops without a template run their own ``forward`` on each block.
+block alike. A group that holds a reduction keeping axis 0 (a row's mean, a softmax) runs by
+blocks of whole rows instead (``run_rows``): the reduction sees complete rows, and its per-row
+result, shape ``(rows, 1)``, broadcasts back over them in the same block, so a LayerNorm-style
+normalise fused with what feeds it reads its input once. Blocks are shared among ``NUM_THREADS``
+threads (numpy releases the GIL in ufunc loops). Each template below mirrors its op's ``forward``
+ufunc for ufunc, so fused and eager results agree bit for bit; ops without a template run their
+own ``forward`` on each block.
 
-Measured here (2 shared AMD EPYC cores with AVX2, 512 KB of L2 each; numpy 2.4) with
+Measured here (2 shared AMD EPYC cores with AVX-512, 1 MB of L2 each; numpy 2.4) with
 ``python benchmarks/bench_fusion.py --sweep``: the whole GELU-gate-normalise chain on 4M float32,
-compiled, ms per call, best of 9 interleaved rounds while other work kept the load average near 2
-(eager minigrad: ~100 ms):
+one kernel by rows, ms per call, best of 7 interleaved rounds while other work kept the load
+average between 1 and 2 (eager minigrad: ~41 ms; torch.compile on two threads: ~11 ms):
 
     =================  ====  ====  ====  ====  ====  ====
-    block (elements)    8K   16K   32K   64K  128K  256K
-    1 thread             72    61    55    49    53    58
-    2 threads            70    63    45    42    36    35
+    block (elements)    32K   64K  128K  256K  512K    1M
+    1 thread             18    16    15    18    15    16
+    2 threads            19    21    13    11    16    14
     =================  ====  ====  ====  ====  ====  ====
 
-Blocks below 32K pay Python's per-call cost (~2 us a ufunc call here); from 64K up the figures
-are within the noise of each other (a thread's few block buffers stay in the 32 MB L3 either way),
-so 128K, near the best on one thread and on two. On this CPU numpy's float32 ``tanh`` costs ~3 ns
-a value, so the chain's two tanh take ~24 ms of one core whatever the schedule: blocking removes
-the rest of the memory traffic, threads split the tanh. Splitting pays only for large calls
-(``PARALLEL_MIN_SIZE``), and blocks are handed out on demand, so a busy second core costs little.
-numexpr (no VML: a scalar tanh) and numba (no SVML) ran such chains slower than plain numpy,
-which is why kernels are plain numpy.
+One ufunc call costs ~1 us of Python, and every call hands the GIL to the other thread and back,
+so two threads only gain with large blocks; on one thread blocks from 64K up are within the noise
+of each other (an L2-sized 64K block of float32 computes at ~0.1 ns a value for a multiply, ~0.4
+ns for ``tanh``), so 256K, the best on two threads. The chain's ~25 ufunc passes then cost ~3.5 ns
+a value on one core: blocking removes the memory traffic, threads split the rest. Splitting pays
+only for large calls (``PARALLEL_MIN_SIZE``), and blocks are handed out on demand, so a busy
+second core costs little. numexpr (no VML: a scalar tanh) and numba (no SVML) ran such chains
+slower than plain numpy, which is why kernels are plain numpy.
 """
 
 from __future__ import annotations
@@ -43,14 +47,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from minigrad.backend import cpu as _cpu_device
-from minigrad.graph.codegen import Program, program
-from minigrad.graph.ir import Graph, Node
+from minigrad.graph.codegen import Program, program, reduces_rows
+from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, run_node
 
-__all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "PARALLEL_MIN_SIZE", "generate", "reduce_rows", "run_blocked"]
+__all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "PARALLEL_MIN_SIZE", "generate", "one_ufunc", "run_blocked",
+           "run_rows"]
 
 xp = _cpu_device.xp
-BLOCK_SIZE = 131072  # elements per block (see the measurements above)
+BLOCK_SIZE = 262144  # elements per block (see the measurements above)
 NUM_THREADS = min(2, os.cpu_count() or 1)  # threads sharing the blocks of one large kernel call
 PARALLEL_MIN_SIZE = 1 << 20  # elements; below, waking a second thread costs more than it saves
 
@@ -92,19 +97,21 @@ _TEMPLATES = {
     "LogicalAnd": "logical_and({0}, {1}, out={o})",
     "LogicalOr": "logical_or({0}, {1}, out={o})",
     "LogicalNot": "logical_not({0}, out={o})",
+    "Mean": "mean({0}, axis={1}, keepdims={2}, out={o})",  # inside a kernel by rows: a row's mean
 }
 _NUMPY_NAMES = sorted({line.split("(")[0] for t in _TEMPLATES.values() for line in t.split("; ")} | {"empty"})
 
 
 class CpuKernel:
-    """A fused group compiled to a Python function: ``kernel(*arrays) -> array``. ``source`` is
-    the generated code; ``ops`` the member ops it evaluates."""
+    """A fused group compiled to a Python function: ``kernel(*arrays, out=None) -> array`` (into
+    ``out`` when given: an array of the result's shape and dtype). ``source`` is the generated
+    code; ``ops`` the member ops it evaluates."""
 
     def __init__(self, name: str, source: str, fn: Callable[..., Any], ops: tuple[str, ...]) -> None:
         self.name, self.source, self.ops, self._fn = name, source, ops, fn
 
-    def __call__(self, *arrays: Any) -> Any:
-        return self._fn(*arrays)
+    def __call__(self, *arrays: Any, out: Any = None) -> Any:
+        return self._fn(*arrays, out=out)
 
     def __repr__(self) -> str:
         return f"<CpuKernel {self.name}: {len(self.ops)} ops>"
@@ -113,23 +120,27 @@ class CpuKernel:
 def generate(group: Graph) -> CpuKernel:
     """Generate, compile and return the CPU kernel of a fused group's sub-graph."""
     prog = program(group)
+    rows = _by_rows(prog)
+    if rows:  # the root reduction is one more step of each block of rows
+        prog = prog._replace(ops=prog.ops + [prog.reduction] * (prog.reduction is not None), reduction=None, shape=rows)
     names = {p: f"x{k}" for k, p in enumerate(prog.inputs)}
     env: dict[str, Any] = {name: getattr(xp, name) for name in _NUMPY_NAMES}
-    env.update(run_blocked=run_blocked, reduce_rows=reduce_rows, reuse_or_empty=reuse_or_empty)
+    env.update(run_blocked=run_blocked, run_rows=run_rows, reuse_or_empty=reuse_or_empty)
     head = []
     if prog.anchor is not None:  # the product first: the block function is its epilogue
         head.append(f"m = {_bind(env, prog.anchor)}{_tuple(names[i] for i in prog.anchor.inputs)}"
                     f"  # {_describe(prog.anchor)}")
         names[prog.anchor] = "m"
-    body, slots = _block_code(prog, names, env)
+    body, slots = _block_code(prog, names, env, rows is not None)
     leaves = [v for n, v in names.items() if any(n in op.inputs for op in prog.ops)]
     block = [f"def block({', '.join(['o'] + leaves + [f's{k}' for k in range(len(slots))])}):"]
     block += ["    " + line for line in body]
-    head += _entry_code(prog, names, env, _tuple(leaves), tuple(slots))
+    head += _entry_code(prog, names, env, _tuple(leaves), tuple(slots), rows is not None)
     red = prog.reduction
     ops = tuple(n.op for n in [prog.anchor] * (prog.anchor is not None) + prog.ops + [red] * (red is not None))
-    doc = f'"""{", ".join(ops)} -> {tuple(prog.root.shape)} {prog.root.dtype}, block by block."""'
-    entry = [f"def {prog.name}({', '.join(names[p] for p in prog.inputs)}):", "    " + doc]
+    how = "by blocks of rows" if rows else "block by block"
+    doc = f'"""{", ".join(ops)} -> {tuple(prog.root.shape)} {prog.root.dtype}, {how}."""'
+    entry = [f"def {prog.name}({', '.join([names[p] for p in prog.inputs] + ['out=None'])}):", "    " + doc]
     source = "\n".join(block) + "\n\n\n" + "\n".join(entry + ["    " + line for line in head]) + "\n"
     filename = f"<minigrad kernel {prog.name}-{next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show it
@@ -137,20 +148,34 @@ def generate(group: Graph) -> CpuKernel:
     return CpuKernel(prog.name, source, env[prog.name], ops)
 
 
-def _entry_code(prog: Program, names: dict[Node, str], env: dict[str, Any], args: str, slots: tuple) -> list[str]:
+def _by_rows(prog: Program) -> tuple | None:
+    """The shape a group's blocks of rows cover when it runs by rows: when it holds a reduction that
+    keeps axis 0 (inside it or at its end) or values of several row shapes, (N, C) and (N, 1).
+    ``None``: it runs over flat blocks."""
+    reductions = [n for n in prog.ops if op_kind(n.op) == "reduction"]
+    if prog.reduction is not None and reduces_rows(prog.reduction):
+        reductions.append(prog.reduction)
+    shapes = {tuple(n.shape) for n in prog.ops} | {tuple(r.inputs[0].shape) for r in reductions}
+    if not reductions and len(shapes) == 1:
+        return None
+    return tuple(int(n) for n in xp.broadcast_shapes(*shapes))
+
+
+def _entry_code(prog: Program, names: dict[Node, str], env: dict[str, Any], args: str, slots: tuple,
+                rows: bool) -> list[str]:
     """The kernel's lines after the product: allocate the output, run the blocks, reduce."""
-    shape, dtype, red = prog.shape, str(prog.ops[-1].dtype), prog.reduction
-    if red is not None and _row_blockable(red, shape):
-        return [f"return reduce_rows(block, {_bind(env, red)}, {args}, {shape}, {dtype!r}, {tuple(red.shape)}, "
-                f"{str(red.dtype)!r}, {slots})  # {_describe(red)}, each block of rows"]
+    shape, dtype, red, root = prog.shape, str(prog.ops[-1].dtype), prog.reduction, prog.root
+    alloc = f"out = empty({tuple(root.shape)}, {str(root.dtype)!r}) if out is None else out"
+    if rows:
+        return [alloc, f"run_rows(block, out, {args}, {shape}, {slots})", "return out"]
     if red is not None:  # the reduction needs the whole prologue: materialise only its last value
         return [f"p = empty({shape}, {dtype!r})", f"run_blocked(block, p, {args}, {slots})",
-                f"return {_bind(env, red)}(p)  # {_describe(red)}"]
-    if prog.anchor is not None and _one_ufunc(prog.ops[-1]) and prog.anchor.dtype == prog.ops[-1].dtype:
+                f"r = {_bind(env, red)}(p)  # {_describe(red)}",
+                "if out is None:", "    return r", "copyto(out, r)", "return out"]
+    if prog.anchor is not None and one_ufunc(prog.ops[-1]) and prog.anchor.dtype == prog.ops[-1].dtype:
         inputs = _tuple(names[i] for i in prog.anchor.inputs)
-        alloc = f"out = reuse_or_empty(m, {inputs}, {shape}, {dtype!r})  # write the result over m"
-    else:
-        alloc = f"out = empty({shape}, {dtype!r})"
+        alloc = (f"out = reuse_or_empty(m, {inputs}, {shape}, {dtype!r}) if out is None else out"
+                 "  # write the result over m")
     return [alloc, f"run_blocked(block, out, {args}, {slots})", "return out"]
 
 
@@ -160,37 +185,40 @@ def _tuple(items: Any) -> str:
 
 
 # -- generating the block function ----------------------------------------------------------------
-def _block_code(prog: Program, names: dict[Node, str], env: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """The lines of ``block`` and the dtype of each scratch buffer ``s0, s1, ...``. Buffers are
-    reused once their value is dead (a linear scan), so a long chain needs two or three."""
+def _block_code(prog: Program, names: dict[Node, str], env: dict[str, Any],
+                rows: bool = False) -> tuple[list[str], list[Any]]:
+    """The lines of ``block`` and the kind of each scratch buffer ``s0, s1, ...``: its dtype, and
+    when the kernel runs by rows also the shape of a row of it (a row's full width, or 1 for a
+    per-row statistic). Buffers are reused once their value is dead (a linear scan), so a long
+    chain needs two or three."""
     last_use = {i: k for k, n in enumerate(prog.ops) for i in n.inputs}
     value = dict(names)
-    slots: list[str] = []
-    free: dict[str, list[str]] = {}
+    slots: list[Any] = []
+    free: dict[Any, list[str]] = {}
 
-    def take(dtype: str) -> str:
-        if free.get(dtype):
-            return free[dtype].pop()
-        slots.append(dtype)
+    def take(kind: Any) -> str:
+        if free.get(kind):
+            return free[kind].pop()
+        slots.append(kind)
         return f"s{len(slots) - 1}"
 
     lines = []
     for k, n in enumerate(prog.ops):
         args = _operands(n, value, env)
         template = _TEMPLATES[n.op].split("; ") if n.op in _TEMPLATES and not n.meta.get("kwargs") else None
-        dtype = str(n.dtype)
+        kind = (str(n.dtype), tuple(n.shape[1:])) if rows else str(n.dtype)
         dying = [value[i] for i in dict.fromkeys(n.inputs) if last_use.get(i) == k and value[i].startswith("s")]
         if k == len(prog.ops) - 1:
             dest = "o"
-        elif _one_ufunc(n) and any(slots[int(s[1:])] == dtype for s in dying):
-            dest = next(s for s in dying if slots[int(s[1:])] == dtype)  # one ufunc may work in place
+        elif one_ufunc(n) and any(slots[int(s[1:])] == kind for s in dying):
+            dest = next(s for s in dying if slots[int(s[1:])] == kind)  # one ufunc may work in place
             dying.remove(dest)
         else:
-            dest = take(dtype)
+            dest = take(kind)
         if template is None:  # no template: the op's own forward on the block, copied into place
             fname = _bind(env, n)
             template = [f"copyto({{o}}, {fname}({', '.join(value[i] for i in n.inputs)}))"]
-        temp = take(dtype) if any("{t}" in line for line in template) else None
+        temp = take(kind) if any("{t}" in line for line in template) else None
         for j, line in enumerate(template):
             lines.append(line.format(*args, o=dest, t=temp) + (f"  # {n.name} = {n.op}" if j == 0 else ""))
         for s in dying + ([temp] if temp else []):
@@ -199,7 +227,7 @@ def _block_code(prog: Program, names: dict[Node, str], env: dict[str, Any]) -> t
     return lines, slots
 
 
-def _one_ufunc(node: Node) -> bool:
+def one_ufunc(node: Node) -> bool:
     """Whether the op is one ufunc call (or a copy of forward's result), which may write over
     its own input: an op of several calls writes its output before it has read every input."""
     return "; " not in _TEMPLATES.get(node.op, "")
@@ -248,18 +276,6 @@ def _describe(node: Node) -> str:
     return f"{node.name} = {node.op}({attrs}) -> {tuple(node.shape)} {node.dtype}"
 
 
-def _row_blockable(reduction: Node, shape: tuple) -> bool:
-    """Whether the reduction keeps axis 0, so that each block of rows reduces on its own."""
-    attrs = reduction.attrs
-    dims = attrs["dims"] if "dims" in attrs else attrs.get("dim", ())
-    if len(shape) < 2 or dims is None or dims == () or reduction.op not in _ROW_REDUCTIONS:
-        return False
-    dims = (dims,) if isinstance(dims, int) else dims
-    return all(d % len(shape) != 0 for d in dims)
-
-
-_ROW_REDUCTIONS = frozenset({"Sum", "Mean", "Prod", "Amax", "Amin", "Var", "Logsumexp", "Softmax", "LogSoftmax",
-                             "Cumsum", "Argmax", "Argmin"})
 _counter = iter(range(1, 1 << 62))
 
 
@@ -270,7 +286,10 @@ def run_blocked(block: Callable[..., None], out: Any, inputs: Sequence[Any], slo
     if out.size <= BLOCK_SIZE:  # one block: ufuncs broadcast the inputs themselves
         block(out, *inputs, *[xp.empty(out.shape, dt) for dt in slots])
         return
-    shape, views = _collapse(out.shape, [out] + [xp.broadcast_to(x, out.shape) for x in inputs])
+    if all(x.shape == out.shape and x.flags.c_contiguous for x in (out, *inputs)):  # the common case, quickly
+        shape, views = (out.size,), [x.reshape(-1) for x in (out, *inputs)]
+    else:
+        shape, views = _collapse(out.shape, [out] + [xp.broadcast_to(x, out.shape) for x in inputs])
     blocks = _blocks(shape, BLOCK_SIZE)
     size = max(n for _, n, _ in blocks)
 
@@ -283,29 +302,23 @@ def run_blocked(block: Callable[..., None], out: Any, inputs: Sequence[Any], slo
     _parallel(work, blocks, out.size)
 
 
-def reduce_rows(block: Callable[..., None], reduce: Callable[[Any], Any], inputs: Sequence[Any], shape: tuple,
-                dtype: str, out_shape: tuple, out_dtype: str, slots: Sequence[str]) -> Any:
-    """Evaluate ``block`` over blocks of rows (axis 0) of ``shape`` and ``reduce`` each block into
-    the same rows of the output: the reduced value never exists at full size."""
+def run_rows(block: Callable[..., None], out: Any, inputs: Sequence[Any], shape: tuple,
+             slots: Sequence[tuple]) -> None:
+    """Call ``block(out_rows, *input_rows, *scratch)`` over blocks of whole rows (ranges of axis
+    0) of ``shape``, on up to ``NUM_THREADS`` threads: a row reduction inside the block sees each
+    of its rows whole, so reduced values never exist at full size. An input with rows of its own
+    (axis 0 of ``shape``'s length) is cut into the same rows; any other broadcasts whole."""
     inner = math.prod(shape[1:])
     rows = max(1, BLOCK_SIZE // max(inner, 1))
-    if shape[0] <= rows:
-        p = xp.empty(shape, dtype)
-        block(p, *inputs, *[xp.empty(shape, dt) for dt in slots])
-        return reduce(p)
-    out = xp.empty(out_shape, out_dtype)
-    views = [xp.broadcast_to(x, shape) for x in inputs]
+    cut = [x.ndim == len(shape) and x.shape[0] == shape[0] for x in inputs]
 
     def work(take: Callable[[], Any]) -> None:
-        buffers = [xp.empty(rows * inner, dt) for dt in (dtype, *slots)]
+        scratch = [xp.empty((min(rows, shape[0]),) + tail, dt) for dt, tail in slots]
         while (b := take()) is not None:
             lo, hi = b
-            p, *scratch = [b[:(hi - lo) * inner].reshape((hi - lo,) + shape[1:]) for b in buffers]
-            block(p, *[v[lo:hi] for v in views], *scratch)
-            out[lo:hi] = reduce(p)
+            block(out[lo:hi], *[x[lo:hi] if c else x for x, c in zip(inputs, cut)], *[s[:hi - lo] for s in scratch])
 
     _parallel(work, [(lo, min(lo + rows, shape[0])) for lo in range(0, shape[0], rows)], math.prod(shape))
-    return out
 
 
 def reuse_or_empty(m: Any, inputs: Sequence[Any], shape: tuple, dtype: str) -> Any:

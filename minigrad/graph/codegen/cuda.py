@@ -16,7 +16,7 @@ from typing import Any
 
 from minigrad.graph.codegen import Program, program
 from minigrad.graph.codegen.cpu import _Forward
-from minigrad.graph.ir import Graph, Node
+from minigrad.graph.ir import Graph, GraphError, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 
 __all__ = ["CudaKernel", "generate", "supports"]
@@ -98,6 +98,10 @@ class CudaKernel:
 def generate(group: Graph) -> CudaKernel:
     """The CUDA kernel of a fused group's sub-graph (source now, compiled by cupy on first call)."""
     prog = program(group)
+    inner = [n.op for n in prog.ops if op_kind(n.op) == "reduction"]
+    if inner:  # the fusion pass makes such groups only for the CPU (codegen.fuses_rows)
+        raise GraphError(f"{prog.name}: {', '.join(inner)} inside the group needs whole rows per block, which only "
+                         "CPU kernels have; on cuda a reduction ends its group")
     names = {p: f"x{k}" for k, p in enumerate(prog.inputs)}
     if prog.anchor is not None:
         names[prog.anchor] = "m"

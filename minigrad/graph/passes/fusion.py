@@ -7,7 +7,11 @@ consumers when *all* of its consumers are in that one group (then every path fro
 inside the group, so the group has one way out, its root) and its kind allows it:
 
 - an elementwise op joins a group of elementwise ops of its shape (broadcast operands stay outside,
-  as inputs), or the prologue of a reduction over its shape; a reduction ends its group;
+  as inputs), or the prologue of a reduction over its shape; a reduction ends its group, except
+- a reduction that keeps axis 0 and its dims (``h.mean(-1, keepdim=True)``) may sit inside a group
+  on the CPU, and so may elementwise ops on per-row values of shape ``(N, 1)``: the kernel then runs
+  by blocks of whole rows, so ``h - h.mean(-1, keepdim=True)`` sees each row's mean in the same
+  block (a LayerNorm-style normalise is one kernel);
 - a matmul, linear or conv joins an elementwise group once, as the producer of its epilogue (a
   GEMM with bias and activation); its own inputs stay outside;
 - anything else is a boundary: movement ops, tuple-valued ops, ops whose saved arrays backward
@@ -34,7 +38,8 @@ MAX_GROUP_SIZE = 32  # members per group: long enough for GELU + gate, short eno
 
 
 class _Group:
-    """A group grown backwards from its root: members (root first), shape, device, its product."""
+    """A group grown backwards from its root: members (root first), the shape its blocks cover,
+    device, its product (anchor), and whether it runs by blocks of rows."""
 
     def __init__(self, root: Node, role: str) -> None:
         self.members, self.anchor = [root], None
@@ -42,13 +47,26 @@ class _Group:
         self.shape = root.inputs[0].shape if role == "reduction" else root.shape
         self.reduction = role == "reduction"
         self.device = root.meta.get("device")
+        self.rows = self.reduction and codegen.reduces_rows(root) and codegen.fuses_rows(root)
 
     def accepts(self, node: Node, role: str, max_size: int) -> bool:
-        if len(self.members) >= max_size or node.shape != self.shape or node.meta.get("device") is not self.device:
+        if len(self.members) >= max_size or node.meta.get("device") is not self.device:
             return False
         if role == "anchor":  # an epilogue has one product to start from
-            return not self.reduction and self.anchor is None
-        return role == "elementwise" and (self.anchor is None or self.anchor not in node.users)
+            return not self.reduction and not self.rows and self.anchor is None and node.shape == self.shape
+        if self.anchor is not None and self.anchor in node.users:  # the product's inputs stay outside
+            return False
+        if role == "elementwise" and node.shape == self.shape:
+            return True
+        # By blocks of rows, a group also holds per-row values (N, 1) and row reductions (a
+        # normalise's mean), so that the rows' statistics and the rows meet in one kernel.
+        full = node.inputs[0].shape if role == "reduction" else self.shape
+        if (self.anchor is not None or (self.reduction and not self.rows) or not codegen.fuses_rows(node)
+                or (role == "reduction" and not codegen.reduces_rows(node))
+                or not codegen.row_compatible(node.shape, full) or not codegen.row_compatible(self.shape, full)):
+            return False
+        self.shape, self.rows = full, True
+        return True
 
 
 def fusion_groups(graph: Graph, max_group_size: int = MAX_GROUP_SIZE) -> list[list[Node]]:

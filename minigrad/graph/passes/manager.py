@@ -34,7 +34,7 @@ class PassRecord(NamedTuple):
     seconds: float
 
     def format(self) -> str:
-        return f"{self.name:<34} {self.nodes_before:>5} -> {self.nodes_after:<5} nodes  {self.seconds * 1e3:8.2f} ms"
+        return f"{self.name:<34} {self.nodes_before:>5} -> {self.nodes_after:<5} nodes  {self.seconds * 1e3:.2f} ms"
 
 
 class PassManager:

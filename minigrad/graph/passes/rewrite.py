@@ -10,12 +10,12 @@ Nodes that the rewrite left without readers are removed at the end, as are the n
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from minigrad.graph.ir import OPS as STRUCTURAL_OPS
 from minigrad.graph.ir import Graph, GraphError, Node
 
-__all__ = ["DROP", "RANDOM_OPS", "Rewriter", "is_pure", "live_nodes", "rewrite"]
+__all__ = ["DROP", "RANDOM_OPS", "Rewriter", "is_pure", "live_nodes", "reaching", "rewrite"]
 
 RANDOM_OPS = frozenset({"Dropout"})  # ops that draw from the device's random generator
 
@@ -32,14 +32,19 @@ def live_nodes(graph: Graph) -> set[Node]:
     """The nodes whose values reach the output or a side effect. Placeholders count (they are the
     graph's signature), and so do random ops: a draw from the random generator is itself an
     effect, and removing one would shift every later draw."""
-    live: set[Node] = set()
-    stack = [n for n in graph.nodes if n.has_side_effects or n.op == "placeholder" or n.op in RANDOM_OPS]
+    return reaching(n for n in graph.nodes if n.has_side_effects or n.op == "placeholder" or n.op in RANDOM_OPS)
+
+
+def reaching(roots: Iterable[Node]) -> set[Node]:
+    """``roots`` and every node they depend on: a walk back along the in-edges."""
+    found: set[Node] = set()
+    stack = list(roots)
     while stack:
         n = stack.pop()
-        if n not in live:
-            live.add(n)
+        if n not in found:
+            found.add(n)
             stack.extend(n.inputs)
-    return live
+    return found
 
 
 class Rewriter:
