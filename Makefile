@@ -11,7 +11,7 @@ BENCH_ENV := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 # JupyterLab refuses to start as root unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv graphviz lab chapters test torch mpi bench clean
+.PHONY: help venv graphviz lab chapters test torch mpi onnx bench clean
 
 help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
@@ -19,6 +19,7 @@ help:
 	@echo "make test      run the test suite and the chapter notebooks (PyTorch cross-checks skip unless 'make torch')"
 	@echo "make torch     install PyTorch 2.13.0 (CPU) into .venv for cross-checks and benchmarks"
 	@echo "make mpi       install mpi4py and MPICH (PyPI wheels) so the distributed tests run"
+	@echo "make onnx      install onnx and onnxruntime so the ONNX export tests run"
 	@echo "make bench     run every benchmark in benchmarks/"
 	@echo "make venv      create .venv and install minigrad with its dev extra"
 	@echo "make graphviz  install graphviz's 'dot' (needed to draw graphs) if it is missing"
@@ -65,6 +66,9 @@ torch: venv
 
 mpi: venv
 	$(PY) -m pip install --quiet --progress-bar off -e '.[mpi]'
+
+onnx: venv
+	$(PY) -m pip install --quiet --progress-bar off -e '.[onnx]'
 
 bench: venv
 	@status=0; for script in benchmarks/bench_*.py; do \

@@ -5,8 +5,8 @@ The public API mirrors PyTorch's names: ``minigrad.tensor``, ``minigrad.randn``,
 """
 
 from minigrad.backend import (
-    Device, bool_, float16, float32, float64, get_default_dtype, int8, int16, int32, int64,
-    manual_seed, set_default_dtype, uint8,
+    Device, bool_, float16, float32, float64, get_default_device, get_default_dtype, int8, int16, int32,
+    int64, manual_seed, set_default_device, set_default_dtype, uint8,
 )
 from minigrad.backend import device  # noqa: F401  (a function: minigrad.device("cuda"))
 from minigrad.tensor import Tensor
@@ -26,6 +26,7 @@ from minigrad.ops import (  # the torch.* functions; each is also a Tensor metho
 )
 from minigrad.serialization import load, save
 from minigrad import autograd, data, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
+from minigrad import cuda  # noqa: E402,F401  (minigrad.cuda.is_available(); cupy is imported only on use)
 from minigrad import memory  # noqa: E402,F401  (minigrad.memory.checkpoint, .track)
 from minigrad.amp import autocast, GradScaler  # noqa: E402
 from minigrad import profiler  # noqa: E402,F401  (minigrad.profiler.profile())

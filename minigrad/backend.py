@@ -3,11 +3,14 @@
 A tensor's data is an array of its device's *array module* (``xp``): numpy on ``cpu``, cupy on
 ``cuda``. Ops ask for ``xp`` here instead of importing numpy, so the CPU and GPU paths are the same
 lines of code (chapter 03 shows the GPU side). This module also fixes the dtype policy (float32 by
-default, PyTorch's promotion rules) and keeps one seeded random generator per device.
+default, PyTorch's promotion rules), the default device of new tensors, and one seeded random
+generator per device; the few calls where numpy and cupy differ (scatter-add, random
+permutations, generator states) are written once here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from typing import Any
 
@@ -132,19 +135,26 @@ class Device:
     def rng(self):
         """This device's random generator (``numpy.random.Generator`` or cupy's), seeded by ``manual_seed``."""
         if self._rng is None:
-            self._rng = self.xp.random.default_rng(_seed)
+            with selected(self):  # cupy keeps the generator's state on the current GPU
+                self._rng = self.xp.random.default_rng(_seed)
         return self._rng
 
-    def __enter__(self):
-        # `with device("cuda"):` selects the GPU for cupy allocations.
-        if self.type == "cuda":
-            self._ctx = self.xp.cuda.Device(self.index)
-            self._ctx.__enter__()
+    def __enter__(self) -> Device:
+        """``with minigrad.device("cuda:1"):`` makes this the default device of new tensors, as
+        ``with torch.device(...)`` does, and on a GPU also the one cupy allocates on."""
+        global _default_device
+        gpu = self.xp.cuda.Device(self.index) if self.type == "cuda" else None
+        if gpu is not None:
+            gpu.__enter__()
+        _entered.append((_default_device, gpu))
+        _default_device = self
         return self
 
-    def __exit__(self, *exc):
-        if self.type == "cuda":
-            self._ctx.__exit__(*exc)
+    def __exit__(self, *exc: Any) -> None:
+        global _default_device
+        _default_device, gpu = _entered.pop()
+        if gpu is not None:
+            gpu.__exit__(*exc)
 
 
 def _array_module(dev: Device):
@@ -163,10 +173,39 @@ def _array_module(dev: Device):
         raise DeviceError(f"device {dev}: cupy is installed but no CUDA GPU is usable ({e})") from None
     if dev.index >= count:
         raise DeviceError(f"device {dev}: only {count} CUDA device(s) present")
+    from minigrad import cuda  # cuda imports this module
+
+    cuda.watch_memory_pool(cupy)  # max_memory_allocated counts from the first cuda tensor on
     return cupy
 
 
 cpu = Device("cpu")
+_default_device = cpu
+_entered: list[tuple[Device, Any]] = []  # what each active `with device:` block replaced
+
+
+def get_default_device() -> Device:
+    """The device new tensors go to when no ``device=`` is given (``cpu`` unless changed)."""
+    return _default_device
+
+
+def set_default_device(device: str | Device | None) -> None:
+    """Make creation functions and ``tensor()`` put new tensors on ``device`` by default, as
+    ``torch.set_default_device`` (``None`` means cpu again). Raises DeviceError for a device
+    that is not usable here, such as ``"cuda"`` without cupy or without a GPU."""
+    global _default_device
+    _default_device = cpu if device is None else Device(device)
+
+
+def resolve_device(device: str | Device | None) -> Device:
+    """The Device a ``device=`` argument names, or the default device when it is None."""
+    return _default_device if device is None else Device(device)
+
+
+def selected(dev: Device) -> Any:
+    """A context in which cupy allocates on ``dev``'s GPU (cupy uses the current GPU; nothing to
+    select on the cpu)."""
+    return dev.xp.cuda.Device(dev.index) if dev.type == "cuda" else contextlib.nullcontext()
 
 
 def device(spec: str | Device = "cpu") -> Device:
@@ -175,24 +214,30 @@ def device(spec: str | Device = "cpu") -> Device:
 
 
 def device_of(array: Any) -> Device:
-    """The device an array lives on (a cupy array knows its GPU)."""
-    if isinstance(array, numpy.ndarray) or numpy.isscalar(array):
-        return cpu
-    gpu = getattr(array, "device", None)
-    if gpu is not None and type(array).__module__.startswith("cupy"):
-        return Device(f"cuda:{gpu.id}")
-    return cpu
+    """The device an array lives on: a cupy array's ``device`` is its GPU; a numpy array's is the
+    string ``"cpu"``, and scalars and lists have none."""
+    gpu = getattr(array, "device", "cpu")
+    return cpu if isinstance(gpu, str) else Device(f"cuda:{gpu.id}")
 
 
 def to_device(array: Any, dev: Device) -> Any:
     """Copy an array to ``dev`` (no copy when it is already there)."""
-    src = device_of(array)
-    if src is dev:
+    if device_of(array) is dev:
         return array
     if dev.type == "cpu":
         return array.get()
-    with dev:
-        return dev.xp.asarray(array)
+    with selected(dev):
+        return dev.xp.array(array)  # copies from the host or from another GPU
+
+
+def add_at(xp: Any, out: Any, index: Any, values: Any) -> None:
+    """``out[index] += values``, adding once per occurrence of a repeated index (a scatter-add;
+    plain ``out[index] += values`` keeps only the last write). numpy spells it ``add.at``; cupy's
+    ``add.at`` is ``cupyx.scatter_add``, built on CUDA's atomicAdd, which has no int64 kernel: an
+    int64 array is added as uint64, the very same bits in two's complement."""
+    if xp is not numpy and out.dtype == int64:
+        out, values = out.view(numpy.uint64), xp.asarray(values, dtype=int64).view(numpy.uint64)
+    xp.add.at(out, index, values)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,10 +253,35 @@ def manual_seed(seed: int) -> None:
         dev._rng = None
 
 
-def get_rng_state(dev: Device | str = "cpu") -> dict:
+def seed_device(dev: Device, seed: int) -> None:
+    """Seed one device's generator only (``minigrad.cuda.manual_seed``)."""
+    with selected(dev):
+        dev._rng = dev.xp.random.default_rng(int(seed))
+
+
+def permutation(dev: Device, n: int) -> Any:
+    """A random permutation of ``range(n)`` from the device's generator. cupy's Generator has no
+    ``permutation``; sorting n uniform keys gives a uniformly random order too."""
+    if dev.type == "cpu":
+        return dev.rng.permutation(n)
+    return dev.rng.random(n).argsort()
+
+
+# A generator's state: numpy's bit generator gives it as a dict; cupy's cuRAND generator keeps
+# one state per GPU thread in a device array (``bit_generator._state``), copied and written back.
+def get_rng_state(dev: Device | str = "cpu") -> Any:
     """A copy of a device's generator state (used by checkpointing to replay dropout exactly)."""
-    return Device(dev).rng.bit_generator.state
+    dev = Device(dev)
+    if dev.type == "cpu":
+        return dev.rng.bit_generator.state
+    with selected(dev):
+        return dev.rng.bit_generator._state.copy()
 
 
-def set_rng_state(state: dict, dev: Device | str = "cpu") -> None:
-    Device(dev).rng.bit_generator.state = state
+def set_rng_state(state: Any, dev: Device | str = "cpu") -> None:
+    dev = Device(dev)
+    if dev.type == "cpu":
+        dev.rng.bit_generator.state = state
+    else:
+        with selected(dev):
+            dev.rng.bit_generator._state[...] = state

@@ -1,6 +1,7 @@
 """Creation functions with PyTorch's names and defaults: ``tensor, zeros, ones, randn, arange...``.
 
-Floating results default to float32 (``minigrad.get_default_dtype()``), integer ranges to int64.
+Floating results default to float32 (``minigrad.get_default_dtype()``), integer ranges to int64,
+and tensors go to ``minigrad.get_default_device()`` (cpu unless changed) when no ``device`` is given.
 Random ones draw from the device's generator, seeded by ``minigrad.manual_seed``.
 """
 
@@ -13,6 +14,8 @@ from minigrad.backend import Device
 from minigrad.tensor import Tensor, _shape_arg, _wrap
 
 
+# Each function allocates inside ``backend.selected(dev)``: cupy allocates on the current GPU,
+# which need not be the one ``device="cuda:1"`` names.
 def _make(array: Any, dev: Device, requires_grad: bool) -> Tensor:
     t = _wrap(array, dev)
     if requires_grad:
@@ -30,61 +33,70 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    dev = Device(device or "cpu")
-    return _make(dev.xp.zeros(_shape_arg(size), _float_dtype(dtype)), dev, requires_grad)
+    dev = backend.resolve_device(device)
+    with backend.selected(dev):
+        return _make(dev.xp.zeros(_shape_arg(size), _float_dtype(dtype)), dev, requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    dev = Device(device or "cpu")
-    return _make(dev.xp.ones(_shape_arg(size), _float_dtype(dtype)), dev, requires_grad)
+    dev = backend.resolve_device(device)
+    with backend.selected(dev):
+        return _make(dev.xp.ones(_shape_arg(size), _float_dtype(dtype)), dev, requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    dev = Device(device or "cpu")
-    return _make(dev.xp.empty(_shape_arg(size), _float_dtype(dtype)), dev, requires_grad)
+    dev = backend.resolve_device(device)
+    with backend.selected(dev):
+        return _make(dev.xp.empty(_shape_arg(size), _float_dtype(dtype)), dev, requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
-    dev = Device(device or "cpu")
+    dev = backend.resolve_device(device)
     if dtype is None:
         dtype = backend.bool_ if isinstance(fill_value, bool) else (
             backend.int64 if isinstance(fill_value, int) else backend.get_default_dtype())
-    return _make(dev.xp.full(tuple(size), fill_value, backend.as_dtype(dtype)), dev, requires_grad)
+    with backend.selected(dev):
+        return _make(dev.xp.full(tuple(size), fill_value, backend.as_dtype(dtype)), dev, requires_grad)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
     """``arange(5)``, ``arange(1, 4)``, ``arange(0, 1, 0.25)``: int64 unless a bound is a float."""
     if end is None:
         start, end = 0, start
-    dev = Device(device or "cpu")
+    dev = backend.resolve_device(device)
     if dtype is None:
         is_int = all(isinstance(v, int) for v in (start, end, step))
         dtype = backend.int64 if is_int else backend.get_default_dtype()
-    return _make(dev.xp.arange(start, end, step).astype(backend.as_dtype(dtype)), dev, requires_grad)
+    with backend.selected(dev):
+        return _make(dev.xp.arange(start, end, step).astype(backend.as_dtype(dtype)), dev, requires_grad)
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False) -> Tensor:
-    dev = Device(device or "cpu")
-    return _make(dev.xp.linspace(start, end, steps).astype(_float_dtype(dtype)), dev, requires_grad)
+    dev = backend.resolve_device(device)
+    with backend.selected(dev):
+        return _make(dev.xp.linspace(start, end, steps).astype(_float_dtype(dtype)), dev, requires_grad)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
-    dev = Device(device or "cpu")
-    return _make(dev.xp.eye(n, m, dtype=_float_dtype(dtype)), dev, requires_grad)
+    dev = backend.resolve_device(device)
+    with backend.selected(dev):
+        return _make(dev.xp.eye(n, m, dtype=_float_dtype(dtype)), dev, requires_grad)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform samples in [0, 1)."""
-    dev = Device(device or "cpu")
+    dev = backend.resolve_device(device)
     dt = _float_dtype(dtype)
-    return _make(dev.rng.random(_shape_arg(size)).astype(dt), dev, requires_grad)
+    with backend.selected(dev):
+        return _make(dev.rng.random(_shape_arg(size)).astype(dt), dev, requires_grad)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal samples."""
-    dev = Device(device or "cpu")
+    dev = backend.resolve_device(device)
     dt = _float_dtype(dtype)
-    return _make(dev.rng.standard_normal(_shape_arg(size)).astype(dt), dev, requires_grad)
+    with backend.selected(dev):
+        return _make(dev.rng.standard_normal(_shape_arg(size)).astype(dt), dev, requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
@@ -93,15 +105,17 @@ def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
         low, high, size = 0, low, high
     elif high is None:
         low, high = 0, low
-    dev = Device(device or "cpu")
+    dev = backend.resolve_device(device)
     dt = backend.int64 if dtype is None else backend.as_dtype(dtype)
-    return _make(dev.rng.integers(low, high, size=tuple(size)).astype(dt), dev, False)
+    with backend.selected(dev):
+        return _make(dev.rng.integers(low, high, size=tuple(size)).astype(dt), dev, False)
 
 
 def randperm(n, dtype=None, device=None) -> Tensor:
-    dev = Device(device or "cpu")
+    dev = backend.resolve_device(device)
     dt = backend.int64 if dtype is None else backend.as_dtype(dtype)
-    return _make(dev.rng.permutation(n).astype(dt), dev, False)
+    with backend.selected(dev):
+        return _make(backend.permutation(dev, n).astype(dt), dev, False)
 
 
 def _like(fn):

@@ -30,7 +30,14 @@ class Tensor:
 
     def __init__(self, data: Any, dtype: Any = None, device: str | Device | None = None,
                  requires_grad: bool = False) -> None:
-        dev = Device(device) if device is not None else (data.device if isinstance(data, Tensor) else cpu)
+        if device is not None:
+            dev = Device(device)
+        elif isinstance(data, Tensor):
+            dev = data.device
+        else:  # an array on a GPU stays there; host data goes to the default device
+            dev = backend.device_of(data)
+            if dev is cpu:
+                dev = backend.get_default_device()
         arr = _as_array(data, dtype, dev)
         _init(self, arr, dev)
         if requires_grad:
@@ -420,8 +427,8 @@ def _as_array(data: Any, dtype: Any, dev: Device) -> Any:
         data = probe
     elif data.dtype.name not in backend.DTYPES:
         raise DTypeError(f"tensor(): unsupported dtype {data.dtype}; expected one of {sorted(backend.DTYPES)}")
-    data = backend.to_device(data, dev)
-    return xp.array(data, dtype=dtype, copy=True)
+    with backend.selected(dev):
+        return xp.array(backend.to_device(data, dev), dtype=dtype, copy=True)
 
 
 def parse_to_args(args: tuple, dtype: Any, device: Any) -> tuple[Any, Device | None]:

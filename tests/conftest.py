@@ -1,18 +1,62 @@
 """Shared test setup: the tests directory is importable (``from op_table import OPS``), and every
-test starts from the same random seed and with grad mode on, so tests do not depend on order."""
+test starts from the same random seed, with grad mode on and on the suite's default device, so
+tests do not depend on order.
 
+Devices: a test that takes the ``device`` fixture runs once on ``cpu`` and once on ``cuda``; the
+``cuda`` case is skipped when there is no GPU. ``MINIGRAD_TEST_DEVICE=cuda`` makes cuda the
+default device of every tensor the whole suite creates. ``MINIGRAD_SIMULATE_CUDA=1`` stands a
+numpy-backed imitation of cupy in for the real one (``fake_cupy.py``): a simulation that checks
+minigrad's device dispatch on a machine without a GPU, never a test of a GPU.
+"""
+
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
-import minigrad
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fake_cupy  # noqa: E402
+
+if os.environ.get("MINIGRAD_SIMULATE_CUDA") == "1":
+    sys.modules["cupy"] = fake_cupy.module
+
+import minigrad  # noqa: E402
+
+TEST_DEVICE = minigrad.device(os.environ.get("MINIGRAD_TEST_DEVICE", "cpu"))
+HAS_CUDA = minigrad.cuda.is_available()
+NO_CUDA = "no CUDA GPU (cupy not installed or no device)"
 
 
 @pytest.fixture(autouse=True)
 def _fresh_state():
     minigrad.manual_seed(0)
+    minigrad.set_default_device(TEST_DEVICE)
     yield
     minigrad.set_grad_enabled(True)  # a failed test must not leave grad mode switched off for the next one
+    minigrad.set_default_device(TEST_DEVICE)
+
+
+def require(device: str) -> str:
+    """``device``, or skip the test when it is a GPU and there is none."""
+    if device.startswith("cuda") and not HAS_CUDA:
+        pytest.skip(NO_CUDA)
+    return device
+
+
+@pytest.fixture(params=["cpu", "cuda"])
+def device(request) -> str:
+    """Each device in turn; cuda is skipped without a GPU."""
+    return require(request.param)
+
+
+@pytest.fixture
+def simulated_cuda(monkeypatch):
+    """The numpy-backed cupy imitation as ``cupy`` for one test (a simulation, not a GPU); skipped
+    where a real GPU is present, whose devices it must not replace."""
+    if HAS_CUDA and sys.modules.get("cupy") is not fake_cupy.module:
+        pytest.skip("a real CUDA GPU is present; the simulation stands in only where there is none")
+    forget = fake_cupy.install(monkeypatch)
+    yield fake_cupy.module
+    forget()

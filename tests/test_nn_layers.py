@@ -1,7 +1,10 @@
 """Layers and nn.functional against PyTorch: forward values and gradients (weights copied over
 through the state dict), BatchNorm's running statistics over several steps, init distributions of
-the layers, dropout statistics, and second derivatives through the normalisations."""
+the layers, dropout statistics, and second derivatives through the normalisations. Every layer and
+loss also runs in float32 on each device (the ``device`` fixture: cpu, and cuda where a GPU is
+present) against the same module in float64 on the cpu."""
 
+import copy
 import math
 
 import numpy as np
@@ -22,6 +25,17 @@ def rand(*shape, seed=0, scale=1.0):
     return np.random.default_rng(seed).standard_normal(shape) * scale
 
 
+def host(t):
+    """A tensor's values as a numpy array, wherever the tensor lives."""
+    return np.array(t.detach().cpu().numpy())  # a copy: on the cpu numpy() shares memory
+
+
+def set_values(t, values):
+    """Overwrite a parameter's values (from a numpy array) on its own device."""
+    with mg.no_grad():
+        t.copy_(mg.tensor(values, dtype=t.dtype))
+
+
 def copy_into_torch(torch, m, t):
     t.load_state_dict({k: torch.from_numpy(np.array(v.numpy())) for k, v in m.state_dict().items()})
 
@@ -31,16 +45,16 @@ def run_both(torch, m, t, x, rtol=1e-10, atol=1e-12, check_params=True):
     xm = mg.tensor(x, requires_grad=x.dtype.kind == "f")
     xt = torch.tensor(x, requires_grad=x.dtype.kind == "f")
     om, ot = m(xm), t(xt)
-    np.testing.assert_allclose(om.data, ot.detach().numpy(), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(host(om), ot.detach().numpy(), rtol=rtol, atol=atol)
     w = rand(*om.shape, seed=9)
     (om * mg.tensor(w, dtype=om.dtype)).sum().backward()
     (ot * torch.tensor(w, dtype=ot.dtype)).sum().backward()
     if x.dtype.kind == "f":
-        np.testing.assert_allclose(xm.grad.data, xt.grad.numpy(), rtol=rtol, atol=atol)
+        np.testing.assert_allclose(host(xm.grad), xt.grad.numpy(), rtol=rtol, atol=atol)
     if check_params:
         tparams = dict(t.named_parameters())
         for name, p in m.named_parameters():
-            np.testing.assert_allclose(p.grad.data, tparams[name].grad.numpy(), rtol=rtol, atol=atol, err_msg=name)
+            np.testing.assert_allclose(host(p.grad), tparams[name].grad.numpy(), rtol=rtol, atol=atol, err_msg=name)
     return om, ot
 
 
@@ -57,7 +71,7 @@ def test_linear_matches_torch(torch, bias, shape):
 def test_linear_init_distribution():
     m = nn.Linear(400, 300)
     bound = 1 / math.sqrt(400)
-    w, b = m.weight.data, m.bias.data
+    w, b = host(m.weight), host(m.bias)
     assert w.dtype == np.float32 and np.abs(w).max() <= bound and np.abs(b).max() <= bound
     np.testing.assert_allclose(w.std(), bound / math.sqrt(3), rtol=0.02)
     assert abs(w.mean()) < 0.01 * bound * 10
@@ -99,29 +113,29 @@ def test_inplace_activations(torch):
     x = mg.randn(3, 4)
     y = x * 1
     out = nn.ReLU(inplace=True)(y)
-    assert out is y and (y.data >= 0).all()
+    assert out is y and (host(y) >= 0).all()
     a = mg.randn(3, 4, requires_grad=True)
     b = a * 2
     nn.LeakyReLU(0.1, inplace=True)(b).sum().backward()
-    np.testing.assert_allclose(a.grad.data, np.where(a.data > 0, 2.0, 0.2), rtol=1e-6)
+    np.testing.assert_allclose(host(a.grad), np.where(host(a) > 0, 2.0, 0.2), rtol=1e-6)
 
 
 def test_softmax_implicit_dim_warns():
     with pytest.warns(UserWarning, match="Implicit dimension"):
         out = F.softmax(mg.randn(2, 3))
-    np.testing.assert_allclose(out.data.sum(1), 1, rtol=1e-6)
+    np.testing.assert_allclose(host(out).sum(1), 1, rtol=1e-6)
 
 
 # -- Embedding ---------------------------------------------------------------------------------------
 def test_embedding_matches_torch(torch):
     m = nn.Embedding(10, 4, padding_idx=2).double()
     t = torch.nn.Embedding(10, 4, padding_idx=2).double()
-    assert not m.weight.data[2].any()
+    assert not host(m.weight)[2].any()
     copy_into_torch(torch, m, t)
     idx = np.array([[1, 2, 3], [2, 2, 9]])
     run_both(torch, m, t, idx)
-    assert not m.weight.grad.data[2].any()
-    np.testing.assert_allclose(m.weight.data.std(), 1.0, atol=0.35)  # N(0, 1) init
+    assert not host(m.weight.grad)[2].any()
+    np.testing.assert_allclose(host(m.weight).std(), 1.0, atol=0.35)  # N(0, 1) init
 
 
 def test_embedding_max_norm_matches_torch(torch):
@@ -130,7 +144,7 @@ def test_embedding_max_norm_matches_torch(torch):
     copy_into_torch(torch, m, t)
     idx = np.array([0, 3, 3, 5])
     run_both(torch, m, t, idx)
-    np.testing.assert_allclose(m.weight.data, t.weight.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(host(m.weight), t.weight.detach().numpy(), rtol=1e-6)
 
 
 def test_embedding_errors_and_pretrained():
@@ -141,7 +155,7 @@ def test_embedding_errors_and_pretrained():
         m(mg.tensor([0.0, 1.0]))
     e = nn.Embedding.from_pretrained(mg.eye(3))
     assert not e.weight.requires_grad
-    np.testing.assert_array_equal(e(mg.tensor([2])).data, [[0, 0, 1]])
+    np.testing.assert_array_equal(host(e(mg.tensor([2]))), [[0, 0, 1]])
 
 
 # -- Dropout ---------------------------------------------------------------------------------------
@@ -149,14 +163,14 @@ def test_dropout_statistics_and_modes():
     d = nn.Dropout(0.25)
     x = mg.ones(200, 500, requires_grad=True)
     y = d(x)
-    kept = y.data != 0
+    kept = host(y) != 0
     assert abs(kept.mean() - 0.75) < 0.01
-    np.testing.assert_allclose(y.data[kept], 1 / 0.75, rtol=1e-6)
+    np.testing.assert_allclose(host(y)[kept], 1 / 0.75, rtol=1e-6)
     y.sum().backward()
-    np.testing.assert_array_equal(x.grad.data, y.data)  # gradient is the same mask and scale
+    np.testing.assert_array_equal(host(x.grad), host(y))  # gradient is the same mask and scale
     d.eval()
     assert d(x) is x
-    assert not nn.Dropout(1.0)(x).data.any()
+    assert not host(nn.Dropout(1.0)(x)).any()
     assert nn.Dropout(0.0)(x) is x
     with pytest.raises(ValueError, match="between 0 and 1"):
         nn.Dropout(1.5)
@@ -165,9 +179,9 @@ def test_dropout_statistics_and_modes():
 def test_dropout_is_reproducible_with_manual_seed():
     x = mg.ones(50)
     mg.manual_seed(3)
-    a = F.dropout(x, 0.5).data.copy()
+    a = host(F.dropout(x, 0.5))
     mg.manual_seed(3)
-    np.testing.assert_array_equal(F.dropout(x, 0.5).data, a)
+    np.testing.assert_array_equal(host(F.dropout(x, 0.5)), a)
 
 
 # -- BatchNorm ---------------------------------------------------------------------------------------
@@ -185,14 +199,14 @@ BN_CASES = [
 def test_batchnorm_train_and_eval_match_torch(torch, name, shape, kwargs):
     m, t = getattr(nn, name)(3, **kwargs).double(), getattr(torch.nn, name)(3, **kwargs).double()
     if m.weight is not None:  # non-trivial affine parameters
-        m.weight.data[...] = rand(3, seed=5)
+        set_values(m.weight, rand(3, seed=5))
         if m.bias is not None:
-            m.bias.data[...] = rand(3, seed=6)
+            set_values(m.bias, rand(3, seed=6))
     copy_into_torch(torch, m, t)
     for step in range(3):
         run_both(torch, m, t, rand(*shape, seed=step, scale=2) + step)
         for k, v in t.state_dict().items():
-            np.testing.assert_allclose(m.state_dict()[k].data, v.numpy(), rtol=1e-10, atol=1e-12, err_msg=k)
+            np.testing.assert_allclose(host(m.state_dict()[k]), v.numpy(), rtol=1e-10, atol=1e-12, err_msg=k)
     assert m.num_batches_tracked.item() == 3
     m.eval(), t.eval()
     for p in list(m.parameters()) + list(t.parameters()):
@@ -231,7 +245,7 @@ def test_layernorm_matches_torch(torch, shape, normalized, kwargs):
     m, t = nn.LayerNorm(normalized, **kwargs).double(), torch.nn.LayerNorm(normalized, **kwargs).double()
     assert repr(m) == repr(t)
     if m.weight is not None:
-        m.weight.data[...] = rand(*m.weight.shape, seed=3)
+        set_values(m.weight, rand(*m.weight.shape, seed=3))
     copy_into_torch(torch, m, t)
     run_both(torch, m, t, rand(*shape, scale=2) + 1)
 
@@ -259,13 +273,14 @@ def test_norms_have_second_derivatives():
 # -- functional helpers ------------------------------------------------------------------------------
 def test_one_hot_and_pad(torch):
     idx = np.array([[0, 3], [2, 1]])
-    np.testing.assert_array_equal(F.one_hot(mg.tensor(idx)).data, torch.nn.functional.one_hot(torch.tensor(idx)).numpy())
+    expected = torch.nn.functional.one_hot(torch.tensor(idx)).numpy()
+    np.testing.assert_array_equal(host(F.one_hot(mg.tensor(idx))), expected)
     assert F.one_hot(mg.tensor([1]), 5).shape == (1, 5) and F.one_hot(mg.tensor([1])).dtype == mg.int64
     with pytest.raises(ValueError, match="class values"):
         F.one_hot(mg.tensor([5]), 3)
     x = rand(2, 3, 4)
     out = F.pad(mg.tensor(x), (1, 2, 0, 1), value=0.5)
-    np.testing.assert_array_equal(out.data, torch.nn.functional.pad(torch.tensor(x), (1, 2, 0, 1), value=0.5).numpy())
+    np.testing.assert_array_equal(host(out), torch.nn.functional.pad(torch.tensor(x), (1, 2, 0, 1), value=0.5).numpy())
 
 
 def test_functional_reexports_conv():
@@ -296,4 +311,82 @@ def test_hessian_vector_product_through_a_model_matches_torch(torch):
     tg = torch.autograd.grad(tloss, tps, create_graph=True)
     thv = torch.autograd.grad(sum((gi * torch.tensor(v)).sum() for gi, v in zip(tg, vs)), tps)
     for a, b in zip(hv, thv):
-        np.testing.assert_allclose(a.data, b.numpy(), rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(host(a), b.numpy(), rtol=1e-8, atol=1e-10)
+
+
+# -- every layer and loss on each device (cuda skipped without a GPU) ---------------------------------
+def _ints(*values):
+    return np.array(values, dtype=np.int64)
+
+
+# (id, module factory, inputs): float inputs are differentiated, int inputs (indices, classes) not
+LAYER_CASES = [
+    ("Linear", lambda: nn.Linear(4, 3), [rand(5, 4)]),
+    ("Conv2d", lambda: nn.Conv2d(3, 4, 3, stride=2, padding=1), [rand(2, 3, 7, 6)]),
+    ("Conv2d_groups_dilation", lambda: nn.Conv2d(4, 6, 3, dilation=2, groups=2, bias=False), [rand(2, 4, 7, 7)]),
+    ("MaxPool2d", lambda: nn.MaxPool2d(2), [rand(2, 3, 6, 4)]),
+    ("AvgPool2d", lambda: nn.AvgPool2d(3, stride=2, padding=1), [rand(2, 3, 5, 5)]),
+    ("AdaptiveAvgPool2d", lambda: nn.AdaptiveAvgPool2d((2, 3)), [rand(2, 3, 5, 7)]),
+    ("BatchNorm1d", lambda: nn.BatchNorm1d(3), [rand(8, 3, scale=2) + 1]),
+    ("BatchNorm2d", lambda: nn.BatchNorm2d(3), [rand(4, 3, 3, 2, scale=2) + 1]),
+    ("LayerNorm", lambda: nn.LayerNorm((4, 5)), [rand(3, 4, 5, scale=2) + 1]),
+    ("Embedding", lambda: nn.Embedding(10, 4, padding_idx=2), [_ints(1, 2, 3, 2, 9, 1)]),
+    ("LSTM", lambda: nn.LSTM(4, 5, num_layers=2), [rand(3, 2, 4)]),
+    ("MultiheadAttention", lambda: nn.MultiheadAttention(8, 2, batch_first=True),
+     [rand(2, 3, 8), rand(2, 4, 8, seed=1), rand(2, 4, 8, seed=2)]),
+    ("TransformerEncoderLayer", lambda: nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0),
+     [rand(3, 2, 8)]),
+    ("MLP", lambda: nn.Sequential(nn.Flatten(), nn.Linear(12, 6), nn.GELU(), nn.Linear(6, 3), nn.LogSoftmax(-1)),
+     [rand(4, 3, 4)]),
+    ("CrossEntropyLoss", lambda: nn.CrossEntropyLoss(weight=mg.tensor([1.0, 2.0, 0.5]), label_smoothing=0.1),
+     [rand(4, 3), _ints(0, 2, 1, 2)]),
+    ("NLLLoss", lambda: nn.NLLLoss(ignore_index=1), [rand(4, 3), _ints(0, 1, 2, 2)]),
+    ("MSELoss", lambda: nn.MSELoss(), [rand(3, 4), rand(3, 4, seed=1)]),
+    ("L1Loss", lambda: nn.L1Loss(reduction="sum"), [rand(3, 4), rand(3, 4, seed=1)]),
+    ("BCELoss", lambda: nn.BCELoss(), [1 / (1 + np.exp(-rand(3, 4))), np.random.default_rng(1).uniform(size=(3, 4))]),
+    ("BCEWithLogitsLoss", lambda: nn.BCEWithLogitsLoss(pos_weight=mg.tensor([1.0, 2.0, 3.0, 0.5])),
+     [rand(3, 4), np.random.default_rng(1).uniform(size=(3, 4))]),
+]
+
+
+def _flat(out):
+    return [t for o in out for t in _flat(o)] if isinstance(out, (tuple, list)) else [out]
+
+
+def _train_step(module, arrays, dtype, device):
+    """Forward ``arrays`` through ``module`` on ``device`` and backward a fixed weighting of every
+    floating output; everything that came out, as numpy arrays."""
+    with mg.device(device):
+        xs = [mg.tensor(a, dtype=dtype if a.dtype.kind == "f" else None, requires_grad=a.dtype.kind == "f")
+              for a in arrays]
+        outs = [o for o in _flat(module(*xs)) if o is not None and o.dtype.kind == "f"]
+        rng = np.random.default_rng(7)
+        sum((o * mg.tensor(rng.standard_normal(o.shape), dtype=o.dtype)).sum() for o in outs).backward()
+    tensors = outs + [x.grad for x in xs if x.requires_grad]
+    tensors += [p.grad for p in module.parameters()] + [b for b in module.buffers() if b.dtype.kind == "f"]
+    for t in tensors:
+        assert t.device == mg.device(device), f"a result is on {t.device}, not on {device}"
+    return [host(t) for t in tensors]
+
+
+@pytest.mark.parametrize("name,make,arrays", LAYER_CASES, ids=[c[0] for c in LAYER_CASES])
+def test_layer_in_float32_on_device_matches_float64_on_cpu(name, make, arrays, device):
+    """Outputs, input and parameter gradients and running statistics, after ``Module.to(device)``."""
+    with mg.device("cpu"):
+        reference = make().double()
+    moved = copy.deepcopy(reference).to(device, mg.float32)
+    expected = _train_step(reference, arrays, "float64", "cpu")
+    actual = _train_step(moved, arrays, "float32", device)
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        assert a.dtype == np.float32, f"{name}: result {k} is {a.dtype}"
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5, err_msg=f"{name}: result {k}")
+
+
+def test_dropout_on_device(device):
+    x = mg.ones(100, 200, device=device, requires_grad=True)
+    y = F.dropout(x, 0.25)
+    y.sum().backward()
+    assert y.device == x.grad.device == mg.device(device)
+    kept = host(y) != 0
+    assert abs(kept.mean() - 0.75) < 0.02
+    np.testing.assert_array_equal(host(x.grad), host(y))

@@ -1,5 +1,7 @@
-"""Every row of the op table, three ways: gradcheck in float64, gradgradcheck for smooth rows, and
-values, gradients and output dtypes against PyTorch in float32 and float64 (skipped without torch).
+"""Every row of the op table, four ways: gradcheck in float64, gradgradcheck for smooth rows,
+values, gradients and output dtypes against PyTorch in float32 and float64 (skipped without torch),
+and float32 values and gradients on every device against the float64 cpu results (the ``device``
+fixture: cpu, and cuda where a GPU is present).
 
 The checks use ``minigrad.autograd.gradcheck``/``gradgradcheck``; when that module is missing the
 local central-difference check below stands in, so the suite is useful on any checkout.
@@ -192,3 +194,38 @@ def test_matches_torch(op: OpInfo, dtype: str, torch):
         assert actual.shape == x.shape, f"gradient of input {i} has shape {actual.shape}, input {x.shape}"
         assert actual.dtype == x.dtype, f"gradient of input {i} has dtype {actual.dtype}, input {x.dtype}"
         np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=f"{op.name}: gradient {i}")
+
+
+# -- (d) every device against the cpu (the cuda cases are skipped without a GPU) -----------------
+def _run_on(op: OpInfo, dtype: str, device: str) -> tuple[list, list]:
+    """The row's outputs and input gradients (for fixed cotangents), computed on ``device`` and
+    copied to the host. The row's constants (indices, masks) are made on ``device`` too."""
+    with minigrad.device(device):
+        xs = [minigrad.tensor(a, requires_grad=op.differentiable) for a in op.arrays(dtype)]
+        outs = outputs(op.mg(*xs))
+        grads = []
+        if op.differentiable:
+            rng = np.random.default_rng(3)
+            pairs = [(o, minigrad.tensor(rng.standard_normal(o.shape), dtype=o.dtype)) for o in outs if o.requires_grad]
+            grads = minigrad.grad([o for o, _ in pairs], xs, [v for _, v in pairs], allow_unused=True)
+    for t in outs + [g for g in grads if g is not None]:
+        assert t.device == minigrad.device(device), f"{op.name}: a result is on {t.device}, not on {device}"
+    host = lambda t: None if t is None else t.detach().cpu().numpy()  # noqa: E731
+    return [host(o) for o in outs], [host(g) for g in grads]
+
+
+@pytest.mark.parametrize("op", OPS, ids=str)
+def test_float32_on_device_matches_float64_on_cpu(op: OpInfo, device: str):
+    rtol, atol = _tolerance(op, "float32")
+    ref_outs, ref_grads = _run_on(op, "float64" if op.float64 else "float32", "cpu")
+    outs, grads = _run_on(op, "float32", device)
+    for k, (o, r) in enumerate(zip(outs, ref_outs)):
+        if r.dtype.kind == "f":
+            assert o.dtype == np.float32, f"{op.name}: output {k} is {o.dtype}"
+            np.testing.assert_allclose(o, r, rtol=rtol, atol=atol, err_msg=f"{op.name}: output {k}")
+        else:
+            np.testing.assert_array_equal(o, r, err_msg=f"{op.name}: output {k}")
+    for i, (g, r) in enumerate(zip(grads, ref_grads)):
+        assert (g is None) == (r is None), f"{op.name}: gradient {i} is missing on one device"
+        if g is not None:
+            np.testing.assert_allclose(g, r, rtol=rtol, atol=atol, err_msg=f"{op.name}: gradient {i}")

@@ -1,5 +1,6 @@
-"""minigrad.data: datasets, samplers, the DataLoader (with worker processes), transforms and the
-tf.data-style Pipeline. Names follow ``torch.utils.data``; chapter 01 builds input pipelines here.
+"""minigrad.data: datasets, samplers, the DataLoader (with worker processes), transforms, the
+tf.data-style Pipeline and the DevicePrefetcher that overlaps host-to-GPU copies with compute.
+Names follow ``torch.utils.data``; chapter 01 builds input pipelines here.
 
 ``from minigrad.data import DataLoader, TensorDataset``; transforms live in
 ``minigrad.data.transforms``; the shipped digits and the synthetic problems in
@@ -15,6 +16,7 @@ from minigrad.data.datasets import (
     MNIST, Digits, IDXError, load_digits, make_blobs, make_moons, make_regression, make_spirals, read_idx,
 )
 from minigrad.data.pipeline import AUTOTUNE, Pipeline
+from minigrad.data.prefetch import DevicePrefetcher
 from minigrad.data.sampler import (
     BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler, WeightedRandomSampler,
 )
@@ -24,6 +26,6 @@ __all__ = [
     "Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "ChainDataset",
     "random_split", "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
     "WeightedRandomSampler", "BatchSampler", "DataLoader", "default_collate", "default_convert",
-    "get_worker_info", "WorkerInfo", "Pipeline", "AUTOTUNE", "transforms", "load_digits", "Digits",
+    "get_worker_info", "WorkerInfo", "Pipeline", "AUTOTUNE", "DevicePrefetcher", "transforms", "load_digits", "Digits",
     "make_spirals", "make_moons", "make_blobs", "make_regression", "MNIST", "IDXError", "read_idx",
 ]

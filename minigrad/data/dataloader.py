@@ -9,13 +9,16 @@ buy (benchmarks/bench_dataloader.py).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Iterator
 
 import numpy
 
 from minigrad import backend
+from minigrad.data.cuda_copy import pin_memory
 from minigrad.data.dataset import Dataset, IterableDataset
 from minigrad.data.sampler import (
     BatchSampler, RandomSampler, Sampler, SequentialSampler, _stateful, as_generator,
@@ -114,6 +117,17 @@ def default_convert(data: Any) -> Any:
     return data
 
 
+def _gpu_present() -> bool:
+    """Whether pinning pays: there is a CUDA GPU to copy to. torch warns and ignores the flag otherwise."""
+    from minigrad import cuda  # here, not at import: it asks the driver
+
+    if cuda.is_available():
+        return True
+    warnings.warn("DataLoader: 'pin_memory' argument is set as true but no CUDA GPU is available, "
+                  "so pinned memory won't be used", UserWarning, stacklevel=3)
+    return False
+
+
 class _Fetcher:
     """Turns one sampler output into one batch: the task a worker (or the main process) runs."""
 
@@ -151,8 +165,10 @@ class DataLoader:
     builds batches in that many worker processes, ``prefetch_factor`` batches ahead per worker;
     worker ``i`` is seeded with a per-epoch base seed (drawn from the same generator) plus ``i``,
     so augmentations are reproducible. ``persistent_workers`` keeps the processes across epochs.
-    ``timeout`` (seconds, 0 = wait forever) bounds the wait for one batch. ``pin_memory`` is
-    accepted for compatibility; the numpy backend has no pinned memory, so it changes nothing.
+    ``timeout`` (seconds, 0 = wait forever) bounds the wait for one batch. ``pin_memory=True``
+    copies each batch's CPU tensors into page-locked memory, from which a GPU copies without the
+    CPU waiting (``cuda_copy.py``); without a CUDA GPU it warns and changes nothing, as in torch.
+    ``DevicePrefetcher(loader, "cuda")`` then overlaps those copies with the training step.
     ``multiprocessing_context`` picks the start method (default: fork on Linux, see workers.py).
     """
 
@@ -188,6 +204,7 @@ class DataLoader:
                              "mutually exclusive with drop_last")
 
         self.dataset, self.num_workers, self.pin_memory = dataset, num_workers, pin_memory
+        self._pin = pin_memory and _gpu_present()
         self.drop_last, self.timeout, self.worker_init_fn = drop_last, timeout, worker_init_fn
         self.multiprocessing_context, self.prefetch_factor = multiprocessing_context, prefetch_factor
         self.persistent_workers = persistent_workers
@@ -223,15 +240,24 @@ class DataLoader:
         if isinstance(self.dataset, IterableDataset):
             indices = itertools.repeat(None)
         if self.num_workers == 0:
-            return self._serial(fetch, indices)
-        pool = self._pool
-        if pool is None or not pool.alive:
-            # Started here, not at the first next(), so the workers fork from the caller's thread.
-            pool = WorkerPool(fetch, self.num_workers, base_seed, self.worker_init_fn, self.dataset,
-                              self.multiprocessing_context, self.timeout)
-            if self.persistent_workers:
-                self._pool = pool
-        return self._parallel(pool, indices)
+            batches = self._serial(fetch, indices)
+        else:
+            pool = self._pool
+            if pool is None or not pool.alive:
+                # Started here, not at the first next(), so the workers fork from the caller's thread.
+                pool = WorkerPool(fetch, self.num_workers, base_seed, self.worker_init_fn, self.dataset,
+                                  self.multiprocessing_context, self.timeout)
+                if self.persistent_workers:
+                    self._pool = pool
+            batches = self._parallel(pool, indices)
+        return self._pinned(batches) if self._pin else batches
+
+    @staticmethod
+    def _pinned(batches: Iterator) -> Iterator:
+        # Here, after the workers: page-locked memory belongs to the process that allocated it.
+        with contextlib.closing(batches):
+            for batch in batches:
+                yield pin_memory(batch)
 
     @staticmethod
     def _serial(fetch: _Fetcher, indices: Any) -> Iterator:

@@ -21,14 +21,15 @@ import time
 import traceback
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy
 
 from minigrad import backend
 from minigrad.tensor import Tensor, _wrap
 
-__all__ = ["WorkerInfo", "get_worker_info", "WorkerPool", "BackgroundIterator", "pack", "unpack"]
+__all__ = ["WorkerInfo", "get_worker_info", "WorkerPool", "BackgroundIterator", "map_tensors", "pack",
+           "unpack"]
 
 # How often a wait wakes up to check that the workers (or, in a worker, the parent) are alive.
 _POLL = 0.1
@@ -79,6 +80,14 @@ def unpack(obj: Any) -> Any:
     if isinstance(obj, _TensorData):
         return _wrap(obj.array, backend.cpu)
     return _map_containers(unpack, obj)
+
+
+def map_tensors(fn: Callable[[Tensor], Any], obj: Any) -> Any:
+    """Apply ``fn`` to every Tensor in a (nested) batch, keeping the containers around them
+    (pinning and device copies use it); anything else is returned as is."""
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    return _map_containers(lambda o: map_tensors(fn, o), obj)
 
 
 def _map_containers(fn, obj: Any) -> Any:

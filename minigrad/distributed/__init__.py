@@ -1,11 +1,12 @@
 """minigrad.distributed: training on several processes, as ``torch.distributed`` (chapter 04).
 
 Start N copies of a script with ``mpiexec -n N python train.py`` (or ``launch`` from Python); in
-it, ``init_process_group("mpi")`` joins them, collectives move tensors between them, and
-``DistributedDataParallel`` with ``DistributedSampler`` trains one model on N shares of each batch.
+it, ``init_process_group("mpi")`` (or ``"nccl"`` for tensors on GPUs, one process per GPU) joins
+them, collectives move tensors between them, and ``DistributedDataParallel`` with
+``DistributedSampler`` trains one model on N shares of each batch.
 Pipeline (``ScheduleGPipe``) and model parallelism (``ColumnParallelLinear``) split the model
 instead. Importing this package needs no MPI; ``init_process_group`` needs mpi4py
-(``pip install 'minigrad[mpi]'``).
+(``pip install 'minigrad[mpi]'``), and ``"nccl"`` also cupy and NCCL (``minigrad[cuda]``).
 """
 
 from minigrad.distributed.process_group import (

@@ -2,9 +2,9 @@
 
 ``mpiexec -n N python train.py`` starts N copies of one script; ``init_process_group("mpi")``
 joins them into a group in which each learns its rank. A *backend* moves contiguous arrays between
-the processes: MPI through mpi4py for host memory here, NCCL through cupy for GPU memory (the GPU
-issue adds it behind the same ``Backend`` interface). Collectives on tensors, DDP and pipelines
-are written against that interface only. Chapter 04 starts here.
+the processes: MPI through mpi4py for host memory, NCCL through cupy for GPU memory
+(``init_process_group("nccl")``, one process per GPU; ``nccl_backend.py``). Collectives on tensors,
+DDP and pipelines are written against that interface only. Chapter 04 starts here.
 """
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ class Backend(abc.ABC):
 
 
 # Backends by name, imported when first used so that minigrad itself needs neither mpi4py nor cupy.
-BACKENDS = {"mpi": "minigrad.distributed.mpi_backend:MPIBackend"}
+BACKENDS = {"mpi": "minigrad.distributed.mpi_backend:MPIBackend",
+            "nccl": "minigrad.distributed.nccl_backend:NCCLBackend"}
 
 
 class ProcessGroup:

@@ -6,7 +6,9 @@ several Tensors may wrap one array) and a weak reference takes the bytes off aga
 is freed. ``track()`` reads the running total and its high-water mark, the figure that activation
 checkpointing lowers; ``summary()`` lists what is alive right now, largest first, with the op that
 made each tensor. Arrays an op keeps for backward without wrapping them in a Tensor (ReLU's bool
-mask, the convolution's im2col columns) pass the hook too, when the node saves them.
+mask, the convolution's im2col columns) pass the hook too, when the node saves them. On a GPU the
+current and peak bytes are CuPy's memory pool instead (``minigrad.cuda.memory_allocated``), which
+also sees an op's temporaries; activations are counted from the tensors as on the cpu.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Iterator, NamedTuple
 
-from minigrad import backend
+from minigrad import backend, cuda
 from minigrad.autograd import engine as _engine
 from minigrad.autograd.function import Function
 from minigrad.backend import Device
@@ -50,7 +52,7 @@ class MemoryTracker:
 
     @property
     def current(self) -> int:
-        return self._counter.current if self._counter is not None else self._current
+        return self._counter.in_use(self.device) if self._counter is not None else self._current
 
     def reset_peak(self) -> None:
         """Start measuring peaks again from what is alive now."""
@@ -63,7 +65,7 @@ class MemoryTracker:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._current = self._counter.current
+        self._current = self._counter.in_use(self.device)
         self._counter.remove(self)
         self._counter = None
 
@@ -101,14 +103,19 @@ class _HostCounter:
     """
 
     def __init__(self) -> None:
-        self.array_type = backend.numpy.ndarray
+        self.array_type: Any = backend.numpy.ndarray
         self.live: dict[int, tuple[int, tuple, weakref.ref]] = {}  # id(buffer) -> (bytes, trackers, ref)
         self.current = 0
         self.trackers: list[MemoryTracker] = []
 
+    def in_use(self, device: Device) -> int:
+        """Bytes in use on ``device`` now."""
+        return self.current
+
     def add(self, tracker: MemoryTracker) -> None:
         if not self.trackers:
-            _tensor.memory_hook = self.count
+            _counting.append(self)
+            _set_hook()
             for array, _ in _live_arrays():
                 self.count(array, activation=False)
         self.trackers.append(tracker)
@@ -116,7 +123,8 @@ class _HostCounter:
     def remove(self, tracker: MemoryTracker) -> None:
         self.trackers.remove(tracker)
         if not self.trackers:  # nothing is watching: stop counting and drop the weak references
-            _tensor.memory_hook = None
+            _counting.remove(self)
+            _set_hook()
             self.live.clear()
             self.current = 0
 
@@ -134,25 +142,71 @@ class _HostCounter:
         nbytes = array.nbytes
         trackers = tuple(self.trackers) if activation else ()
         self.live[key] = (nbytes, trackers, weakref.ref(array, lambda _, key=key: self.release(key)))
-        self.current += nbytes
-        for t in self.trackers:
-            if self.current > t.peak:
-                t.peak = self.current
+        self.grow(nbytes)
         for t in trackers:
             t.activations += nbytes
             if t.activations > t.activation_peak:
                 t.activation_peak = t.activations
 
+    def grow(self, nbytes: int) -> None:
+        """Add ``nbytes`` (negative when a buffer is freed) to the total, noting new peaks."""
+        self.current += nbytes
+        for t in self.trackers:
+            if self.current > t.peak:
+                t.peak = self.current
+
     def release(self, key: int) -> None:
         """Called when a counted buffer is freed."""
         nbytes, trackers, _ = self.live.pop(key, (0, (), None))
-        self.current -= nbytes
+        self.grow(-nbytes)
         for t in trackers:
             t.activations -= nbytes
 
 
-# One counter per kind of device. CUDA joins this table with a counter over the CuPy memory pool.
-_COUNTERS: dict[str, _HostCounter] = {"cpu": _HostCounter()}
+class _PoolCounter(_HostCounter):
+    """How a GPU knows its memory: current and peak bytes come from CuPy's pool through
+    ``minigrad.cuda``'s allocator (so an op's temporaries count too); the tensors' buffers are
+    still counted as on the cpu, for the activation figures."""
+
+    def in_use(self, device: Device) -> int:
+        return cuda.memory_allocated(device)
+
+    def add(self, tracker: MemoryTracker) -> None:
+        if not self.trackers:
+            self.array_type = tracker.device.xp.ndarray
+            self.allocator = cuda.watch_memory_pool(tracker.device.xp)
+            self.allocator.watchers.append(self.allocated)
+        super().add(tracker)
+
+    def remove(self, tracker: MemoryTracker) -> None:
+        super().remove(tracker)
+        if not self.trackers:
+            self.allocator.watchers.remove(self.allocated)
+
+    def allocated(self, index: int, used: int) -> None:
+        """The allocator's callback: ``used`` bytes are in use on GPU ``index`` after an allocation."""
+        for t in self.trackers:
+            if t.device.index == index and used > t.peak:
+                t.peak = used
+
+    def grow(self, nbytes: int) -> None:
+        pass  # the pool keeps the total, and the allocator reports its peaks
+
+
+# One counter per kind of device; a new tensor's array goes to every counter that is counting.
+_COUNTERS: dict[str, _HostCounter] = {"cpu": _HostCounter(), "cuda": _PoolCounter()}
+_counting: list[_HostCounter] = []
+
+
+def _count_everywhere(array: Any) -> None:
+    for counter in _counting:
+        counter.count(array)
+
+
+def _set_hook() -> None:
+    """Hand new tensors to the one counting counter directly, or to all of them, or to none."""
+    _tensor.memory_hook = (None if not _counting else _counting[0].count if len(_counting) == 1
+                           else _count_everywhere)
 
 
 # ---------------------------------------------------------------------------------------------

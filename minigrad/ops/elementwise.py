@@ -14,7 +14,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.autograd.function import Function
 from minigrad.errors import DTypeError
-from minigrad.tensor import Tensor
+from minigrad.tensor import Tensor, _wrap
 
 __all__ = [
     "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "eq", "exp",
@@ -306,11 +306,14 @@ class Contiguous(Op):
     def backward(ctx, g): return g
 
 
-class ToDevice(Op):
+class ToDevice(Function):
+    """A copy on another device. Its forward takes and returns Tensors, unlike the other ops here:
+    an array-level op's output is put on its input's device."""
+
     @staticmethod
-    def forward(ctx, a, device):
-        ctx.src = ctx.device
-        return backend.to_device(a, device)
+    def forward(ctx, x, device):
+        ctx.src = x.device
+        return _wrap(backend.to_device(x.data, device), device)
 
     @staticmethod
     def backward(ctx, g): return to_device(g, ctx.src), None

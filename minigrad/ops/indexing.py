@@ -32,13 +32,6 @@ def _as_view(out: Tensor, x: Tensor) -> Tensor:
     return out
 
 
-def _add_at(xp: Any, out: Any, index: tuple, values: Any) -> None:
-    """``out[index] += values``, adding once per occurrence when an index repeats (plain
-    ``out[index] += values`` would keep only the last write). numpy spells it ``add.at``, cupy
-    ``cupyx.scatter_add``."""
-    xp.add.at(out, index, values)
-
-
 # An index is normalised to a pair (basic, advanced): ``a[basic]`` is a view (ints, slices, None,
 # ...), and ``advanced`` (None, or a tuple with the integer/bool arrays) then indexes that view.
 # Two steps are PyTorch's rule: its ints never count as advanced indices, which decides where the
@@ -54,7 +47,7 @@ def _put(xp: Any, out: Any, index: tuple, values: Any, accumulate: bool = False)
     if advanced is None:
         out[basic] = values  # basic indices never repeat
     elif accumulate:
-        _add_at(xp, out[basic], advanced, values)
+        backend.add_at(xp, out[basic], advanced, values)  # a repeated index adds up
     else:
         out[basic][advanced] = values
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from minigrad import backend
 from minigrad.autograd import function, grad_mode
 from minigrad.errors import AutogradError, DTypeError, ShapeError
 from minigrad.tensor import Tensor
@@ -86,7 +87,7 @@ def _arithmetic_in_place(t: Tensor, fn: Callable, args: tuple) -> bool:
         return False
     shape = getattr(other, "shape", ())
     try:
-        if t.device.xp.broadcast_shapes(shape, t.shape) != t.shape:
+        if backend.numpy.broadcast_shapes(shape, t.shape) != t.shape:  # shapes are host tuples
             return False
     except ValueError:
         return False  # the general path raises the ShapeError

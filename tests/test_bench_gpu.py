@@ -1,0 +1,42 @@
+"""benchmarks/bench_gpu.py and benchmarks/gpu_check.sh where there is no GPU: the benchmark says
+so and exits 0 (``make bench`` runs it everywhere), the check script fails at once and loudly, and
+the script parses. On a GPU machine gpu_check.sh itself is the check."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from minigrad import cuda
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+SCRIPT = BENCHMARKS / "gpu_check.sh"
+without_gpu = pytest.mark.skipif(cuda.is_available() or shutil.which("nvidia-smi") is not None,
+                                 reason="checks the behaviour on a machine without a GPU")
+
+
+def test_gpu_check_is_an_executable_strict_bash_script():
+    assert os.access(SCRIPT, os.X_OK)
+    text = SCRIPT.read_text()
+    assert text.startswith("#!/usr/bin/env bash\n") and "\nset -euo pipefail\n" in text
+    assert "MINIGRAD_TEST_DEVICE=cuda" in text and "benchmarks/bench_gpu.py" in text
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+
+
+@without_gpu
+def test_gpu_check_fails_loudly_without_a_gpu():
+    result = subprocess.run([str(SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "gpu_check: FAILED" in result.stderr and "GPU" in result.stderr
+
+
+@without_gpu
+def test_bench_gpu_says_there_is_no_gpu_and_exits_cleanly():
+    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent)}
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_gpu.py")], capture_output=True,
+                            text=True, timeout=120, env=env, cwd=BENCHMARKS.parent)
+    assert result.returncode == 0, result.stderr
+    assert "no CUDA GPU here" in result.stdout and "nothing to measure" in result.stdout
