@@ -21,6 +21,16 @@ def rand(*shape, dtype=f32, seed=0):
     return mg.tensor(np.random.default_rng(seed).standard_normal(shape), dtype=dtype)
 
 
+def device_type() -> str:
+    """The type of the device the test's tensors are made on (the suite may run on cuda)."""
+    return mg.get_default_device().type
+
+
+def autocast(**kwargs) -> mg.autocast:
+    """An autocast region for the tensors the test makes: a region applies to one device type."""
+    return mg.autocast(device_type(), **kwargs)
+
+
 # -- autocast: the op lists ---------------------------------------------------------------------------
 LOW = {  # float32 inputs -> float16 output
     "matmul": lambda: rand(4, 5) @ rand(5, 3),
@@ -64,33 +74,33 @@ FOLLOW = {  # other ops: the widest float input's dtype
 @pytest.mark.parametrize("name", LOW)
 def test_allow_list_runs_in_float16(name):
     assert LOW[name]().dtype == f32  # outside autocast nothing changes
-    with mg.autocast():
+    with autocast():
         assert LOW[name]().dtype == f16
 
 
 @pytest.mark.parametrize("name", FULL)
 def test_deny_list_runs_in_float32(name):
     assert FULL[name]().dtype == f16
-    with mg.autocast():
+    with autocast():
         assert FULL[name]().dtype == f32
 
 
 @pytest.mark.parametrize("name", FOLLOW)
 def test_other_ops_follow_the_widest_input(name):
     fn, expected = FOLLOW[name]
-    with mg.autocast():
+    with autocast():
         assert fn().dtype == expected
 
 
 def test_float64_is_left_alone():
-    with mg.autocast():
+    with autocast():
         assert (rand(4, 5, dtype=f64) @ rand(5, 3, dtype=f64)).dtype == f64
         assert rand(4, 5, dtype=f64).sum().dtype == f64
 
 
 def test_float16_results_match_a_manual_cast():
     a, b = rand(8, 16), rand(16, 4, seed=1)
-    with mg.autocast():
+    with autocast():
         out = a @ b
     np.testing.assert_array_equal(out.numpy(), a.numpy().astype(np.float16) @ b.numpy().astype(np.float16))
 
@@ -100,7 +110,7 @@ def _mlp_grads(autocast_on, backward_inside=False):
     mg.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     x, y = rand(8, 16), mg.tensor([0, 1, 2, 3, 0, 1, 2, 3])
-    with mg.autocast(enabled=autocast_on):
+    with autocast(enabled=autocast_on):
         loss = F.cross_entropy(model(x), y)
         if backward_inside:
             loss.backward()
@@ -123,7 +133,7 @@ def test_backward_runs_in_the_forward_dtypes_wherever_it_is_called():
     for a, b in zip(outside, inside):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     w = mg.tensor(rand(5, 3).numpy(), requires_grad=True)
-    with mg.autocast():
+    with autocast():
         out = rand(4, 5) @ w
     with mg.profiler.profile() as prof:
         out.float().sum().backward()
@@ -142,12 +152,12 @@ def test_checkpoint_style_recompute_inside_backward_is_autocast():
 
         @staticmethod
         def backward(ctx, g):
-            with mg.autocast():
+            with autocast():
                 seen.append((rand(2, 3) @ rand(3, 2)).dtype)
             return g
 
     x = mg.tensor([1.0, 2.0], requires_grad=True)
-    with mg.autocast():
+    with autocast():
         Recompute.apply(x).sum().backward()
     assert seen == [f16]
 
@@ -155,33 +165,34 @@ def test_checkpoint_style_recompute_inside_backward_is_autocast():
 # -- regions: nesting, decorator, device type, errors ---------------------------------------------------
 def test_nesting_and_disabling():
     a, b = rand(4, 5), rand(5, 3)
-    with mg.autocast():
-        assert (a @ b).dtype == f16 and amp.is_autocast_enabled()
-        with mg.autocast(enabled=False):
-            assert (a @ b).dtype == f32 and not amp.is_autocast_enabled()
-            with mg.autocast():
+    with autocast():
+        assert (a @ b).dtype == f16 and amp.is_autocast_enabled(device_type())
+        with autocast(enabled=False):
+            assert (a @ b).dtype == f32 and not amp.is_autocast_enabled(device_type())
+            with autocast():
                 assert (a @ b).dtype == f16
             assert (a @ b).dtype == f32
         assert (a @ b).dtype == f16
-    assert (a @ b).dtype == f32 and function.autocast is None and not amp.is_autocast_enabled()
+    assert (a @ b).dtype == f32 and function.autocast is None and not amp.is_autocast_enabled(device_type())
 
 
 def test_decorator_and_exception_restore_the_state():
-    @mg.autocast()
+    @autocast()
     def product(a, b):
         return a @ b
 
     assert product(rand(4, 5), rand(5, 3)).dtype == f16
     with pytest.raises(ZeroDivisionError):
-        with mg.autocast():
+        with autocast():
             1 / 0
     assert function.autocast is None and not amp._cache
 
 
 def test_device_type_selects_which_tensors_are_autocast():
-    with mg.autocast("cuda"):  # a region for GPU tensors leaves CPU tensors alone
+    other = "cpu" if device_type() == "cuda" else "cuda"
+    with mg.autocast(other):  # a region for the other device's tensors leaves these alone
         assert (rand(4, 5) @ rand(5, 3)).dtype == f32
-        assert amp.is_autocast_enabled("cuda") and not amp.is_autocast_enabled("cpu")
+        assert amp.is_autocast_enabled(other) and not amp.is_autocast_enabled(device_type())
 
 
 def test_bad_arguments():
@@ -202,7 +213,7 @@ def _cast_node(out):
 def test_a_parameter_is_cast_once_per_region():
     w = nn.Parameter(rand(5, 3))
     x = rand(4, 5)
-    with mg.autocast():
+    with autocast():
         first, second = x @ w, x @ w
         assert _cast_node(first) is _cast_node(second)
         with mg.no_grad():
@@ -212,7 +223,7 @@ def test_a_parameter_is_cast_once_per_region():
         np.testing.assert_array_equal(third.detach().numpy(),
                                       x.numpy().astype(np.float16) @ w.detach().numpy().astype(np.float16))
     assert not amp._cache
-    with mg.autocast(cache_enabled=False):
+    with autocast(cache_enabled=False):
         assert _cast_node(x @ w) is not _cast_node(x @ w)
     (first.float().sum() + second.float().sum()).backward()  # two uses of one cast: gradients add up
     np.testing.assert_allclose(w.grad.numpy(), 2 * x.numpy().sum(0)[:, None].repeat(3, 1), rtol=5e-3)
@@ -383,7 +394,7 @@ def _toy(scaled, steps):
     first = None
     for _ in range(steps):
         opt.zero_grad()
-        with mg.autocast():
+        with autocast():
             loss = F.mse_loss((x @ w).float(), target)
         first = loss.item() if first is None else first
         scaler.scale(loss * 1e-7).backward()
@@ -412,12 +423,12 @@ def _digits_accuracy(mixed, epochs=4):
         for i in range(0, len(perm), 32):
             idx = mg.tensor(perm[i:i + 32])
             opt.zero_grad()
-            with mg.autocast(enabled=mixed):
+            with autocast(enabled=mixed):
                 loss = F.cross_entropy(model(x[idx]), y[idx])
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
-    with mg.no_grad(), mg.autocast(enabled=mixed):
+    with mg.no_grad(), autocast(enabled=mixed):
         pred = model(mg.tensor(test.data.reshape(len(test), -1))).argmax(1).numpy()
     return 100 * (pred == test.targets).mean(), scaler.get_scale()
 
@@ -434,7 +445,7 @@ def test_layer_after_layer_stays_float16():
     """A layer fed by a float16 activation must still run as one float16 op (torch's behaviour)."""
     mlp = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
     cnn = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3), nn.Flatten(), nn.Linear(16, 3))
-    with mg.autocast():
+    with autocast():
         assert mlp(rand(2, 8)).dtype == f16
         out = cnn(rand(2, 1, 6, 6))
         assert out.dtype == f16

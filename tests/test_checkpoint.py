@@ -166,7 +166,7 @@ def test_checkpointing_lowers_peak_activation_memory():
     model, x = mlp(depth=16, width=64), minigrad.randn(256, 64)
     peaks = {}
     for segments in (None, 4):
-        with track() as mem:
+        with track(minigrad.get_default_device()) as mem:  # activations count on every device
             y = model(x) if segments is None else checkpoint_sequential(model, segments, x)
             y.sum().backward()
         peaks[segments] = mem.activation_peak
@@ -177,7 +177,7 @@ def test_checkpointing_lowers_peak_activation_memory():
 
 def test_the_recomputation_counts_as_activation_memory():
     model, x = mlp(depth=16, width=64), minigrad.randn(256, 64)
-    with track() as mem:
+    with track(minigrad.get_default_device()) as mem:
         y = checkpoint(model, x)
         held = mem.activations  # the output only
         y.sum().backward()

@@ -1,5 +1,6 @@
 """Generated kernels: the blocked CPU kernels agree with eager evaluation on broadcast, strided
-and reversed inputs, over many blocks and threads; the CUDA source text reads as intended."""
+and reversed inputs, over many blocks and threads; the CUDA source text reads as intended (the
+kernels running on a GPU are tests/test_cuda_graph.py's)."""
 
 import linecache
 import sys
@@ -14,6 +15,14 @@ from minigrad.graph.codegen import cpu, cuda, program
 from minigrad.graph.ir import GraphError
 from minigrad.graph.passes import fuse_elementwise
 from minigrad.graph.trace import run_graph
+
+
+@pytest.fixture(autouse=True)
+def on_cpu():
+    """Groups are traced on the cpu whatever the suite's device: the CPU kernels (blocked numpy,
+    ``run_rows``, BLOCK_SIZE and threads) run on numpy arrays, and ``cuda.generate`` only reads a
+    group's ops and dtypes, so its source text needs no GPU."""
+    mg.set_default_device("cpu")
 
 
 @pytest.fixture
@@ -172,7 +181,8 @@ def group_of(fn, *inputs):
     return node.meta["group"]
 
 
-def test_cuda_elementwise_kernel_source():
+def test_cuda_elementwise_kernel_source(monkeypatch):
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)  # imported already where there is one, or simulated
     k = cuda.generate(group_of(lambda x, c: mg.sigmoid(x * c + 0.5).tanh(), mg.randn(4, 3), mg.randn(3)))
     assert k.kind == "ElementwiseKernel" and k.params["in_params"] == "float32 x0, float32 x1"
     assert k.params["out_params"] == "float32 y"
@@ -190,11 +200,26 @@ def test_cuda_types_literals_and_special_ops():
     k = cuda.generate(group_of(lambda x: mg.where(x > 0, x.clamp(max=2.0), x.abs() * float("inf")),
                                mg.randn(5, dtype=mg.float64)))
     op = k.params["operation"]
-    assert "bool v1 = x0 > (double)0;" in op and "double v2 = min(x0, (double)2.0);" in op
+    assert "bool v1 = x0 > (double)0;" in op and "double v2 = (x0 > (double)2.0 ? (double)2.0 : x0);" in op
     assert "fabs(x0)" in op and "__longlong_as_double(0x7ff0000000000000LL)" in op
     assert "y = v1 ? v2 : v4;" in op
     k = cuda.generate(group_of(lambda x: (x * 2).to(mg.int32) + 1, mg.randn(5)))
     assert "int v2 = (int)v1;" in k.params["operation"] and "y = v2 + (int)1;" in k.params["operation"]
+
+
+def test_cuda_constants_take_the_type_the_op_computes_in():
+    x, mask = mg.randn(5), mg.randn(5) > 0
+    op = cuda.generate(group_of(lambda x, m: mg.where(m, x.exp(), 2.5) + 1, x, mask)).params["operation"]
+    assert "float v3 = x1 ? v2 : (float)2.5;" in op  # not (bool)2.5, the condition's type
+    op = cuda.generate(group_of(lambda m: (m + 2) * 3, mask)).params["operation"]
+    assert "long long v1 = x0 + (long long)2;" in op
+    op = cuda.generate(group_of(lambda x: x.clamp(min=np.float32(-1.5)).exp(), x)).params["operation"]
+    assert "(x0 < (float)-1.5 ? (float)-1.5 : x0)" in op  # a numpy scalar written as C
+    half = mg.randn(5, dtype=mg.float16)
+    op = cuda.generate(group_of(lambda x: nn.functional.leaky_relu(x * 2, 0.1), half)).params["operation"]
+    assert "float16 v1 = x0 * (float16)2;" in op and "y = v1 > (float16)0 ? v1 : (float16)(v1 * (float16)0.1);" in op
+    graph = trace(lambda i: (i ** 2).exp(), mg.tensor([1, 2, 3])).graph
+    assert [cuda.supports(n) for n in graph if n.op in ("Pow", "Exp")] == [False, True]  # C has no int pow
 
 
 @pytest.mark.parametrize("op, reduce_expr, identity, post", [

@@ -301,7 +301,10 @@ def test_persistent_workers_survive_epochs():
 
 
 def test_spawn_context_pickles_what_the_workers_need():
-    ds = TensorDataset(np.arange(12.0).reshape(6, 2), np.arange(6))
+    # host tensors, as worker processes are given in torch: a spawned process starts without the
+    # parent's GPU context (and without the test suite's simulated cupy)
+    ds = TensorDataset(minigrad.tensor(np.arange(12.0).reshape(6, 2), device="cpu"),
+                       minigrad.tensor(np.arange(6), device="cpu"))
     loader = DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="spawn", timeout=30)
     assert [b[1].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5]]
 

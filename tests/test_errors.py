@@ -200,6 +200,6 @@ def _has_cuda() -> bool:
 
 @pytest.mark.skipif(not _has_cuda(), reason="mixing devices needs a CUDA GPU (cupy)")
 def test_mixing_devices_names_both():
-    a, b = minigrad.ones(2), minigrad.ones(2, device="cuda")
+    a, b = minigrad.ones(2, device="cpu"), minigrad.ones(2, device="cuda")
     with pytest.raises(DeviceError, match="cpu.*cuda"):
         a + b

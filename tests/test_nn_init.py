@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import minigrad as mg
+from helpers import to_numpy
 from minigrad import nn
 from minigrad.nn import init
 
@@ -20,24 +21,25 @@ def test_simple_fills():
     t = mg.empty(100, 100)
     v = t._version
     assert init.uniform_(t, -2, 3) is t and t._version > v
-    assert t.data.min() >= -2 and t.data.max() < 3 and abs(t.data.mean() - 0.5) < 0.05
-    np.testing.assert_allclose(t.data.std(), 5 / math.sqrt(12), rtol=0.02)
-    init.normal_(t, 1.0, 2.0)
-    assert abs(t.data.mean() - 1.0) < 0.05 and abs(t.data.std() - 2.0) < 0.05
+    values = to_numpy(t)
+    assert values.min() >= -2 and values.max() < 3 and abs(values.mean() - 0.5) < 0.05
+    np.testing.assert_allclose(values.std(), 5 / math.sqrt(12), rtol=0.02)
+    values = to_numpy(init.normal_(t, 1.0, 2.0))
+    assert abs(values.mean() - 1.0) < 0.05 and abs(values.std() - 2.0) < 0.05
     assert t.dtype == mg.float32
-    assert (init.constant_(t, 0.3).data == np.float32(0.3)).all()
-    assert not init.zeros_(t).data.any() and (init.ones_(t).data == 1).all()
+    assert (to_numpy(init.constant_(t, 0.3)) == np.float32(0.3)).all()
+    assert not to_numpy(init.zeros_(t)).any() and (to_numpy(init.ones_(t)) == 1).all()
 
 
 def test_trunc_normal_stays_in_bounds():
-    t = init.trunc_normal_(mg.empty(5000), std=1.0, a=-0.5, b=1.0)
-    assert t.data.min() >= -0.5 and t.data.max() <= 1.0 and t.data.std() > 0.3
+    values = to_numpy(init.trunc_normal_(mg.empty(5000), std=1.0, a=-0.5, b=1.0))
+    assert values.min() >= -0.5 and values.max() <= 1.0 and values.std() > 0.3
 
 
 def test_init_works_on_parameters_that_require_grad():
     p = nn.Parameter(mg.zeros(3, 4))
     init.xavier_uniform_(p)
-    assert p.requires_grad and p.is_leaf and p.data.any()
+    assert p.requires_grad and p.is_leaf and to_numpy(p).any()
 
 
 @pytest.mark.parametrize("shape", [(5, 3), (8, 4, 3, 3), (2, 6, 5), (0, 3)])
@@ -67,7 +69,7 @@ def test_calculate_gain_errors():
 
 
 def _check(t, std, bound=None):
-    data = t.data
+    data = to_numpy(t)
     assert abs(data.mean()) < 4 * std / math.sqrt(data.size)  # 4 standard errors
     np.testing.assert_allclose(data.std(), std, rtol=0.03)
     if bound is not None:
@@ -97,10 +99,12 @@ def test_kaiming_defaults_match_torch_formula():
 def test_init_distributions_match_torch_samples(torch):
     torch.manual_seed(0)
     for fn, shape in [("kaiming_uniform_", (256, 128)), ("xavier_normal_", (128, 64, 3))]:
-        ours = getattr(init, fn)(mg.empty(shape)).data
+        ours = to_numpy(getattr(init, fn)(mg.empty(shape)))
         theirs = getattr(torch.nn.init, fn)(torch.empty(shape)).numpy()
         np.testing.assert_allclose(ours.std(), theirs.std(), rtol=0.03)
-        np.testing.assert_allclose(np.abs(ours).max(), np.abs(theirs).max(), rtol=0.05)
+        # the tail through a high quantile: the maximum of normal samples moves by several percent
+        # from one random stream to another (each device's generator draws its own stream)
+        np.testing.assert_allclose(np.quantile(np.abs(ours), 0.99), np.quantile(np.abs(theirs), 0.99), rtol=0.05)
 
 
 def test_init_is_reproducible_and_accepts_a_generator():
@@ -108,7 +112,8 @@ def test_init_is_reproducible_and_accepts_a_generator():
     a = nn.Linear(4, 3)
     mg.manual_seed(7)
     b = nn.Linear(4, 3)
-    np.testing.assert_array_equal(a.weight.data, b.weight.data)
-    g1, g2 = np.random.default_rng(1), np.random.default_rng(1)
-    np.testing.assert_array_equal(init.normal_(mg.empty(5), generator=g1).data,
-                                  init.normal_(mg.empty(5), generator=g2).data)
+    np.testing.assert_array_equal(to_numpy(a.weight), to_numpy(b.weight))
+    xp = mg.get_default_device().xp  # a generator of the tensor's device (numpy's or cupy's), as torch asks
+    g1, g2 = xp.random.default_rng(1), xp.random.default_rng(1)
+    np.testing.assert_array_equal(to_numpy(init.normal_(mg.empty(5), generator=g1)),
+                                  to_numpy(init.normal_(mg.empty(5), generator=g2)))

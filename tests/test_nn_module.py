@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import minigrad as mg
+from helpers import shares_memory, to_numpy
 from minigrad import nn
 
 
@@ -115,13 +116,13 @@ def test_parameter():
     t = mg.randn(2, 3)
     p = nn.Parameter(t)
     assert isinstance(p, mg.Tensor) and p.requires_grad and p.is_leaf
-    assert np.shares_memory(p.data, t.data)
+    assert shares_memory(p, t)
     assert repr(p).startswith("Parameter containing:\ntensor(")
     assert type(p * 2) is mg.Tensor
     assert not nn.Parameter(mg.ones(1), requires_grad=False).requires_grad
     q = copy.deepcopy(p)
-    assert isinstance(q, nn.Parameter) and q is not p and not np.shares_memory(q.data, p.data)
-    np.testing.assert_array_equal(q.data, p.data)
+    assert isinstance(q, nn.Parameter) and q is not p and not shares_memory(q, p)
+    np.testing.assert_array_equal(to_numpy(q), to_numpy(p))
 
 
 def test_deepcopy_of_a_model_is_independent():
@@ -134,7 +135,7 @@ def test_deepcopy_of_a_model_is_independent():
     assert net.head[2].weight.grad is not twin.head[2].weight.grad
     with mg.no_grad():
         twin.head[2].bias.add_(1)
-    assert not np.allclose(twin.head[2].bias.data, net.head[2].bias.data)
+    assert not np.allclose(to_numpy(twin.head[2].bias), to_numpy(net.head[2].bias))
 
 
 # -- state_dict ----------------------------------------------------------------------------------
@@ -148,7 +149,7 @@ def test_state_dict_keys_values_and_detach():
     ]
     w = sd["head.0.weight"]
     assert not w.requires_grad and type(w) is mg.Tensor
-    assert np.shares_memory(w.data, net.head[0].weight.data)
+    assert shares_memory(w, net.head[0].weight)
     assert sd["block.bn.num_batches_tracked"].dtype == mg.int64
 
 
@@ -157,12 +158,12 @@ def test_state_dict_round_trip_into_fresh_model():
     x = mg.randn(5, 3)
     a(x)  # moves the BatchNorm running stats
     a.eval(), b.eval()
-    assert not np.allclose(a(x).data, b(x).data)
+    assert not np.allclose(to_numpy(a(x)), to_numpy(b(x)))
     params_before = list(b.parameters())
     result = b.load_state_dict(a.state_dict())
     assert result.missing_keys == [] and result.unexpected_keys == []
     assert all(p is q for p, q in zip(params_before, b.parameters()))  # copied in place
-    np.testing.assert_array_equal(a(x).data, b(x).data)
+    np.testing.assert_array_equal(to_numpy(a(x)), to_numpy(b(x)))
     assert b.block.bn.num_batches_tracked.item() == 1
 
 
@@ -190,7 +191,7 @@ def test_load_state_dict_from_torch(torch):
     assert list(m.state_dict()) == list(t.state_dict())
     m.load_state_dict({k: v.numpy() for k, v in t.state_dict().items()})
     x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
-    np.testing.assert_allclose(m(mg.tensor(x)).data, t(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(m(mg.tensor(x))), t(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 # -- modes, dtypes, grads --------------------------------------------------------------------------
@@ -230,7 +231,7 @@ def test_zero_grad_and_requires_grad():
     assert m.weight.grad is not None
     g = m.weight.grad
     m.zero_grad(set_to_none=False)
-    assert m.weight.grad is not None and not m.weight.grad.data.any()
+    assert m.weight.grad is not None and not to_numpy(m.weight.grad).any()
     m.zero_grad()
     assert m.weight.grad is None and m.bias.grad is None
     m.requires_grad_(False)
@@ -249,7 +250,7 @@ def test_apply_runs_on_every_module():
 
     assert net.apply(init_linear) is net
     assert seen[-1] == "Net" and seen.count("Linear") == 3
-    assert not net.head[2].bias.data.any()
+    assert not to_numpy(net.head[2].bias).any()
 
 
 # -- hooks and call ---------------------------------------------------------------------------------
@@ -350,7 +351,7 @@ def test_clip_grad_norm_matches_torch(torch, norm_type):
     ttotal = torch.nn.utils.clip_grad_norm_(ts, 1.5, norm_type)
     np.testing.assert_allclose(total.item(), ttotal.item(), rtol=1e-12)
     for p, t in zip(ps, ts):
-        np.testing.assert_allclose(p.grad.data, t.grad.numpy(), rtol=1e-10)
+        np.testing.assert_allclose(to_numpy(p.grad), t.grad.numpy(), rtol=1e-10)
 
 
 def test_clip_grad_norm_edge_cases():
@@ -358,7 +359,7 @@ def test_clip_grad_norm_edge_cases():
     assert nn.utils.clip_grad_norm_([p], 1.0).item() == 0.0  # no gradients at all
     p.grad = mg.tensor([0.1, 0.2, 0.2])
     nn.utils.clip_grad_norm_(p, 10.0)  # a single tensor works too; under the limit nothing changes
-    np.testing.assert_allclose(p.grad.data, [0.1, 0.2, 0.2], rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(p.grad), [0.1, 0.2, 0.2], rtol=1e-6)
     p.grad = mg.tensor([float("inf"), 1.0, 1.0])
     with pytest.raises(RuntimeError, match="non-finite"):
         nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
@@ -368,13 +369,13 @@ def test_clip_grad_value_and_vector_round_trip():
     m = nn.Linear(3, 2)
     m.weight.grad = mg.tensor(np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3))
     nn.utils.clip_grad_value_(m.parameters(), 1.0)
-    assert m.weight.grad.data.max() == 1.0 and m.weight.grad.data.min() == -1.0
+    assert to_numpy(m.weight.grad).max() == 1.0 and to_numpy(m.weight.grad).min() == -1.0
     vec = nn.utils.parameters_to_vector(m.parameters())
     assert vec.shape == (8,) and vec.requires_grad
-    np.testing.assert_array_equal(vec.data[:6], m.weight.data.ravel())
+    np.testing.assert_array_equal(to_numpy(vec)[:6], to_numpy(m.weight).ravel())
     new = mg.arange(8, dtype=mg.float32)
     nn.utils.vector_to_parameters(new, m.parameters())
-    np.testing.assert_array_equal(m.bias.data, [6, 7])
+    np.testing.assert_array_equal(to_numpy(m.bias), [6, 7])
     with pytest.raises(ValueError, match="8"):
         nn.utils.vector_to_parameters(mg.ones(5), m.parameters())
 

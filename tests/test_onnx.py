@@ -56,10 +56,11 @@ def cnn():
                           nn.Conv2d(4, 6, 3, stride=2, padding=(1, 2), dilation=(1, 2), groups=2, bias=False),
                           nn.BatchNorm2d(6), nn.ReLU(), nn.AvgPool2d(2, ceil_mode=True), nn.Flatten(),
                           nn.Linear(24, 5))
-    for bn in (model[1], model[5]):  # running statistics that are not the identity
-        bn.running_mean.data[:] = mg.randn(bn.num_features).numpy()
-        bn.running_var.data[:] = mg.rand(bn.num_features).numpy() + 0.5
-        bn.weight.data[:] = mg.randn(bn.num_features).numpy()
+    with mg.no_grad():
+        for bn in (model[1], model[5]):  # running statistics that are not the identity
+            bn.running_mean.copy_(mg.randn(bn.num_features))
+            bn.running_var.copy_(mg.rand(bn.num_features) + 0.5)
+            bn.weight.copy_(mg.randn(bn.num_features))
     return model
 
 

@@ -17,6 +17,7 @@ from minigrad.graph.passes import (PassManager, default_passes, eliminate_common
                                    fold_batch_norm, fold_constants, fold_conv_bn, fuse_conv_bn_eval, simplify)
 from minigrad.graph.trace import TENSOR_ARG, run_graph
 from minigrad.ops.elementwise import Cast, Exp, Log, Mul, Op
+from helpers import to_numpy
 
 PASSES = [eliminate_dead_code, fold_constants, functools.partial(fold_constants, freeze=True),
           eliminate_common_subexpressions, simplify, fold_batch_norm]
@@ -31,7 +32,13 @@ def ops(graph):
 
 
 def run(graph, *inputs):
-    return run_graph(graph, list(inputs))
+    """The graph's outputs on these inputs, as numpy arrays."""
+    return [to_numpy(a) for a in run_graph(graph, list(inputs))]
+
+
+def array(values):
+    """A float64 array on the suite's device, for a hand-built graph's constant."""
+    return mg.tensor(values, dtype=mg.float64).data
 
 
 def assert_same(graph, new, *inputs, rtol=1e-12):
@@ -144,7 +151,7 @@ def test_arrays_an_op_saved_fold_with_it():
     g = Graph()
     f64 = np.dtype("float64")
     x = g.add_node("placeholder", shape=(4,), dtype=f64, name="%x")
-    c = g.add_node("constant", attrs={"value": np.array([-1.0, 2.0, -3.0, 4.0])}, shape=(4,), dtype=f64)
+    c = g.add_node("constant", attrs={"value": array([-1.0, 2.0, -3.0, 4.0])}, shape=(4,), dtype=f64)
     d = op_node(g, Doubled, [c], (4,), f64)
     mask = g.add_node("saved", [d], {"index": 0}, shape=(4,), dtype=np.dtype("bool"))
     g.set_outputs([op_node(g, Mul, [op_node(g, Mul, [x, d], (4,), f64), mask], (4,), f64)])
@@ -249,7 +256,7 @@ def test_mul_by_a_constant_of_ones_vanishes_in_a_hand_built_graph():
     g = Graph()
     f64 = np.dtype("float64")
     x = g.add_node("placeholder", shape=(2, 3), dtype=f64, name="%x")
-    one = g.add_node("constant", attrs={"value": np.ones((1, 3))}, shape=(1, 3), dtype=f64)
+    one = g.add_node("constant", attrs={"value": array(np.ones((1, 3)))}, shape=(1, 3), dtype=f64)
     g.set_outputs([op_node(g, Exp, [op_node(g, Mul, [one, x], (2, 3), f64)], (2, 3), f64)])
     assert ops(simplify(g)) == ["placeholder", "Exp", "output"]
 
@@ -261,9 +268,10 @@ def _cnn(bias=True):
                       nn.Linear(16, 5), nn.BatchNorm1d(5))
     for _ in range(3):  # running statistics that are not the initial 0 and 1
         m(mg.randn(8, 3, 6, 6) * 2 + 1)
-    for bn in (m[1], m[4], m[8]):
-        bn.weight.data[...] = np.linspace(0.5, 2.0, bn.num_features)
-        bn.bias.data[...] = np.linspace(-1.0, 1.0, bn.num_features)
+    with mg.no_grad():
+        for bn in (m[1], m[4], m[8]):
+            bn.weight.copy_(mg.tensor(np.linspace(0.5, 2.0, bn.num_features)))
+            bn.bias.copy_(mg.tensor(np.linspace(-1.0, 1.0, bn.num_features)))
     return m.eval()
 
 
@@ -287,12 +295,12 @@ def test_fuse_conv_bn_eval_matches_torch():
     fused = fuse_conv_bn_eval(conv, bn)
     tconv, tbn = torch.nn.Conv2d(3, 6, 3, padding=1), torch.nn.BatchNorm2d(6)
     with torch.no_grad():
-        tconv.weight.copy_(torch.tensor(conv.weight.data)), tconv.bias.copy_(torch.tensor(conv.bias.data))
+        tconv.weight.copy_(torch.tensor(to_numpy(conv.weight))), tconv.bias.copy_(torch.tensor(to_numpy(conv.bias)))
         for name in ("weight", "bias", "running_mean", "running_var"):
-            getattr(tbn, name).copy_(torch.tensor(getattr(bn, name).data))
+            getattr(tbn, name).copy_(torch.tensor(to_numpy(getattr(bn, name))))
     tfused = torch.nn.utils.fuse_conv_bn_eval(tconv.eval(), tbn.eval())
-    np.testing.assert_allclose(fused.weight.data, tfused.weight.detach().numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(fused.bias.data, tfused.bias.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(fused.weight), tfused.weight.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(fused.bias), tfused.bias.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -372,7 +380,7 @@ def _replay_and_compare(graph, model, twin, eager_step, data):
         (loss,) = run(graph, x, t)
         np.testing.assert_allclose(loss, eager_step(x, t).item(), rtol=1e-10)
     for p, q in zip(model.parameters(), twin.parameters()):
-        np.testing.assert_allclose(p.data, q.data, rtol=1e-10)
+        np.testing.assert_allclose(to_numpy(p), to_numpy(q), rtol=1e-10)
 
 
 @pytest.mark.parametrize("passes", [[p] for p in PASSES] + [default_passes()], ids=lambda ps: ",".join(

@@ -4,7 +4,8 @@
 schedule, shows a progress bar (tqdm, when installed), prints the test accuracy, and saves a
 checkpoint with the epoch, model and optimizer state after every epoch. ``--resume`` continues
 from that checkpoint; since each epoch's shuffle is seeded by (seed, epoch), a resumed run ends
-with the same weights as an uninterrupted one.
+with the same weights as an uninterrupted one. ``--device cuda`` trains on a GPU: the model is made
+(with the same initial weights as on the cpu) and moved there, and every batch follows it.
 """
 
 from __future__ import annotations
@@ -32,21 +33,28 @@ def make_model() -> nn.Module:
 
 
 def evaluate(model: nn.Module, dataset: Digits) -> float:
-    """Accuracy on the whole dataset, in one batch."""
+    """Accuracy on the whole dataset, in one batch, on the model's device."""
+    device = next(model.parameters()).device
     model.eval()
     with minigrad.no_grad():
-        x = minigrad.tensor(dataset.data)
-        y = minigrad.tensor(dataset.targets)
+        x = minigrad.tensor(dataset.data, device=device)
+        y = minigrad.tensor(dataset.targets, device=device)
         accuracy = (model(x).argmax(dim=1) == y).float().mean().item()
     model.train()
     return accuracy
 
 
 def train(epochs: int = 15, batch_size: int = 32, lr: float = 0.01, seed: int = 0,
-          checkpoint: Path | None = None, resume: bool = False, progress: bool = True) -> float:
+          checkpoint: Path | None = None, resume: bool = False, progress: bool = True,
+          device: str | minigrad.Device | None = None) -> float:
+    """Train and return the test accuracy; ``device`` (default: the default device) is where the
+    model trains."""
+    device = minigrad.device(device) if device is not None else minigrad.get_default_device()
     minigrad.manual_seed(seed)
     train_set, test_set = Digits(train=True), Digits(train=False)
-    model = make_model()
+    with minigrad.device("cpu"):  # the same initial weights on every device: drawn by the cpu's generator
+        model = make_model()
+    model.to(device)
     optimizer = optim.Adam(model.parameters(), lr=lr)
     steps_per_epoch = -(-len(train_set) // batch_size)
     scheduler = optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, epochs=epochs, steps_per_epoch=steps_per_epoch)
@@ -67,6 +75,7 @@ def train(epochs: int = 15, batch_size: int = 32, lr: float = 0.01, seed: int = 
         batches = tqdm(loader, desc=f"epoch {epoch + 1}/{epochs}", leave=False) if tqdm and progress else loader
         t0, total = time.perf_counter(), 0.0
         for x, y in batches:
+            x, y = x.to(device), y.to(device)  # the loader's batches come on the cpu
             optimizer.zero_grad()
             loss = loss_fn(model(x), y)
             loss.backward()
@@ -94,10 +103,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint", type=Path, default=Path("digits_cnn.ckpt"))
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the default device)")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     accuracy = train(args.epochs, args.batch_size, args.lr, args.seed, args.checkpoint, args.resume,
-                     not args.no_progress)
+                     not args.no_progress, args.device)
     print(f"final test accuracy {accuracy:.2%} in {time.perf_counter() - t0:.1f} s; checkpoint: {args.checkpoint}")
 
 

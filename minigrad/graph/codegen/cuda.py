@@ -25,7 +25,9 @@ _C_TYPES = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "i
             "uint8": "unsigned char", "float16": "float16", "float32": "float", "float64": "double"}
 
 # Each op as a C expression of its arguments {0}, {1}, ... (in forward's order); {T} is the C type
-# of its first tensor argument, so constants stay in that precision ((float)0.5, not a double).
+# the op computes in (``_compute_type``), so constants stay in that precision ((float)0.5, not a
+# double). A branch of ``?:`` that computes a new value is cast back to {T}: cupy's float16
+# converts to and from float implicitly, which would make ``c ? half : float`` ambiguous.
 _C_EXPR = {
     "Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0} / {1}", "Neg": "-{0}",
     "Pow": "pow({0}, {1})", "Exp": "exp({0})", "Log": "log({0})", "Sqrt": "sqrt({0})", "Rsqrt": "({T})1 / sqrt({0})",
@@ -38,9 +40,9 @@ _C_EXPR = {
     "Relu": "({0} > ({T})0 || {0} != {0}) ? {0} : ({T})0",
     "Maximum": "({0} > {1} || {0} != {0}) ? {0} : {1}",
     "Minimum": "({0} < {1} || {0} != {0}) ? {0} : {1}",
-    "LeakyRelu": "{0} > ({T})0 ? {0} : {0} * {1}",
+    "LeakyRelu": "{0} > ({T})0 ? {0} : ({T})({0} * {1})",
     "Gelu": "({T})0.5 * {0} * (({T})1 + erf({0} * ({T})0.7071067811865476))",
-    "Softplus": "{0} * {1} > {2} ? {0} : log1p(exp({0} * {1})) / {1}",
+    "Softplus": "{0} * {1} > {2} ? {0} : ({T})(log1p(exp({0} * {1})) / {1})",
     "Where": "{0} ? {1} : {2}",
     "Clone": "{0}", "Contiguous": "{0}",
     "Equal": "{0} == {1}", "NotEqual": "{0} != {1}", "Less": "{0} < {1}", "LessEqual": "{0} <= {1}",
@@ -58,8 +60,11 @@ _INFINITY = {"float": "__int_as_float(0x7f800000)", "double": "__longlong_as_dou
 
 
 def supports(node: Node) -> bool:
-    """Whether a GPU group can evaluate this elementwise op inside its kernel."""
+    """Whether a GPU group can evaluate this elementwise op inside its kernel (C has no integer
+    ``pow``: integer powers run as their own op)."""
     known = node.op in _C_EXPR or node.op in ("Abs", "Cast", "Clamp")
+    if node.op == "Pow" and node.dtype.kind != "f":
+        return False
     return known and not node.meta.get("kwargs") and all(str(n.dtype) in _C_TYPES for n in (node, *node.inputs))
 
 
@@ -134,7 +139,7 @@ def generate(group: Graph) -> CudaKernel:
 
 def _expression(node: Node, value: dict[Node, str]) -> str:
     inputs = iter(node.inputs)
-    ctype = _ctype(node.inputs[0]) if node.inputs else _ctype(node)
+    ctype = _compute_type(node)
     args = []
     for k in node.meta["args"]:
         args.append(value[next(inputs)] if k in (TENSOR_ARG, ARRAY_ARG) else _literal(node.attrs[k], ctype))
@@ -142,18 +147,30 @@ def _expression(node: Node, value: dict[Node, str]) -> str:
         return f"({_ctype(node)}){args[0]}"
     if node.op == "Abs":
         return f"{'fabs' if ctype in ('float', 'double', 'float16') else 'abs'}({args[0]})"
-    if node.op == "Clamp":  # either bound may be absent
+    if node.op == "Clamp":  # either bound may be absent; a NaN stays NaN, as in numpy's clip (CUDA's fmax drops it)
         x, lo, hi = args
-        x = x if lo == "None" else f"max({x}, {lo})"
-        return x if hi == "None" else f"min({x}, {hi})"
+        x = x if lo == "None" else f"({x} < {lo} ? {lo} : {x})"
+        return x if hi == "None" else f"({x} > {hi} ? {hi} : {x})"
     return _C_EXPR[node.op].format(*args, T=ctype)
+
+
+def _compute_type(node: Node) -> str:
+    """The C type an op computes in: its first tensor argument's, unless that is a bool (the
+    condition of ``where``, or ``mask + 2``), whose constants would be cast to 0 or 1: then its result's."""
+    if not node.inputs or node.inputs[0].dtype.kind == "b":
+        return _ctype(node)
+    return _ctype(node.inputs[0])
 
 
 def _literal(v: Any, ctype: str) -> str:
     if v is None:
         return "None"
+    if hasattr(v, "item") and getattr(v, "shape", None) == ():
+        v = v.item()  # a numpy scalar: its repr, np.float32(0.5), is not C
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, int) and not -2**63 <= v < 2**63:  # no C integer literal holds it
+        v = float(v)
     if isinstance(v, float) and v != v:
         return f"({ctype})(0.0 / 0.0)"
     if isinstance(v, float) and v in (float("inf"), float("-inf")):
