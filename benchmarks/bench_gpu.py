@@ -17,15 +17,18 @@
 Launches return before the kernels finish, so every timed block ends with a device-wide
 synchronize (which waits for PyTorch's streams too); blocks are interleaved and the median kept
 (common.interleaved). Without a GPU the script says so and exits 0.
-``python benchmarks/bench_gpu.py [--repeats R] [--steps N] [--torch-compile]``;
-benchmarks/gpu_check.sh runs it on a GPU machine.
+``python benchmarks/bench_gpu.py [--repeats R] [--steps N] [--torch-compile] [--json PATH]``;
+benchmarks/gpu_check.sh runs it on a GPU machine and keeps its tables in benchmarks/results/gpu.json,
+which chapter 03's GPU notebook shows.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
+from pathlib import Path
 
 from common import interleaved, table, torch  # first: sets BLAS threads before numpy
 
@@ -254,6 +257,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats (median taken)")
     parser.add_argument("--steps", type=int, default=3, help="steps per timed block")
     parser.add_argument("--torch-compile", action="store_true", help="add torch.compile to (b)")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the tables to this file (chapter 03's GPU notebook shows them)")
     args = parser.parse_args()
     if not cuda.is_available():
         print("bench_gpu: no CUDA GPU here (cupy is not installed, or it sees no GPU), so there is "
@@ -264,18 +269,28 @@ def main() -> int:
         TORCH.backends.cuda.matmul.allow_tf32 = False
         TORCH.backends.cudnn.allow_tf32 = False
     rng = numpy.random.default_rng(0)
-    print(header())
-    print(f"median of {args.repeats} interleaved blocks of {args.steps} steps, each ending in a synchronize")
-    print("\n(a) training step: forward, cross-entropy, backward, SGD with momentum (float32)")
-    print(training(rng, args.repeats, args.steps))
-    print(f"\n(b) GELU (tanh) -> scale/shift -> sigmoid gate -> normalise, "
-          f"{CHAIN_SHAPE[0]} x {CHAIN_SHAPE[1]} float32")
-    print(fusion(rng, args.repeats, args.steps, args.torch_compile))
-    print("\n(c) MLP 4096-4096-4096-4096-10 step at batch 8192: float32 vs autocast(float16) + GradScaler")
-    print(mixed_precision(rng, args.repeats, args.steps))
-    print("\n(d) 8 host batches of 8192 x 784 float32 through the MLP 784-4096-4096-10 step: copies in the "
-          "loop vs DevicePrefetcher")
-    print(prefetch(rng, args.repeats))
+    report = {"header": header(),
+              "timing": f"median of {args.repeats} interleaved blocks of {args.steps} steps, each ending in a synchronize",
+              "sections": {}}
+    print(report["header"])
+    print(report["timing"])
+    sections = [
+        ("(a) training step: forward, cross-entropy, backward, SGD with momentum (float32)",
+         lambda: training(rng, args.repeats, args.steps)),
+        (f"(b) GELU (tanh) -> scale/shift -> sigmoid gate -> normalise, {CHAIN_SHAPE[0]} x {CHAIN_SHAPE[1]} float32",
+         lambda: fusion(rng, args.repeats, args.steps, args.torch_compile)),
+        ("(c) MLP 4096-4096-4096-4096-10 step at batch 8192: float32 vs autocast(float16) + GradScaler",
+         lambda: mixed_precision(rng, args.repeats, args.steps)),
+        ("(d) 8 host batches of 8192 x 784 float32 through the MLP 784-4096-4096-10 step: copies in the loop "
+         "vs DevicePrefetcher", lambda: prefetch(rng, args.repeats)),
+    ]
+    for title, run in sections:
+        print(f"\n{title}")
+        report["sections"][title] = run()
+        print(report["sections"][title])
+        if args.json is not None:  # written after each section, so a run cut short keeps what it measured
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0
 
 

@@ -107,8 +107,11 @@ tests_on_cuda() {
 }
 
 gpu_benchmarks() {
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE timeout "$BENCH_TIMEOUT" "$PY" benchmarks/bench_gpu.py 2>&1 \
-        | tee "$LOG/bench_gpu.log"
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE timeout "$BENCH_TIMEOUT" "$PY" benchmarks/bench_gpu.py \
+        --json benchmarks/results/gpu.json 2>&1 | tee "$LOG/bench_gpu.log"
+    local rc=${PIPESTATUS[0]}
+    cp benchmarks/results/gpu.json "$LOG/" 2>/dev/null || true  # the tables, for 05_gpu.ipynb
+    return "$rc"
 }
 
 stage "test suite, cuda cases included (limit ${TEST_TIMEOUT} s)" all_tests

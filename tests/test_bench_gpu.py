@@ -2,6 +2,7 @@
 so and exits 0 (``make bench`` runs it everywhere), the check script fails at once and loudly, and
 the script parses. On a GPU machine gpu_check.sh itself is the check."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -40,3 +41,22 @@ def test_bench_gpu_says_there_is_no_gpu_and_exits_cleanly():
                             text=True, timeout=120, env=env, cwd=BENCHMARKS.parent)
     assert result.returncode == 0, result.stderr
     assert "no CUDA GPU here" in result.stdout and "nothing to measure" in result.stdout
+
+
+def test_bench_gpu_keeps_each_table_in_its_json_file(simulated_cuda, monkeypatch, tmp_path):
+    # the sections' own work needs a GPU's speed; here each returns a stand-in table, so that only
+    # what main() does with them (print, then write the file after every section) is checked
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_gpu
+
+    monkeypatch.setattr(bench_gpu, "header", lambda: "bench_gpu on a simulated device")
+    for name in ("training", "fusion", "mixed_precision", "prefetch"):
+        monkeypatch.setattr(bench_gpu, name, lambda *args, name=name: f"table of {name}")
+    out = tmp_path / "results" / "gpu.json"
+    monkeypatch.setattr(sys, "argv", ["bench_gpu.py", "--json", str(out)])
+    assert bench_gpu.main() == 0
+    report = json.loads(out.read_text())
+    assert report["header"] == "bench_gpu on a simulated device"
+    assert [t.split()[0] for t in report["sections"]] == ["(a)", "(b)", "(c)", "(d)"]
+    assert list(report["sections"].values()) == [f"table of {n}" for n in
+                                                 ("training", "fusion", "mixed_precision", "prefetch")]

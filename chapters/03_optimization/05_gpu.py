@@ -274,13 +274,16 @@ print(f"a float32 elementwise op (4 bytes read, 4 written per element) spends as
 # small eager ops are mostly launch overhead, and fusing them removes it.
 #
 # ## 7. The speed-ups, measured
-# Figures from a GPU run are stored in `benchmarks/results/gpu.json` by `benchmarks/gpu_check.sh`.
-# This cell shows them when that file exists:
+# `benchmarks/gpu_check.sh` stores the tables of a GPU run in `benchmarks/results/gpu.json`
+# (`bench_gpu.py --json`). This cell shows them when that file exists:
 
 # %%
 RESULTS = Path("../../benchmarks/results/gpu.json")
 if RESULTS.exists():
-    print(json.dumps(json.loads(RESULTS.read_text()), indent=1))
+    results = json.loads(RESULTS.read_text())
+    print(results["header"], results["timing"], sep="\n")
+    for title, figures in results["sections"].items():
+        print(f"\n{title}\n{figures}")
 else:
     print("no GPU run recorded yet: run benchmarks/gpu_check.sh on a machine with an NVIDIA GPU")
 
