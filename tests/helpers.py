@@ -65,3 +65,17 @@ def skip_if_kernels_cannot_run(device: Any = None) -> None:
     when those are CUDA kernels and cupy is the simulation."""
     if backend.resolve_device(device).type == "cuda" and simulated():
         pytest.skip(NO_KERNELS)
+
+
+def training_step(model: Any, opt: Any, loss_fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """A whole training step as one function of ``(x, t)``, as ``trace`` and ``compile`` record it:
+    zero the gradients, ``loss_fn(model(x), t)``, backward, the optimizer's step; returns the loss."""
+
+    def step(x: Any, t: Any) -> Any:
+        opt.zero_grad()
+        loss = loss_fn(model(x), t)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step

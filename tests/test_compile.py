@@ -15,7 +15,7 @@ from minigrad import nn, optim
 from minigrad.graph import CompileWarning, trace
 from minigrad.graph.codegen import cpu
 from minigrad.graph.executor import Executor
-from helpers import cpu_only, skip_if_kernels_cannot_run
+from helpers import cpu_only, skip_if_kernels_cannot_run, training_step
 
 
 @contextlib.contextmanager
@@ -91,18 +91,10 @@ def train_both(build, x_shape, classes=3, steps=10, make_opt=sgd):
     data = [(mg.tensor(rng.standard_normal(x_shape).astype(np.float32)),
              mg.tensor(rng.integers(0, classes, x_shape[0]))) for _ in range(steps + 1)]
 
-    def make_step(m, opt):
-        def step(x, t):
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(m(x), t)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
     for m, opt in zip((model, twin), opts):
-        make_step(m, opt)(*data[0])
-    compiled, eager = mg.compile(make_step(model, opts[0])), make_step(twin, opts[1])
+        training_step(m, opt, nn.functional.cross_entropy)(*data[0])
+    compiled = mg.compile(training_step(model, opts[0], nn.functional.cross_entropy))
+    eager = training_step(twin, opts[1], nn.functional.cross_entropy)
     for x, t in data[1:]:
         assert_close(compiled(x, t), eager(x, t))
     for p, q in zip(model.parameters(), twin.parameters()):

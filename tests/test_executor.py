@@ -17,7 +17,7 @@ from minigrad.graph.executor import Executor
 from minigrad.graph.passes import PassManager, default_passes, fuse_elementwise
 from minigrad.graph.trace import TENSOR_ARG, run_graph
 from minigrad.ops.elementwise import Op
-from helpers import skip_if_kernels_cannot_run, to_numpy
+from helpers import skip_if_kernels_cannot_run, to_numpy, training_step
 from test_passes import random_program, step
 
 
@@ -43,6 +43,10 @@ def test_a_traced_mlp_runs_as_with_run_graph(parallel):
         ex.run([x, x])
 
 
+def mse(y, t):
+    return ((y - t) ** 2).mean()
+
+
 @pytest.mark.parametrize("parallel", [False, True])
 def test_a_training_step_applies_its_effects(parallel):
     model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 1)).to(mg.float64)
@@ -50,19 +54,10 @@ def test_a_training_step_applies_its_effects(parallel):
     opts = [optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (model, twin)]
     data = [(randn(6, 3), randn(6, 1)) for _ in range(5)]
 
-    def make_step(m, opt):
-        def step(x, t):
-            opt.zero_grad()
-            loss = ((m(x) - t) ** 2).mean()
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
     for m, opt in zip((model, twin), opts):
-        make_step(m, opt)(*data[0])
-    traced = trace(make_step(model, opts[0]), *data[1])
-    eager = make_step(twin, opts[1])
+        training_step(m, opt, mse)(*data[0])
+    traced = trace(training_step(model, opts[0], mse), *data[1])
+    eager = training_step(twin, opts[1], mse)
     eager(*data[1])
     assert "saved" in [n.op for n in traced.graph]  # ReLU's mask: the executor keeps the op's ctx for it
     ex = Executor(PassManager(default_passes())(traced.graph), parallel=parallel)

@@ -17,7 +17,7 @@ from minigrad.graph.passes import (PassManager, default_passes, eliminate_common
                                    fold_batch_norm, fold_constants, fold_conv_bn, fuse_conv_bn_eval, simplify)
 from minigrad.graph.trace import TENSOR_ARG, run_graph
 from minigrad.ops.elementwise import Cast, Exp, Log, Mul, Op
-from helpers import to_numpy
+from helpers import to_numpy, training_step
 
 PASSES = [eliminate_dead_code, fold_constants, functools.partial(fold_constants, freeze=True),
           eliminate_common_subexpressions, simplify, fold_batch_norm]
@@ -353,22 +353,17 @@ def test_every_pass_preserves_a_traced_mlp_forward():
         np.testing.assert_allclose(run(new, x)[0], eager, rtol=1e-12)
 
 
+def mse_times_one(y, t):
+    return ((y - t) ** 2).mean() * 1.0 + 0.0  # an identity for simplify to remove
+
+
 def _sgd_setup():
     model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 1)).to(mg.float64)
     twin = copy.deepcopy(model)
     opts = [optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (model, twin)]
     data = [(randn(6, 3), randn(6, 1)) for _ in range(5)]
 
-    def make_step(m, opt):
-        def step(x, t):
-            opt.zero_grad()
-            loss = ((m(x) - t) ** 2).mean() * 1.0 + 0.0  # an identity for simplify to remove
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
-    steps = [make_step(model, opts[0]), make_step(twin, opts[1])]
+    steps = [training_step(model, opts[0], mse_times_one), training_step(twin, opts[1], mse_times_one)]
     for s in steps:  # warm-up: the momentum buffers exist before tracing
         s(*data[0])
     return model, twin, data, steps

@@ -10,6 +10,7 @@ from minigrad import nn, optim
 from minigrad.autograd import Function, function
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.graph import TraceError, TraceWarning, trace
+from helpers import training_step
 
 
 def randn(*shape, requires_grad=False):
@@ -184,19 +185,10 @@ def test_traced_module_and_optimizer_step_matches_eager():
     opts = [optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3) for m in (model, twin)]
     data = [(randn(8, 4), randn(8, 2)) for _ in range(6)]
 
-    def make_step(m, opt):
-        def step(x, t):
-            opt.zero_grad()
-            loss = nn.functional.mse_loss(m(x), t)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
     for m, opt in zip((model, twin), opts):  # warm-up: the momentum buffers exist before tracing
-        make_step(m, opt)(*data[0])
-    traced = trace(make_step(model, opts[0]), *data[1])
-    eager = make_step(twin, opts[1])
+        training_step(m, opt, nn.functional.mse_loss)(*data[0])
+    traced = trace(training_step(model, opts[0], nn.functional.mse_loss), *data[1])
+    eager = training_step(twin, opts[1], nn.functional.mse_loss)
     eager(*data[1])
     for x, t in data[2:]:
         np.testing.assert_allclose(traced(x, t).item(), eager(x, t).item(), rtol=1e-12)
@@ -254,17 +246,11 @@ def test_traced_classification_step_replays_new_targets(kwargs):
     rng = np.random.default_rng(3)
     data = [(randn(6, 4), mg.tensor(rng.integers(0, 3, 6))) for _ in range(5)]
 
-    def make_step(m, opt):
-        def step(x, t):
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(m(x), t, **kwargs)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
+    def loss_fn(y, t):
+        return nn.functional.cross_entropy(y, t, **kwargs)
 
-    traced = trace(make_step(model, opts[0]), *data[0])
-    eager = make_step(twin, opts[1])
+    traced = trace(training_step(model, opts[0], loss_fn), *data[0])
+    eager = training_step(twin, opts[1], loss_fn)
     eager(*data[0])
     for x, t in data[1:]:
         np.testing.assert_allclose(traced(x, t).item(), eager(x, t).item(), rtol=1e-12)
