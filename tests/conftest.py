@@ -10,7 +10,9 @@ minigrad's device dispatch on a machine without a GPU, never a test of a GPU.
 """
 
 import os
+import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,23 @@ def simulated_cuda(monkeypatch):
     forget = fake_cupy.install(monkeypatch)
     yield fake_cupy.module
     forget()
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    """A skip's reason with the module path folded in: "could not import 'torch.nn.functional': No
+    module named 'torch'" and "... 'torch': ..." are one reason, the missing package."""
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    missing = re.fullmatch(r"could not import '[\w.]+': No module named '(\w+)[\w.]*'", reason)
+    return f"{missing.group(1)} is not installed" if missing else reason
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """One line per reason for the skipped tests (pytest's -rs prints one per test location), so
+    a run without the optional extras says in a few lines what it did not check and why."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    terminalreporter.section(f"{len(skipped)} skipped, by reason")
+    for reason, count in Counter(map(_skip_reason, skipped)).most_common():
+        terminalreporter.line(f"{count:6d}  {reason}")

@@ -37,13 +37,24 @@ def test_pyproject_metadata():
     assert project["requires-python"] == ">=3.11"
     assert project["dependencies"] == ["numpy>=2"]
     extras = project["optional-dependencies"]
-    dev = {REQUIREMENT.match(r).group(1) for r in extras["dev"]}
-    assert {"pytest", "hypothesis", "nbval", "ipykernel", "jupyterlab", "matplotlib", "graphviz",
-            "tqdm"} <= dev
+
+    def names(extra: str) -> set[str]:
+        """The packages an extra installs, following the extras it names (``minigrad[course]``)."""
+        found = set()
+        for req in extras[extra]:
+            self_extra = re.fullmatch(r"minigrad\[(\w+)\]", req)
+            found |= names(self_extra.group(1)) if self_extra else {REQUIREMENT.match(req).group(1)}
+        return found
+
+    # everything the four chapters run, MPI included, comes with the course extra, and the dev
+    # extra (what `make venv` installs) holds the course and the test tools
+    assert {"jupyterlab", "ipykernel", "matplotlib", "graphviz", "tqdm", "mpi4py", "mpich"} <= names("course")
+    assert names("course") | {"pytest", "hypothesis", "nbval"} <= names("dev")
     assert extras["torch"] == ["torch>=2.13"]
     for extra, reqs in extras.items():
         for req in reqs:
-            assert REQUIREMENT.match(req), f"extra {extra!r}: {req!r} needs a version bound"
+            assert REQUIREMENT.match(req) or re.fullmatch(r"minigrad\[\w+\]", req), \
+                f"extra {extra!r}: {req!r} needs a version bound"
     assert PYPROJECT["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
 
 
