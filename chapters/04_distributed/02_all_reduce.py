@@ -93,8 +93,11 @@ for N in (4, 8, 64):
 
 # %% [markdown]
 # So libraries switch algorithm by message size: NCCL and MPI use trees (or recursive doubling)
-# for small messages and rings for large ones. Gradients are large, which is why DDP's all-reduce
-# is a ring in practice, and why DDP sends gradients in buckets of megabytes (04.3).
+# for small messages and rings for large ones, and NCCL also weighs the topology (GPUs on one
+# node, links between nodes) when it picks ring or tree. So DDP's all-reduce is whichever
+# algorithm the library picks for each bucket: for buckets of megabytes that is usually the ring,
+# where bandwidth, not latency, sets the cost; that is why DDP sends gradients in buckets of
+# megabytes rather than one small tensor at a time (04.3).
 #
 # ## The ring, step by step
 # Follow which ranks' values each copy of each chunk holds, for N = 4. Rank r starts with only
