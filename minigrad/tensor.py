@@ -391,11 +391,9 @@ def _init(t: Tensor, data: Any, device: Device) -> None:
     t.data, t.device = data, device
     t.requires_grad, t.grad, t.grad_fn = False, None, None
     t._output_nr, t._vc, t._base, t._accum, t._hooks = 0, 0, None, None, None
-    if memory_hook is not None:
-        memory_hook(data)
-
-
-memory_hook: Any = None  # minigrad.memory.track: memory_hook(array) counts each new tensor's memory
+    if _modes.stack:  # the memory tracker counts each new tensor's memory
+        for m in _modes.stack:
+            m.new_array(data)
 
 
 def _wrap(data: Any, device: Device) -> Tensor:
@@ -404,8 +402,9 @@ def _wrap(data: Any, device: Device) -> Tensor:
     t.data, t.device = data, device
     t.requires_grad, t.grad, t.grad_fn = False, None, None
     t._output_nr, t._vc, t._base, t._accum, t._hooks = 0, 0, None, None, None
-    if memory_hook is not None:
-        memory_hook(data)
+    if _modes.stack:
+        for m in _modes.stack:
+            m.new_array(data)
     return t
 
 
@@ -460,4 +459,5 @@ def _dim(dim: int, ndim: int, op: str) -> int:
     return dim % n
 
 
+from minigrad.autograd.mode import state as _modes  # noqa: E402  (autograd imports Tensor from this module)
 from minigrad import ops as _ops  # noqa: E402  (ops import Tensor from this module)
