@@ -123,7 +123,7 @@ class AutocastMode(Mode):
         one float16 copy of a weight serves every use, as in PyTorch."""
         if not (use_cache and t.requires_grad and t.grad_fn is None and t._base is None):
             return cast(t, dtype)
-        key = (id(t), dtype, grad_mode.enabled)  # a cast made under no_grad has no graph to reuse
+        key = (id(t), dtype, grad_mode.is_grad_enabled())  # a cast made under no_grad has no graph to reuse
         hit = self.cache.get(key)
         if hit is not None and hit[0] is t and hit[1] == t._version:  # an in-place update makes it stale
             return hit[2]

@@ -155,3 +155,19 @@ def test_the_engines_copy_of_a_gradient_reads_the_node_of_what_it_copied():
     p.grad = None
     traced(mg.ones(3))
     np.testing.assert_array_equal(p.grad.numpy(), [1.0, 1.0, 1.0])
+
+
+def test_grad_mode_is_per_thread():
+    seen = []
+
+    def work():
+        seen.append(mg.is_grad_enabled())
+        with mg.no_grad():
+            seen.append(mg.is_grad_enabled())
+
+    with mg.no_grad():
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+        assert not mg.is_grad_enabled()
+    assert seen == [True, False] and mg.is_grad_enabled()

@@ -123,7 +123,7 @@ class Function:
             device = cpu
         ctx.device = device
         ctx.xp = device.xp
-        record = requires_grad and grad_mode.enabled
+        record = requires_grad and modes.grad_enabled
         if record:
             _connect(ctx, args)
         else:

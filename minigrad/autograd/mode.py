@@ -6,8 +6,8 @@ told about each op by ``Function.apply`` (``before_op`` may rewrite its argument
 sees its outputs), about each backward rule by the engine (``node_backward``), and about the few things the core does
 besides running ops (a new array, an array saved for backward, an in-place write, a fresh
 ``.grad``). With the stack empty an op pays one test of ``state.stack``: modes cost nothing unless
-they are on. The stack also keeps the thread's backward depth, which ``is_backward_running``
-answers from.
+they are on. The same per-thread state keeps the backward depth, which ``is_backward_running``
+answers from, and the grad mode.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.stack: tuple[Mode, ...] = ()  # outermost first; read by Function.apply on every op
         self.backward_depth = 0  # backward passes the engine is running on this thread
+        self.grad_enabled = True  # grad mode (minigrad.autograd.grad_mode), per thread as well
 
 
 state = _State()

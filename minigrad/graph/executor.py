@@ -164,8 +164,7 @@ class Executor:
         work = []
         for step, free, ctx_free in zip(self.steps, frees, ctx_frees):
             ops = [n for n in step if not _is_structural(n)]
-            # a user Function runs under no_grad, a global flag, so it stays on this thread
-            threaded = {n for n in ops if self.parallel and len(ops) > 1 and _array_op(n)}
+            threaded = {n for n in ops if self.parallel and len(ops) > 1}
             pooled = [(n, self._compute(n)) for n in ops if n in threaded]
             inline = [n for n in ops if n not in threaded] + [n for n in step if n.op in _STRUCTURAL]
             new = [n for n in step if n.op not in _FROM_OUTSIDE and n.op not in EFFECT_OPS
@@ -227,11 +226,6 @@ class Executor:
 
 def _is_structural(n: Node) -> bool:
     return n.op in _FROM_OUTSIDE or n.op in ("getitem", "saved") or n.op in EFFECT_OPS
-
-
-def _array_op(n: Node) -> bool:
-    """A built-in op or a generated kernel: arrays in, array out, no global state touched."""
-    return getattr(n.fn, "array_forward", False) or not isinstance(n.fn, type)
 
 
 def _nbytes(n: Node) -> int:

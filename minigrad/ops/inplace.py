@@ -49,7 +49,7 @@ def _write_back(t: Tensor, result: Tensor, op: str) -> None:
 def inplace(t: Tensor, fn: Callable[..., Tensor], *args: Any) -> Tensor:
     """Apply ``fn(t, *args)`` and store the result in ``t``'s memory (``t.add_(x)`` and friends)."""
     op = fn.__name__ + "_"
-    recording = grad_mode.enabled and (
+    recording = grad_mode.is_grad_enabled() and (
         t.requires_grad or any(isinstance(a, Tensor) and a.requires_grad for a in args)
     )
     _check_target(t, op, recording)
@@ -110,7 +110,7 @@ def copy_from(t: Tensor, src: Any) -> Tensor:
 
 def fill_(t: Tensor, value: Any) -> Tensor:
     """``t.fill_(v)`` / ``t.zero_()``: every element set to ``value`` (no gradient flows to t's old value)."""
-    recording = grad_mode.enabled and t.requires_grad
+    recording = grad_mode.is_grad_enabled() and t.requires_grad
     _check_target(t, "fill_", recording)
     t.data[...] = value.data if isinstance(value, Tensor) else value
     if recording:
