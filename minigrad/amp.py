@@ -1,19 +1,10 @@
 """Mixed precision: ``autocast`` runs each op in the precision it tolerates, and ``GradScaler``
 keeps small float16 gradients from flushing to zero (chapter 03).
 
-Inside ``autocast()`` (a ``Mode`` on the thread's stack) every op's inputs are cast before it
-runs, as ``precision_policy`` says for the op. Matrix products and convolutions, which hold most
-of the arithmetic and tolerate rounding, get float16 inputs (half the bytes to keep for
-backward); ops that sum many terms or leave float16's narrow range (reductions, softmax, exp,
-log, pow, losses, normalisation) get float32 inputs; every other op runs in the widest float
-dtype among its inputs. The casts are ordinary differentiable ops, so
-parameters stay float32 ("master weights") and their gradients arrive in float32. Backward rules
-run in the dtypes their forward used, as in PyTorch.
-
-float16 cannot represent magnitudes below 6e-8, so small gradients become zero on the way back.
-``GradScaler`` multiplies the loss by a large factor before backward, divides the gradients by it
-before the optimizer step, skips the steps whose gradients overflowed, and adapts the factor:
-halve it after an overflow, double it after ``growth_interval`` clean steps (PyTorch's rules).
+float16 halves the bytes an activation keeps for backward, but rounds coarsely and cannot
+represent magnitudes below 6e-8. So ``autocast`` (a ``Mode`` on the thread's stack) gives each op
+the precision its ``precision_policy`` names, and ``GradScaler`` scales the loss up before backward
+so that small gradients survive, then scales them back down before the optimizer step.
 """
 
 from __future__ import annotations
@@ -135,6 +126,13 @@ class AutocastMode(Mode):
 class autocast:
     """Run the ops in a region in mixed precision: ``with minigrad.autocast(): loss = model(x)``.
 
+    Matrix products and convolutions, which hold most of the arithmetic and tolerate rounding, get
+    float16 inputs; ops that sum many terms or leave float16's narrow range (reductions, softmax,
+    exp, log, pow, losses, normalisation) get float32 inputs; every other op runs in the widest
+    float dtype among its inputs. The casts are ordinary differentiable ops, so parameters stay
+    float32 ("master weights") and their gradients arrive in float32. Backward rules run in the
+    dtypes their forward used, as in PyTorch.
+
     Also a decorator. Regions nest; ``autocast(enabled=False)`` inside one runs in the inputs'
     dtypes again. ``dtype`` must be float16: numpy has no native bfloat16. Wrap the forward pass
     and the loss, as PyTorch recommends; a backward pass run inside the region is not autocast
@@ -219,8 +217,11 @@ class GradScaler:
         scaler.step(opt)                          # skipped when a gradient is inf or nan
         scaler.update()
 
-    The scale is a host float; whether a gradient overflowed is computed on the gradients' device
-    and read once, in ``step``.
+    It multiplies the loss by a large factor before backward, divides the gradients by it before
+    the optimizer step, skips the steps whose gradients overflowed, and adapts the factor: halve it
+    after an overflow, double it after ``growth_interval`` clean steps (PyTorch's rules). The scale
+    is a host float; whether a gradient overflowed is computed on the gradients' device and read
+    once, in ``step``.
     """
 
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,

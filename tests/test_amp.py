@@ -173,7 +173,7 @@ def test_nesting_and_disabling():
                 assert (a @ b).dtype == f16
             assert (a @ b).dtype == f32
         assert (a @ b).dtype == f16
-    assert (a @ b).dtype == f32 and mode.state.stack == () and not amp.is_autocast_enabled(device_type())
+    assert (a @ b).dtype == f32 and mode.current_modes() == () and not amp.is_autocast_enabled(device_type())
 
 
 def test_decorator_and_exception_restore_the_state():
@@ -185,7 +185,7 @@ def test_decorator_and_exception_restore_the_state():
     with pytest.raises(ZeroDivisionError):
         with autocast():
             1 / 0
-    assert mode.state.stack == ()  # the autocast mode, and its cast cache, are gone
+    assert mode.current_modes() == ()  # the autocast mode, and its cast cache, are gone
 
 
 def test_device_type_selects_which_tensors_are_autocast():

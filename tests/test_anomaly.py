@@ -117,7 +117,7 @@ def test_decorator_and_restoring_the_previous_mode():
 
     with pytest.raises(AnomalyError):
         step(minigrad.tensor([-1.0]))
-    assert not is_anomaly_enabled() and mode.state.stack == ()
+    assert not is_anomaly_enabled() and mode.current_modes() == ()
 
 
 def test_set_detect_anomaly_plain_call_and_context():

@@ -86,20 +86,20 @@ def test_nested_trackers_and_reset_peak():
         del a, c
         outer.reset_peak()
         assert outer.peak == outer.current == outer.start
-    assert mode.state.stack == ()
+    assert mode.current_modes() == ()
 
 
 def test_the_tracker_is_a_mode_only_while_tracking():
-    assert mode.state.stack == ()
+    assert mode.current_modes() == ()
     with track() as mem:
-        assert mode.state.stack == (mem,)
-    assert mode.state.stack == ()
+        assert mode.current_modes() == (mem,)
+    assert mode.current_modes() == ()
 
 
 def test_an_error_inside_the_block_still_stops_counting():
     with pytest.raises(RuntimeError), track():
         raise RuntimeError("boom")
-    assert mode.state.stack == ()
+    assert mode.current_modes() == ()
 
 
 @pytest.mark.skipif(minigrad.cuda.is_available(), reason="a CUDA GPU is present: its pool has a counter")

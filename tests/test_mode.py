@@ -40,9 +40,9 @@ def test_the_innermost_mode_wraps_the_op_closest_and_the_stack_empties():
     log: list = []
     x = mg.ones(3)
     with Recorder("outer", log) as outer, Recorder("inner", log) as inner:
-        assert mode.state.stack == (outer, inner)
+        assert mode.current_modes() == (outer, inner)
         x.exp()
-    assert mode.state.stack == ()
+    assert mode.current_modes() == ()
     assert log == [("inner", "before", "Exp"), ("outer", "before", "Exp"),
                    ("outer", "after", "Exp"), ("inner", "after", "Exp")]
 
@@ -101,7 +101,7 @@ def test_modes_are_per_thread():
     other: list = []
 
     def work():
-        other.append(mode.state.stack)
+        other.append(mode.current_modes())
         (mg.ones(2) + 1.0).exp()
 
     with profile() as prof:

@@ -163,6 +163,6 @@ def test_a_failed_op_leaves_no_open_frame_and_the_hook_is_removed():
     with profile() as outer:  # an inner profile takes the events while it is active
         with profile() as inner:
             mg.ones(2) + 1.0
-            assert mode.active(profile) is inner and mode.state.stack == (outer, inner)
+            assert mode.active(profile) is inner and mode.current_modes() == (outer, inner)
         assert mode.active(profile) is outer
     assert [e.name for e in inner.events] == ["Add"] and not outer.events

@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 from minigrad.autograd import function as F
 from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.autograd.grad_mode import set_grad_enabled
-from minigrad.autograd.mode import backward_pass, state as modes
+from minigrad.autograd.mode import backward_pass, current_modes
 from minigrad.errors import AutogradError, ShapeError
 from minigrad.tensor import Tensor, _wrap
 
@@ -195,8 +195,9 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
         raise AutogradError(
             f"{node.name()}.backward returned {len(out)} gradient(s), expected {len(edges)} (one per forward input)"
         )
-    if modes.stack:
-        for m in modes.stack:
+    modes = current_modes()
+    if modes:
+        for m in modes:
             m.node_backward(node, out)
     for edge, g, meta in zip(edges, out, node._input_meta):
         if edge is None or g is None:
@@ -253,5 +254,5 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> N
     else:
         t.grad = g
         shared.add(id(g))
-    for m in modes.stack:  # the tracer binds the new .grad to the value it holds
+    for m in current_modes():  # the tracer binds the new .grad to the value it holds
         m.fresh_grad(t, t.grad, g)

@@ -33,7 +33,8 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from minigrad.autograd import grad_mode
-from minigrad.autograd.mode import state as modes
+from minigrad.autograd.grad_mode import is_grad_enabled
+from minigrad.autograd.mode import current_modes
 from minigrad.backend import cpu
 from minigrad.errors import AutogradError, DeviceError, ShapeError
 from minigrad.hooks import RemovableHandle, add_hook
@@ -98,7 +99,7 @@ class Function:
     # -- apply ------------------------------------------------------------------------------------
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
-        stack = modes.stack  # the modes on (minigrad.autograd.mode): empty unless one is entered
+        stack = current_modes()  # the modes on (minigrad.autograd.mode): empty unless one is entered
         if stack:
             for m in reversed(stack):
                 args = m.before_op(cls, args)
@@ -123,7 +124,7 @@ class Function:
             device = cpu
         ctx.device = device
         ctx.xp = device.xp
-        record = requires_grad and modes.grad_enabled
+        record = requires_grad and is_grad_enabled()
         if record:
             _connect(ctx, args)
         else:

@@ -3,28 +3,24 @@
 Anomaly detection, autocast, the profiler, the memory tracker and the tracer are all ``Mode``s, as
 PyTorch's dispatch modes are: entered with ``with``, kept on a stack of the current thread, and
 told about each op by ``Function.apply`` (``before_op`` may rewrite its arguments, ``after_op``
-sees its outputs), about each backward rule by the engine (``node_backward``), and about the few things the core does
-besides running ops (a new array, an array saved for backward, an in-place write, a fresh
-``.grad``). With the stack empty an op pays one test of ``state.stack``: modes cost nothing unless
-they are on. The same per-thread state keeps the backward depth, which ``is_backward_running``
-answers from, and the grad mode.
+sees its outputs), about each backward rule by the engine (``node_backward``), and about the few
+things the core does besides running ops (a new array, an array saved for backward, an in-place
+write, a fresh ``.grad``). With the stack empty an op pays one read of ``current_modes()``: modes cost nothing
+unless they are on. The thread's backward depth, which ``is_backward_running`` answers from, is
+kept here too. Both are context variables, which every thread has its own of (and which cost a
+third of a ``threading.local`` attribute to read).
 """
 
 from __future__ import annotations
 
-import threading
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
-
-class _State(threading.local):
-    def __init__(self) -> None:
-        self.stack: tuple[Mode, ...] = ()  # outermost first; read by Function.apply on every op
-        self.backward_depth = 0  # backward passes the engine is running on this thread
-        self.grad_enabled = True  # grad mode (minigrad.autograd.grad_mode), per thread as well
-
-
-state = _State()
 M = TypeVar("M", bound="Mode")
+_stack: ContextVar[tuple[Mode, ...]] = ContextVar("minigrad_modes", default=())
+_backward_depth: ContextVar[int] = ContextVar("minigrad_backward_depth", default=0)
+current_modes = _stack.get  # () -> this thread's modes, outermost first; Function.apply calls it on every op
+backward_depth = _backward_depth.get  # () -> how many backward passes run on this thread, one inside another
 
 
 class Mode:
@@ -71,21 +67,21 @@ class Mode:
 
 
 def push(mode: Mode) -> None:
-    state.stack = state.stack + (mode,)
+    _stack.set(_stack.get() + (mode,))
 
 
 def pop(mode: Mode) -> None:
     """Take ``mode`` off this thread's stack (the innermost entry of it, wherever it is)."""
-    stack = state.stack
+    stack = _stack.get()
     for i in range(len(stack) - 1, -1, -1):
         if stack[i] is mode:
-            state.stack = stack[:i] + stack[i + 1:]
+            _stack.set(stack[:i] + stack[i + 1:])
             return
 
 
 def active(kind: type[M]) -> M | None:
     """The innermost mode of type ``kind`` on this thread's stack, if any."""
-    for m in reversed(state.stack):
+    for m in reversed(_stack.get()):
         if isinstance(m, kind):
             return m
     return None
@@ -93,37 +89,32 @@ def active(kind: type[M]) -> M | None:
 
 def is_backward_running() -> bool:
     """Whether the engine is running a backward pass on this thread (ops now are backward rules)."""
-    return state.backward_depth > 0
-
-
-def backward_depth() -> int:
-    """How many backward passes are running on this thread, one inside another."""
-    return state.backward_depth
+    return _backward_depth.get() > 0
 
 
 class backward_pass:
     """What the engine wraps a backward pass in (ops run inside it are backward rules)."""
 
     def __enter__(self) -> None:
-        state.backward_depth += 1
+        self.token = _backward_depth.set(_backward_depth.get() + 1)
 
     def __exit__(self, *exc: Any) -> None:
-        state.backward_depth -= 1
+        _backward_depth.reset(self.token)
 
 
 def new_array(array: Any) -> None:
-    for m in state.stack:
+    for m in _stack.get():
         m.new_array(array)
 
 
 def inplace_write(t: Any, result: Any) -> None:
-    for m in state.stack:
+    for m in _stack.get():
         m.inplace_write(t, result)
 
 
 def sees_writes() -> bool:
-    return any(m.sees_writes for m in state.stack)
+    return any(m.sees_writes for m in _stack.get())
 
 
 def casts_inputs() -> bool:
-    return any(m.casts_inputs for m in state.stack)
+    return any(m.casts_inputs for m in _stack.get())

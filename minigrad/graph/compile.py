@@ -1,18 +1,9 @@
 """``minigrad.compile``: trace a function once, optimise its graph, replay the optimised graph (chapter 03).
 
-The first call with a new input signature (each tensor's shape, dtype, device and requires_grad,
-plus grad mode and a module's train/eval mode) runs the function for real under the tracer, so
-that call's result is the eager one. The recorded graph then goes through the passes (constant
-folding, simplification, CSE, dead code elimination, then fusion with generated kernels) and later
-calls with that signature replay it with the ``Executor``, which frees every buffer after its last
-use and computes an optimizer's updates straight into the tensors they update. A new signature
-traces again. As with ``trace``, Python control flow is frozen at trace time,
-and a training step should be compiled after one eager warm-up step, so that optimizer state
-(momentum buffers) exists before the trace; values kept in Python numbers (Adam's step count) are
-frozen too. When a graph cannot stand in for the function, the signature runs eagerly from then on
-and a ``CompileWarning`` says why and which ops: op arguments holding traced values as raw arrays,
-writes the tracer cannot replay, or outputs that require grad outside a traced backward (a replay
-records no autograd graph: compile the whole training step, or run inference under ``no_grad``).
+It puts chapter 03's pieces together behind one decorator, as ``torch.compile`` does: the tracer
+records the first call, the passes (folding, CSE, dead code, fusion into generated kernels)
+rewrite the graph, and the ``Executor`` replays it on later calls with the same signature. When a
+graph cannot stand in for the function, that signature runs eagerly and a ``CompileWarning`` says why.
 """
 
 from __future__ import annotations
@@ -46,7 +37,20 @@ def compile(fn: Callable[..., Any] | None = None, *, passes: list | None = None,
     """Compile ``fn`` (a function of tensors, or a ``Module``, whose forward is then compiled).
     Use as ``compile(fn)``, ``@compile`` or ``@compile(verbose=True)``. ``passes`` replaces the
     default pass list; ``verbose`` prints what each pass changed; after ``cache_size_limit``
-    signatures, new ones run eagerly."""
+    signatures, new ones run eagerly.
+
+    The first call with a new input signature (each tensor's shape, dtype, device and
+    requires_grad, plus grad mode, autocast and a module's train/eval mode) runs the function for
+    real under the tracer, so that call's result is the eager one; later calls with that signature
+    replay the optimised graph, whose executor frees every buffer after its last use and computes
+    an optimizer's updates straight into the tensors they update. As with ``trace``, Python control
+    flow is frozen at trace time, and a training step should be compiled after one eager warm-up
+    step, so that optimizer state (momentum buffers) exists before the trace; values kept in Python
+    numbers (Adam's step count) are frozen too. A signature runs eagerly, with a ``CompileWarning``
+    naming the ops, when op arguments hold traced values as raw arrays, when a write cannot be
+    replayed, or when outputs require grad outside a traced backward (a replay records no autograd
+    graph: compile the whole training step, or run inference under ``no_grad``).
+    """
     if fn is None:
         return functools.partial(compile, passes=passes, max_group_size=max_group_size, verbose=verbose,
                                  cache_size_limit=cache_size_limit)

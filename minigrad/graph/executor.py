@@ -1,17 +1,9 @@
 """The executor: run a graph in topological order, freeing each buffer after its last use (chapter 03).
 
 ``run_graph`` keeps every intermediate value until the end. Knowing the whole graph ahead of time,
-an executor can do better: it plans, for each value, the step of its last reader and drops its
-reference right after that step, so the memory returns while the graph still runs; the most bytes
-live at once over the schedule is the *planned peak*, computed from node shapes and dtypes before
-anything runs. Views (reshape, permute, broadcast) share their input's buffer, so they cost
-nothing and keep that buffer alive. With ``parallel=True`` the nodes of each level (no node
-depends on another of its level) run at once in a thread pool: numpy releases the GIL in its
-kernels. Side effects (``copy_``, ``set_grad``) apply at the end, in order, as in ``run_graph``,
-except the updates that ``minigrad.graph.writeback`` plans into their tensors: those values are
-computed straight into the tensor's memory (an optimizer's new weights and momentum), so their
-copies have nothing left to do. Each node's call (what it reads, where its value goes) is
-prepared once, so that a replay spends its time in the ops.
+an executor does better: it plans when each value is last read and drops it right after, so
+memory returns while the graph still runs, and it can predict the peak before anything runs. It
+runs the interpreter's steps (``minigrad.graph.interpret``), prepared once per node.
 """
 
 from __future__ import annotations
@@ -37,12 +29,24 @@ _STRUCTURAL = frozenset({"constant", "parameter", "grad", "getitem", "saved"})  
 
 class Executor:
     """Runs ``graph`` on input tensors: ``Executor(graph).run(inputs)`` returns the output arrays,
-    as ``run_graph`` does. ``planned_peak`` is the most bytes of intermediate values alive at once
-    (inputs, parameters and constants not counted), ``planned_live`` those bytes at each step, and
-    ``planned_total`` what keeping every value to the end (as ``run_graph`` does) holds;
-    ``measured_peak`` is set by ``run(..., measure=True)`` when the memory tracker
-    (``minigrad.memory.track``) is available. ``writes`` is the plan of updates computed in place
-    (``minigrad.graph.writeback``)."""
+    as ``run_graph`` does.
+
+    For each value it plans the step of its last reader and drops its reference right after that
+    step; the most bytes live at once over the schedule is the *planned peak*, computed from node
+    shapes and dtypes. Views (reshape, permute, broadcast) share their input's buffer, so they cost
+    nothing and keep that buffer alive. With ``parallel=True`` the nodes of each level (no node
+    depends on another of its level) run at once in a thread pool: numpy releases the GIL in its
+    kernels. Side effects (``copy_``, ``set_grad``) apply at the end, in order, except the updates
+    that ``minigrad.graph.writeback`` plans into their tensors: those values are computed straight
+    into the tensor's memory (an optimizer's new weights and momentum), so their copies have
+    nothing left to do.
+
+    ``planned_peak`` is the most bytes of intermediate values alive at once (inputs, parameters
+    and constants not counted), ``planned_live`` those bytes at each step, and ``planned_total``
+    what keeping every value to the end (as ``run_graph`` does) holds; ``measured_peak`` is set by
+    ``run(..., measure=True)`` when the memory tracker (``minigrad.memory.track``) is available.
+    ``writes`` is the plan of updates computed in place (``minigrad.graph.writeback``).
+    """
 
     def __init__(self, graph: Graph, parallel: bool = False, max_workers: int | None = None) -> None:
         self.graph, self.parallel, self.max_workers = graph, parallel, max_workers

@@ -1,32 +1,11 @@
 """Tracing: run a function once, record every op it applies, then replay the record (chapter 01).
 
-While ``trace`` runs ``fn``, a ``Tracer`` is on the thread's mode stack (``minigrad.autograd.mode``):
-it hears of each op after it ran, of each array an op saved for backward, of each in-place write
-and of each fresh ``.grad`` the engine sets, and maps tensors to the nodes of a ``Graph``. The
-``TracedFunction`` it returns replays that graph on new inputs of the same shapes with the
-interpreter (``minigrad.graph.interpret``): no Python control flow, no autograd graph, just the
-ops in topological order. That is the static half of chapter 01's dynamic-vs-static story: a branch
-taken at trace time is baked in. Because backward is made of minigrad ops, a whole training step
-(forward, ``loss.backward()``, optimizer update) traces into one graph.
-
-What the tracer maps, and how a replay treats it:
-
-- the example inputs become ``placeholder`` nodes, given anew at every call;
-- leaves that require grad (parameters) become ``parameter`` nodes, read when the graph runs, so a
-  replay sees their current values; so do tensors the function updates in place (buffers,
-  optimizer state); every other tensor from outside the function is a ``constant`` (its array is
-  kept as it was, not copied);
-- in-place writes to such tensors become ``copy_`` nodes, and changes of a leaf's ``.grad`` become
-  ``set_grad`` nodes; a replay applies them, in order, after computing every value;
-- arrays an op saved for its backward (a ReLU mask) become ``saved`` nodes of that op.
-
-What it cannot capture: Python values read from tensors (``if x.sum() > 0``, ``loss.item()``) or
-kept outside them (Adam's step count and bias corrections), which are baked in as constants;
-arrays computed outside ops (random masks drawn with the device RNG, arrays built from
-``tensor.data`` and passed to an op), which become constants; writes that bypass ops (``t[i] = v``
-under ``no_grad``, ``fill_``/``zero_``), which raise ``TraceError`` when the tracer notices them;
-and state created during the trace (an optimizer's first momentum buffer), which a replay
-re-creates instead of keeping: trace a training step after one eager warm-up step.
+This is the static half of chapter 01's dynamic-vs-static story. While ``trace`` runs ``fn``, a
+``Tracer`` on the thread's mode stack (``minigrad.autograd.mode``) turns each op, each array an op
+saves, each in-place write and each fresh ``.grad`` into nodes of a ``Graph``; the
+``TracedFunction`` replays that graph with the interpreter (``minigrad.graph.interpret``): no
+Python control flow, no autograd graph. Because backward is made of minigrad ops, a whole
+training step (forward, ``loss.backward()``, optimizer update) traces into one graph.
 """
 
 from __future__ import annotations
@@ -54,7 +33,17 @@ class TraceWarning(UserWarning):
 
 def trace(fn: Callable[..., Any], *example_inputs: Tensor) -> TracedFunction:
     """Run ``fn(*example_inputs)`` once, for real, recording its ops; return a callable that
-    replays them on new inputs of the same shapes and dtypes (see the module docstring)."""
+    replays them on new inputs of the same shapes and dtypes (``Tracer`` says what becomes which node).
+
+    A branch taken at trace time is baked in. What a trace cannot capture: Python values read from
+    tensors (``if x.sum() > 0``, ``loss.item()``) or kept outside them (Adam's step count and bias
+    corrections), which are baked in as constants; arrays computed outside ops (random masks drawn
+    with the device RNG, arrays built from ``tensor.data`` and passed to an op), which become
+    constants; writes that bypass ops (``t[i] = v`` under ``no_grad``, ``fill_``/``zero_``), which
+    raise ``TraceError`` when the tracer notices them; and state created during the trace (an
+    optimizer's first momentum buffer), which a replay re-creates instead of keeping: trace a
+    training step after one eager warm-up step.
+    """
     for i, x in enumerate(example_inputs):
         if not isinstance(x, Tensor):
             raise TypeError(f"trace: example input {i} must be a Tensor, got {type(x).__name__}")
@@ -109,9 +98,20 @@ class TracedFunction:
 
 # -- recording -----------------------------------------------------------------------------------
 class Tracer(Mode):
-    """The mode that turns the ops run while it is on into nodes of ``graph``. ``frozen`` lists
-    (op name, message) for each op argument that froze a traced value; ``fresh_grads`` counts the
-    ``.grad``s the engine set (a backward pass ran)."""
+    """The mode that turns the ops run while it is on into nodes of ``graph``:
+
+    - the example inputs become ``placeholder`` nodes, given anew at every call;
+    - leaves that require grad (parameters) become ``parameter`` nodes, read when the graph runs,
+      so a replay sees their current values; so do tensors the function updates in place
+      (buffers, optimizer state); every other tensor from outside the function is a ``constant``
+      (its array is kept as it was, not copied);
+    - in-place writes to such tensors become ``copy_`` nodes, and changes of a leaf's ``.grad``
+      become ``set_grad`` nodes; a replay applies them, in order, after computing every value;
+    - arrays an op saved for its backward (a ReLU mask) become ``saved`` nodes of that op.
+
+    ``frozen`` lists (op name, message) for each op argument that froze a traced value;
+    ``fresh_grads`` counts the ``.grad``s the engine set (a backward pass ran).
+    """
 
     sees_writes = True  # in-place arithmetic must report its writes, to be replayed
 

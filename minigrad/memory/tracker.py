@@ -1,14 +1,10 @@
 """Memory tracking: how many bytes of tensor data are alive, now and at the worst moment (chapter 03).
 
-A tracker is a ``Mode`` (``minigrad.autograd.mode``): while it is on the thread's stack, every new
-Tensor hands it its array, and it counts the array's buffer once (a view's bytes belong to the
-array that owns the memory, and several Tensors may wrap one array); a weak reference takes the
-bytes off again when the buffer is freed. ``track()`` reads the running total and its high-water mark, the figure that activation
-checkpointing lowers; ``summary()`` lists what is alive right now, largest first, with the op that
-made each tensor. Arrays an op keeps for backward without wrapping them in a Tensor (ReLU's bool
-mask, the convolution's im2col columns) are counted too, when the node saves them. On a GPU the
-current and peak bytes are CuPy's memory pool instead (``minigrad.cuda.memory_allocated``), which
-also sees an op's temporaries; activations are counted from the tensors as on the cpu.
+The high-water mark is the figure that activation checkpointing lowers. ``track()`` is a
+``Mode`` (``minigrad.autograd.mode``): while it is on the thread's stack, every new Tensor (and
+every array an op keeps for backward, such as ReLU's mask) hands it its array, whose buffer it
+counts once until a weak reference says it was freed. ``summary()`` lists what is alive right now,
+largest first, with the op that made each tensor.
 """
 
 from __future__ import annotations
@@ -31,6 +27,11 @@ __all__ = ["LiveTensor", "MemoryTracker", "recomputation", "snapshot", "summary"
 
 class MemoryTracker(Mode):
     """Bytes of tensor data on a device while a ``with track():`` block runs.
+
+    A buffer counts once: a view's bytes belong to the array that owns the memory, and several
+    Tensors may wrap one array. On a GPU the current and peak bytes are CuPy's memory pool instead
+    (``minigrad.cuda.memory_allocated``), which also sees an op's temporaries; activations are
+    counted from the tensors as on the cpu.
 
     ``start``: bytes alive on entry; ``current``: alive now; ``peak``: the most alive at once since
     entry or the last ``reset_peak()``. ``activations``: bytes alive now of tensors that forward

@@ -42,7 +42,7 @@ def _write_back(t: Tensor, result: Tensor, op: str) -> None:
         raise DTypeError(f"{op}: result type {result.dtype} can't be cast to the tensor's dtype {t.dtype} in place")
     t.device.xp.copyto(t.data, result.data, casting="same_kind")
     t._bump_version()
-    if mode.state.stack:  # a traced training step replays this write (optimizer updates)
+    if mode.current_modes():  # a traced training step replays this write (optimizer updates)
         mode.inplace_write(t, result)
 
 
