@@ -258,17 +258,17 @@ def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any
                 return (0, a, a._version)
     for i, (o, r) in enumerate(zip(outputs, raws)):
         if s is o or s is o.data or s is r:
-            return (1, (o.data, i, weakref.ref(o)), o._version)
+            return (SAVED_OUTPUT, (o.data, i, weakref.ref(o)), o._version)
     if isinstance(s, Tensor):
         return (0, s, s._version)
-    return (2, s, 0)
+    return (SAVED_ARRAY, s, 0)
 
 
 def _unpack(ctx: Function, entry: Any) -> Any:
     kind, value, version = entry
     if kind == 3:
         return value
-    if kind == 2:
+    if kind == SAVED_ARRAY:
         return _wrap(value, ctx.device)
     if kind == 0:
         current, t = value._version, value
