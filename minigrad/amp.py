@@ -1,18 +1,10 @@
 """Mixed precision: ``autocast`` runs each op in the precision it tolerates, and ``GradScaler``
 keeps small float16 gradients from flushing to zero (chapter 03).
 
-Inside ``autocast()`` every op passes through ``_autocast_args`` before it runs. Matrix products and
-convolutions, which hold most of the arithmetic and tolerate rounding, get float16 inputs (half
-the bytes to keep for backward); ops that sum many terms or leave float16's narrow range
-(reductions, softmax, exp, log, pow, losses, normalisation) get float32 inputs; every other op
-runs in the widest float dtype among its inputs. The casts are ordinary differentiable ops, so
-parameters stay float32 ("master weights") and their gradients arrive in float32. Backward rules
-run in the dtypes their forward used, as in PyTorch.
-
-float16 cannot represent magnitudes below 6e-8, so small gradients become zero on the way back.
-``GradScaler`` multiplies the loss by a large factor before backward, divides the gradients by it
-before the optimizer step, skips the steps whose gradients overflowed, and adapts the factor:
-halve it after an overflow, double it after ``growth_interval`` clean steps (PyTorch's rules).
+float16 halves the bytes an activation keeps for backward, but rounds coarsely and cannot
+represent magnitudes below 6e-8. So ``autocast`` (a ``Mode`` on the thread's stack) gives each op
+the precision its ``precision_policy`` names, and ``GradScaler`` scales the loss up before backward
+so that small gradients survive, then scales them back down before the optimizer step.
 """
 
 from __future__ import annotations
@@ -25,7 +17,8 @@ from enum import Enum
 from typing import Any, Callable, Iterable, NamedTuple
 
 from minigrad import backend
-from minigrad.autograd import engine, function, grad_mode
+from minigrad.autograd import grad_mode
+from minigrad.autograd.mode import Mode, active, backward_depth, pop, push
 from minigrad.errors import DTypeError
 from minigrad.nn.functional import Standardize
 from minigrad.ops.activation import Softplus
@@ -36,7 +29,7 @@ from minigrad.ops.reduce import Cumsum, Logsumexp, Mean, Prod, Sum, Var
 from minigrad.ops.softmax import LogSoftmax, Pick, Softmax
 from minigrad.tensor import Tensor
 
-__all__ = ["GradScaler", "OptState", "autocast", "is_autocast_enabled"]
+__all__ = ["AutocastMode", "GradScaler", "OptState", "autocast", "is_autocast_enabled"]
 
 # -- the op lists (PyTorch's autocast lists, for the ops minigrad has) -----------------------------
 LOW_PRECISION = frozenset({  # matmul-like: most of the time and memory, rounding averages out
@@ -50,68 +43,95 @@ _UNTOUCHED = (Cast, ToDevice)  # the casts autocast itself makes must not be cas
 _SUPPORTED = (backend.float16,)
 
 
+def precision_policy(cls: type) -> str:
+    """How autocast treats op ``cls``: "lower" (the region's float16), "float32", "promote" (the
+    widest float dtype among its inputs) or "keep" (autocast's own casts)."""
+    if cls in _UNTOUCHED:
+        return "keep"
+    if cls in LOW_PRECISION:
+        return "lower"
+    if cls in FLOAT32:
+        return "float32"
+    return "promote"
+
+
 class _Region(NamedTuple):
     dtype: Any  # the low-precision dtype of the allow-listed ops
-    depth: int  # the engine's backward depth when the region was entered
+    depth: int  # the thread's backward depth when the region was entered
     cache: bool
 
 
-_regions: dict[str, _Region | None] = {}  # device type -> the innermost active region, if enabled
-_nesting = 0  # autocast regions entered and not yet left; the cast cache lives until it is 0
-_cache: dict[tuple, tuple] = {}  # (id(param), dtype, grad mode) -> (param, version, cast)
+class AutocastMode(Mode):
+    """The mode ``autocast`` regions share on a thread: the innermost region of each device type
+    decides, and one cast cache lives as long as any region is entered."""
 
+    def __init__(self) -> None:
+        self.regions: dict[str, _Region | None] = {}  # device type -> the innermost region, if enabled
+        self.nesting = 0  # regions entered and not yet left; the mode leaves the stack at 0
+        self.cache: dict[tuple, tuple] = {}  # (id(param), dtype, grad mode) -> (param, version, cast)
 
-def _autocast_args(cls: type, args: tuple) -> tuple:
-    """The hook ``Function.apply`` calls on every op: ``args`` with floating tensors cast to the
-    dtype the op's list asks for (unchanged when the op needs no cast)."""
-    if cls in _UNTOUCHED:
-        return args
-    dtypes = [a.data.dtype for a in args if isinstance(a, Tensor) and a.data.dtype.kind == "f"]
-    if not dtypes:
-        return args
-    region = _regions.get(next(a for a in args if isinstance(a, Tensor)).device.type)
-    # ops run at a deeper backward depth are backward rules of a pass started inside the region:
-    # they keep the dtypes their forward used
-    if region is None or engine.backward_depth != region.depth:
-        return args
-    if cls in LOW_PRECISION:
-        target = region.dtype
-        wanted = [d != target and d != backend.float64 for d in dtypes]  # float64 is left alone, as torch
-    elif cls in FLOAT32:
-        target = backend.float32
-        wanted = [d.itemsize < 4 for d in dtypes]
-    else:
-        if all(d == dtypes[0] for d in dtypes):
+    @property
+    def casts_inputs(self) -> bool:  # ops leave mixed input dtypes to it (see Mode)
+        return any(self.regions.values())
+
+    def before_op(self, cls: type, args: tuple) -> tuple:
+        """``args`` with floating tensors cast to the dtype the op's policy asks for (unchanged
+        when the op needs no cast)."""
+        policy = precision_policy(cls)
+        if policy == "keep":
             return args
-        target = functools.reduce(lambda a, b: backend.result_type(a, b, False, False), dtypes)
-        wanted = [d != target for d in dtypes]
-    if not any(wanted):
-        return args
-    out, i = [], 0
-    for a in args:
-        if isinstance(a, Tensor) and a.data.dtype.kind == "f":
-            a = _cast(a, target, region.cache) if wanted[i] else a
-            i += 1
-        out.append(a)
-    return tuple(out)
+        dtypes = [a.data.dtype for a in args if isinstance(a, Tensor) and a.data.dtype.kind == "f"]
+        if not dtypes:
+            return args
+        region = self.regions.get(next(a for a in args if isinstance(a, Tensor)).device.type)
+        # ops run at a deeper backward depth are backward rules of a pass started inside the region:
+        # they keep the dtypes their forward used
+        if region is None or backward_depth() != region.depth:
+            return args
+        if policy == "lower":
+            target = region.dtype
+            wanted = [d != target and d != backend.float64 for d in dtypes]  # float64 is left alone, as torch
+        elif policy == "float32":
+            target = backend.float32
+            wanted = [d.itemsize < 4 for d in dtypes]
+        else:
+            if all(d == dtypes[0] for d in dtypes):
+                return args
+            target = functools.reduce(lambda a, b: backend.result_type(a, b, False, False), dtypes)
+            wanted = [d != target for d in dtypes]
+        if not any(wanted):
+            return args
+        out, i = [], 0
+        for a in args:
+            if isinstance(a, Tensor) and a.data.dtype.kind == "f":
+                a = self._cast(a, target, region.cache) if wanted[i] else a
+                i += 1
+            out.append(a)
+        return tuple(out)
 
-
-def _cast(t: Tensor, dtype: Any, use_cache: bool) -> Tensor:
-    """``cast(t, dtype)``; a parameter (a leaf that requires grad) is cast once per region, so
-    one float16 copy of a weight serves every use, as in PyTorch."""
-    if not (use_cache and t.requires_grad and t.grad_fn is None and t._base is None):
-        return cast(t, dtype)
-    key = (id(t), dtype, grad_mode.enabled)  # a cast made under no_grad has no graph to reuse
-    hit = _cache.get(key)
-    if hit is not None and hit[0] is t and hit[1] == t._version:  # an in-place update makes it stale
-        return hit[2]
-    out = cast(t, dtype)
-    _cache[key] = (t, t._version, out)
-    return out
+    def _cast(self, t: Tensor, dtype: Any, use_cache: bool) -> Tensor:
+        """``cast(t, dtype)``; a parameter (a leaf that requires grad) is cast once per region, so
+        one float16 copy of a weight serves every use, as in PyTorch."""
+        if not (use_cache and t.requires_grad and t.grad_fn is None and t._base is None):
+            return cast(t, dtype)
+        key = (id(t), dtype, grad_mode.is_grad_enabled())  # a cast made under no_grad has no graph to reuse
+        hit = self.cache.get(key)
+        if hit is not None and hit[0] is t and hit[1] == t._version:  # an in-place update makes it stale
+            return hit[2]
+        out = cast(t, dtype)
+        self.cache[key] = (t, t._version, out)
+        return out
 
 
 class autocast:
     """Run the ops in a region in mixed precision: ``with minigrad.autocast(): loss = model(x)``.
+
+    Matrix products and convolutions, which hold most of the arithmetic and tolerate rounding, get
+    float16 inputs; ops that sum many terms or leave float16's narrow range (reductions, softmax,
+    exp, log, pow, losses, normalisation) get float32 inputs; every other op runs in the widest
+    float dtype among its inputs. The casts are ordinary differentiable ops, so parameters stay
+    float32 ("master weights") and their gradients arrive in float32. Backward rules run in the
+    dtypes their forward used, as in PyTorch.
 
     Also a decorator. Regions nest; ``autocast(enabled=False)`` inside one runs in the inputs'
     dtypes again. ``dtype`` must be float16: numpy has no native bfloat16. Wrap the forward pass
@@ -138,20 +158,22 @@ class autocast:
         self._saved: list[tuple] = []  # a stack, so one instance may be entered recursively
 
     def __enter__(self) -> autocast:
-        global _nesting
-        self._saved.append((_regions.get(self.device_type), function.autocast))
-        region = _Region(self.dtype, engine.backward_depth, self.cache_enabled) if self.enabled else None
-        _regions[self.device_type] = region
-        function.autocast = _autocast_args if any(_regions.values()) else None
-        _nesting += 1
+        mode = active(AutocastMode)
+        if mode is None:
+            mode = AutocastMode()
+            push(mode)
+        self._saved.append((mode, mode.regions.get(self.device_type)))
+        region = _Region(self.dtype, backward_depth(), self.cache_enabled) if self.enabled else None
+        mode.regions[self.device_type] = region
+        mode.nesting += 1
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        global _nesting
-        _regions[self.device_type], function.autocast = self._saved.pop()
-        _nesting -= 1
-        if _nesting == 0:
-            _cache.clear()
+        mode, previous = self._saved.pop()
+        mode.regions[self.device_type] = previous
+        mode.nesting -= 1
+        if mode.nesting == 0:
+            pop(mode)  # and its cast cache with it
 
     def __call__(self, fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -164,7 +186,8 @@ class autocast:
 
 def is_autocast_enabled(device_type: str = "cpu") -> bool:
     """Whether ops on ``device_type`` are autocast here (as ``torch.is_autocast_enabled``)."""
-    return _regions.get(device_type) is not None
+    mode = active(AutocastMode)
+    return mode is not None and mode.regions.get(device_type) is not None
 
 
 # -- loss scaling -------------------------------------------------------------------------------------
@@ -194,8 +217,11 @@ class GradScaler:
         scaler.step(opt)                          # skipped when a gradient is inf or nan
         scaler.update()
 
-    The scale is a host float; whether a gradient overflowed is computed on the gradients' device
-    and read once, in ``step``.
+    It multiplies the loss by a large factor before backward, divides the gradients by it before
+    the optimizer step, skips the steps whose gradients overflowed, and adapts the factor: halve it
+    after an overflow, double it after ``growth_interval`` clean steps (PyTorch's rules). The scale
+    is a host float; whether a gradient overflowed is computed on the gradients' device and read
+    once, in ``step``.
     """
 
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,

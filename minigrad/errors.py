@@ -23,3 +23,8 @@ class AutogradError(RuntimeError):
 
 class AnomalyError(RuntimeError):
     """NaN or Inf found by ``detect_anomaly``; the message names the op and where it was created."""
+
+
+class TraceError(RuntimeError):
+    """Something the tracer cannot record faithfully (a write that bypassed the ops, a bad output),
+    or a recorded graph that cannot replay (a ``.grad`` it reads is gone)."""

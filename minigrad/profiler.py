@@ -1,12 +1,11 @@
 """Profiling: which ops take the time and the memory of a training step (chapter 03).
 
-While ``profile()`` is active, ``Function.apply`` reports every op to it: the profiler reads the
-clock before the op runs and, after it, records an ``Event`` with the op's name, its input shapes
-and dtypes, its wall time, the bytes its outputs allocated, whether it ran in forward or in a
-backward pass, and the op it ran inside (a user Function's forward is made of ops too).
+``profile()`` is a ``Mode`` (``minigrad.autograd.mode``): while it is on the thread's stack it
+reads the clock before each op runs and, after it, records an ``Event`` with the op's name, its
+input shapes and dtypes, its wall time, the bytes its outputs allocated, whether it ran in forward
+or in a backward pass, and the op it ran inside (a user Function's forward is made of ops too).
 ``table()`` sums the events per op as ``torch.profiler``'s ``key_averages().table()`` does, and
-``export_chrome_trace`` writes them as a timeline for chrome://tracing or ui.perfetto.dev. When no
-profiler is active, an op pays one test of a module global and nothing else.
+``export_chrome_trace`` writes them as a timeline for chrome://tracing or ui.perfetto.dev.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
-from minigrad.autograd import engine, function
+from minigrad.autograd.mode import Mode, active, is_backward_running
 from minigrad.tensor import Tensor
 
 __all__ = ["Event", "EventAverage", "KeyAverages", "profile", "record_function"]
@@ -45,7 +44,7 @@ class Event:
 
 
 class _Frame:
-    """An event being timed: opened by ``start``, closed by ``stop``. ``caller`` is the Python
+    """An event being timed: opened by ``before_op``, closed by ``stop``. ``caller`` is the Python
     frame that opened it (``Function.apply``, or the block of a ``record_function``)."""
 
     __slots__ = ("id", "name", "parent", "depth", "caller", "thread", "start", "child_ns")
@@ -56,11 +55,12 @@ class _Frame:
         self.start = perf_counter_ns()  # last, so the bookkeeping above is not timed
 
 
-class profile:
+class profile(Mode):
     """``with minigrad.profiler.profile() as prof: step()``, then ``print(prof.table())``.
 
     ``record_shapes=False`` and ``profile_memory=False`` skip the input shapes and the bytes,
-    which makes each recorded op a little cheaper. The events are ready when the block ends.
+    which makes each recorded op a little cheaper. The events are ready when the block ends. An
+    inner profile takes the events while it is active.
     """
 
     def __init__(self, record_shapes: bool = True, profile_memory: bool = True) -> None:
@@ -70,15 +70,19 @@ class profile:
         self._stacks: dict[int, list[_Frame]] = {}  # per thread: the events open there
         self._ids = 0
         self._origin = 0
+        self._paused = False  # an inner profile is active
 
     def __enter__(self) -> profile:
-        self._prev = function.profiler
+        self._outer = active(profile)
+        if self._outer is not None:
+            self._outer._paused = True
         self._origin = perf_counter_ns()
-        function.profiler = self
-        return self
+        return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
-        function.profiler = self._prev
+        super().__exit__()
+        if self._outer is not None:
+            self._outer._paused = False
         self.events += [
             Event(f.id, f.name, "backward" if backward else "forward", f.start - self._origin, duration,
                   duration - f.child_ns, nbytes, [s for s, _ in meta], [_name(d) for _, d in meta],
@@ -88,9 +92,20 @@ class profile:
         self.events.sort(key=lambda e: e.id)  # recorded as they finish; listed as they started
         self._records.clear()
 
-    # -- the hooks Function.apply calls: keep them lean, they run on every op ---------------------
-    def start(self, cls: type) -> _Frame:
-        return self._open(cls.__name__, sys._getframe(1))
+    # -- the mode's hooks: keep them lean, they run on every op -------------------------------------
+    def before_op(self, cls: type, args: tuple) -> tuple:
+        if not self._paused:
+            self._open(cls.__name__, sys._getframe(1))  # the caller is the op's Function.apply
+        return args
+
+    def after_op(self, ctx: Any, args: tuple, kwargs: dict, outputs: Any) -> None:
+        if self._paused:
+            return
+        caller = sys._getframe(1)
+        for frame in reversed(self._stacks.get(threading.get_native_id(), ())):
+            if frame.caller is caller:
+                self.stop(frame, args, outputs)
+                return
 
     def _open(self, name: str, caller: Any) -> _Frame:
         thread = threading.get_native_id()
@@ -103,7 +118,7 @@ class profile:
         stack.append(frame)
         return frame
 
-    def stop(self, frame: _Frame, ctx: Any, args: tuple, outputs: Any) -> None:
+    def stop(self, frame: _Frame, args: tuple, outputs: Any) -> None:
         duration = perf_counter_ns() - frame.start
         stack = self._stacks[frame.thread]
         while stack and stack.pop() is not frame:  # frames of ops inside it that raised
@@ -113,7 +128,7 @@ class profile:
         frame.caller = None  # let the Python frame go
         meta = [(a.data.shape, a.data.dtype) for a in args if isinstance(a, Tensor)] if self.record_shapes else ()
         nbytes = _allocated(outputs, args) if self.profile_memory else 0
-        self._records.append((frame, duration, engine.backward_depth > 0, nbytes, meta))
+        self._records.append((frame, duration, is_backward_running(), nbytes, meta))
 
     # -- reading the results --------------------------------------------------------------------
     def key_averages(self, group_by_input_shape: bool = False) -> KeyAverages:
@@ -186,13 +201,13 @@ class record_function:
         self.name = name
 
     def __enter__(self) -> record_function:
-        self._prof = function.profiler
-        self._frame = self._prof._open(self.name, sys._getframe(1)) if isinstance(self._prof, profile) else None
+        self._prof = active(profile)
+        self._frame = self._prof._open(self.name, sys._getframe(1)) if self._prof is not None else None
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._frame is not None:
-            self._prof.stop(self._frame, None, (), None)
+            self._prof.stop(self._frame, (), None)
 
 
 # -- aggregates ---------------------------------------------------------------------------------

@@ -391,11 +391,8 @@ def _init(t: Tensor, data: Any, device: Device) -> None:
     t.data, t.device = data, device
     t.requires_grad, t.grad, t.grad_fn = False, None, None
     t._output_nr, t._vc, t._base, t._accum, t._hooks = 0, 0, None, None, None
-    if memory_hook is not None:
-        memory_hook(data)
-
-
-memory_hook: Any = None  # minigrad.memory.track: memory_hook(array) counts each new tensor's memory
+    if _current_modes():  # the memory tracker counts each new tensor's memory
+        _new_array(data)
 
 
 def _wrap(data: Any, device: Device) -> Tensor:
@@ -404,8 +401,8 @@ def _wrap(data: Any, device: Device) -> Tensor:
     t.data, t.device = data, device
     t.requires_grad, t.grad, t.grad_fn = False, None, None
     t._output_nr, t._vc, t._base, t._accum, t._hooks = 0, 0, None, None, None
-    if memory_hook is not None:
-        memory_hook(data)
+    if _current_modes():
+        _new_array(data)
     return t
 
 
@@ -460,4 +457,5 @@ def _dim(dim: int, ndim: int, op: str) -> int:
     return dim % n
 
 
+from minigrad.autograd.mode import current_modes as _current_modes, new_array as _new_array  # noqa: E402  (autograd imports Tensor from this module)
 from minigrad import ops as _ops  # noqa: E402  (ops import Tensor from this module)

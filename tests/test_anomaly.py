@@ -7,7 +7,7 @@ import pytest
 
 import minigrad
 from minigrad.autograd import Function, anomaly, detect_anomaly, is_anomaly_enabled, set_detect_anomaly
-from minigrad.autograd import function as function_module
+from minigrad.autograd import mode
 from minigrad.errors import AnomalyError
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's own nan/inf warnings
@@ -117,7 +117,7 @@ def test_decorator_and_restoring_the_previous_mode():
 
     with pytest.raises(AnomalyError):
         step(minigrad.tensor([-1.0]))
-    assert not is_anomaly_enabled() and not function_module.anomaly_enabled
+    assert not is_anomaly_enabled() and mode.current_modes() == ()
 
 
 def test_set_detect_anomaly_plain_call_and_context():

@@ -138,7 +138,7 @@ def test_the_measured_peak_matches_the_plan():
 
 
 def test_parallel_levels_run_independent_branches():
-    class Twice(mg.autograd.Function):  # a user Function: runs under no_grad, so on the main thread
+    class Twice(mg.autograd.Function):  # a user Function: runs under no_grad, which is per thread
         @staticmethod
         def forward(ctx, a):
             return a * 2

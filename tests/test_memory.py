@@ -3,19 +3,18 @@ of what is alive (chapter 03)."""
 
 from __future__ import annotations
 
-import importlib
 
 import pytest
 
 import minigrad
 from helpers import cpu_only
+from minigrad.autograd import mode
 from minigrad.errors import DeviceError
 from minigrad.memory import snapshot, summary, track
 
 MB4 = 1000 * 1000 * 4  # one (1000, 1000) float32 activation
 EXACT_HOST_BYTES = cpu_only("byte-exact current and peak figures are the host counter's; a GPU's come from "
                             "CuPy's pool, which rounds blocks up to 512 bytes (test_cuda checks those)")
-tensor_module = importlib.import_module("minigrad.tensor")
 
 
 def big(requires_grad: bool = False) -> minigrad.Tensor:
@@ -87,20 +86,20 @@ def test_nested_trackers_and_reset_peak():
         del a, c
         outer.reset_peak()
         assert outer.peak == outer.current == outer.start
-    assert tensor_module.memory_hook is None
+    assert mode.current_modes() == ()
 
 
-def test_the_hook_is_only_installed_while_tracking():
-    assert tensor_module.memory_hook is None
-    with track():
-        assert tensor_module.memory_hook is not None
-    assert tensor_module.memory_hook is None
+def test_the_tracker_is_a_mode_only_while_tracking():
+    assert mode.current_modes() == ()
+    with track() as mem:
+        assert mode.current_modes() == (mem,)
+    assert mode.current_modes() == ()
 
 
 def test_an_error_inside_the_block_still_stops_counting():
     with pytest.raises(RuntimeError), track():
         raise RuntimeError("boom")
-    assert tensor_module.memory_hook is None
+    assert mode.current_modes() == ()
 
 
 @pytest.mark.skipif(minigrad.cuda.is_available(), reason="a CUDA GPU is present: its pool has a counter")

@@ -9,7 +9,7 @@ import pytest
 
 import minigrad as mg
 from minigrad import nn
-from minigrad.autograd import function
+from minigrad.autograd import mode
 from minigrad.profiler import profile, record_function
 
 
@@ -149,19 +149,20 @@ class Failing(mg.autograd.Function):
 
 
 def test_a_failed_op_leaves_no_open_frame_and_the_hook_is_removed():
-    assert function.profiler is None
+    assert mode.active(profile) is None
     with profile() as prof:
         with pytest.raises(ValueError):
             Failing.apply(mg.ones(2))
         mg.ones(2) + 1.0
-    assert function.profiler is None
+    assert mode.active(profile) is None
     assert [(e.name, e.depth, e.parent) for e in prof.events] == [("Exp", 1, 1), ("Add", 0, None)]
     with pytest.raises(ZeroDivisionError):
         with profile():
             1 / 0
-    assert function.profiler is None
+    assert mode.active(profile) is None
     with profile() as outer:  # an inner profile takes the events while it is active
         with profile() as inner:
             mg.ones(2) + 1.0
-        assert function.profiler is outer
+            assert mode.active(profile) is inner and mode.current_modes() == (outer, inner)
+        assert mode.active(profile) is outer
     assert [e.name for e in inner.events] == ["Add"] and not outer.events

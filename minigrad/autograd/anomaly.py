@@ -1,11 +1,11 @@
 """Anomaly detection: find the op that first produced a NaN or Inf, and where it was created (chapter 02).
 
 A NaN in the loss says nothing about where it came from: it spreads through every op after it.
-While anomaly mode is on, every op remembers the lines of user code that created it, and every
-forward output and every backward result is checked; the first non-finite value raises
-``AnomalyError`` naming the op (``Log`` in forward, ``SqrtBackward`` in backward) and that place.
-The checks cost time, so the mode is off by default and ``Function.apply`` and the engine pay
-only one flag test for it (``function.anomaly_enabled``).
+While anomaly mode is on (a ``Mode`` on the thread's stack, see ``minigrad.autograd.mode``), every
+op remembers the lines of user code that created it, and every forward output and every backward
+result is checked; the first non-finite value raises ``AnomalyError`` naming the op (``Log`` in
+forward, ``SqrtBackward`` in backward) and that place. The checks cost time, so the mode is off by
+default.
 """
 
 from __future__ import annotations
@@ -16,29 +16,47 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from minigrad.autograd import function
-from minigrad.autograd import engine
+from minigrad.autograd.function import Function
+from minigrad.autograd.mode import Mode, active, is_backward_running, pop, push
 from minigrad.errors import AnomalyError
 from minigrad.tensor import Tensor
 
 __all__ = ["detect_anomaly", "is_anomaly_check_nan_enabled", "is_anomaly_enabled", "set_detect_anomaly"]
 
-_check_nan = True  # with anomaly mode on but check_nan=False, ops only record where they were created
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _TRACE_DEPTH = 5  # user frames kept per op: enough to see the call chain, cheap to record
 
 
+class AnomalyMode(Mode):
+    """The mode itself: with ``check_nan=False`` ops only record where they were created."""
+
+    def __init__(self, check_nan: bool) -> None:
+        self.check_nan = check_nan
+
+    def after_op(self, ctx: Any, args: tuple, kwargs: dict, outputs: Any) -> None:
+        check_forward(ctx, outputs, self.check_nan)
+
+    def node_backward(self, node: Any, grads: tuple) -> None:
+        check_backward(node, grads, self.check_nan)
+
+
 def is_anomaly_enabled() -> bool:
-    return function.anomaly_enabled
+    return active(AnomalyMode) is not None
 
 
 def is_anomaly_check_nan_enabled() -> bool:
-    return _check_nan
+    current = active(AnomalyMode)
+    return current.check_nan if current is not None else True
 
 
-def _set(mode: bool, check_nan: bool) -> None:
-    global _check_nan
-    function.anomaly_enabled, _check_nan = bool(mode), bool(check_nan)
+def _switch(mode: AnomalyMode | None) -> AnomalyMode | None:
+    """Put ``mode`` (None: no anomaly mode) in place of this thread's anomaly mode; returns the old one."""
+    current = active(AnomalyMode)
+    if current is not None:
+        pop(current)
+    if mode is not None:
+        push(mode)
+    return current
 
 
 class detect_anomaly:
@@ -53,11 +71,10 @@ class detect_anomaly:
         self.check_nan = check_nan
 
     def __enter__(self) -> None:
-        self.prev = (function.anomaly_enabled, _check_nan)
-        _set(True, self.check_nan)
+        self.prev = _switch(AnomalyMode(bool(self.check_nan)))
 
     def __exit__(self, *exc: Any) -> None:
-        _set(*self.prev)
+        _switch(self.prev)
 
     def __call__(self, fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -72,20 +89,20 @@ class set_detect_anomaly(detect_anomaly):
     """Set anomaly mode on or off: from now on (plain call) or for a block (``with``)."""
 
     def __init__(self, mode: bool, check_nan: bool = True) -> None:
-        self.prev = (function.anomaly_enabled, _check_nan)
-        _set(mode, check_nan)  # a plain call takes effect at once, as in torch
+        self.check_nan = check_nan
+        self.prev = _switch(AnomalyMode(bool(check_nan)) if mode else None)  # a plain call acts at once, as in torch
 
     def __enter__(self) -> None:
         pass  # __init__ already switched the mode and remembered the previous one
 
 
 # ---------------------------------------------------------------------------------------------
-def check_forward(ctx: function.Function, outputs: Tensor | tuple) -> None:
-    """Called by ``Function.apply`` after each op: remember where it was created, check its outputs."""
+def check_forward(ctx: Function, outputs: Tensor | tuple, check_nan: bool = True) -> None:
+    """After each op: remember where it was created, check its outputs."""
     ctx._trace = _origin()
     # An op run by a backward rule is left to check_backward, which names the node whose rule
     # failed (SqrtBackward) rather than the Div inside that rule.
-    if not _check_nan or engine.backward_depth:
+    if not check_nan or is_backward_running():
         return
     for i, out in enumerate(outputs if type(outputs) is tuple else (outputs,)):
         bad = _non_finite(out)
@@ -97,9 +114,9 @@ def check_forward(ctx: function.Function, outputs: Tensor | tuple) -> None:
             )
 
 
-def check_backward(node: function.Function, grads: tuple) -> None:
-    """Called by the engine after each node's backward with the gradients it returned."""
-    if not _check_nan:
+def check_backward(node: Function, grads: tuple, check_nan: bool = True) -> None:
+    """After each node's backward, with the gradients it returned."""
+    if not check_nan:
         return
     for i, g in enumerate(grads):
         bad = _non_finite(g)

@@ -6,7 +6,9 @@ gradients of all its consumers before it runs, calls its ``backward``, and passe
 down each in-edge. The walk is iterative, so a chain of 100,000 ops does not hit Python's
 recursion limit. Gradients that were broadcast in forward are summed back to the input's shape
 here, once for every op. ``create_graph=True`` records the backward pass itself, which is how
-higher-order derivatives (``autograd.functional``) are computed.
+higher-order derivatives (``autograd.functional``) are computed. While a pass runs, ops are
+backward rules (``minigrad.autograd.is_backward_running()``), and the modes hear of each node's
+gradients and of each leaf's first ``.grad``.
 """
 
 from __future__ import annotations
@@ -16,11 +18,9 @@ from typing import Iterable, Sequence
 from minigrad.autograd import function as F
 from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.autograd.grad_mode import set_grad_enabled
+from minigrad.autograd.mode import backward_pass, current_modes
 from minigrad.errors import AutogradError, ShapeError
 from minigrad.tensor import Tensor, _wrap
-
-
-backward_depth = 0  # > 0 while the engine runs backward rules (the profiler labels those ops)
 
 
 def topological_order(roots: Iterable[Function]) -> list[Function]:
@@ -136,12 +136,8 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
         needed = _needed(order, {node for node, _ in targets})
     captured: list = [None] * (len(inputs) if inputs is not None else 0)
 
-    global backward_depth
-    backward_depth += 1
-    try:
+    with backward_pass():
         _walk(order, buffers, needed, targets, captured, accumulate, retain_graph, create_graph, shared)
-    finally:
-        backward_depth -= 1
 
     if accumulate and targets is not None:  # backward(inputs=[non-leaf, ...]) fills their .grad too
         for t, g in zip(inputs, captured):
@@ -199,10 +195,10 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
         raise AutogradError(
             f"{node.name()}.backward returned {len(out)} gradient(s), expected {len(edges)} (one per forward input)"
         )
-    if F.anomaly_enabled:
-        from minigrad.autograd.anomaly import check_backward
-
-        check_backward(node, out)
+    modes = current_modes()
+    if modes:
+        for m in modes:
+            m.node_backward(node, out)
     for edge, g, meta in zip(edges, out, node._input_meta):
         if edge is None or g is None:
             continue
@@ -250,10 +246,13 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> N
         shared.add(id(g))  # a hook may have kept a reference to it
     if t.grad is not None:
         t.grad = t.grad + g
-    elif create_graph:
+        return
+    if create_graph:
         t.grad = g
     elif id(g) in shared or g.data.base is not None:
         t.grad = _wrap(g.data.copy(), t.device)
     else:
         t.grad = g
         shared.add(id(g))
+    for m in current_modes():  # the tracer binds the new .grad to the value it holds
+        m.fresh_grad(t, t.grad, g)

@@ -21,7 +21,9 @@ User-defined ops are written exactly as in PyTorch::
 
 The built-in ops in ``minigrad.ops`` are the same kind of class with one difference that buys
 speed: they set ``array_forward = True`` and their ``forward`` receives and returns raw ``xp``
-arrays (numpy or cupy), so no Tensor is built for intermediate values.
+arrays (numpy or cupy), so no Tensor is built for intermediate values. ``apply`` is also where
+the modes on the thread's stack (``minigrad.autograd.mode``: anomaly detection, autocast, the
+profiler, the memory tracker, the tracer) see each op, before and after it runs.
 """
 
 from __future__ import annotations
@@ -31,18 +33,14 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from minigrad.autograd import grad_mode
+from minigrad.autograd.grad_mode import is_grad_enabled
+from minigrad.autograd.mode import current_modes
 from minigrad.backend import cpu
 from minigrad.errors import AutogradError, DeviceError, ShapeError
 from minigrad.hooks import RemovableHandle, add_hook
-from minigrad import tensor as tensor_module
 from minigrad.tensor import Tensor, _wrap
 
 _FREED = object()  # marks saved tensors released by a backward pass without retain_graph
-# Mode hooks, each None (or False) unless its feature is switched on, so an op pays one test each:
-anomaly_enabled = False  # minigrad.autograd.detect_anomaly: check outputs for NaN/Inf
-tracer: Any = None  # minigrad.graph.trace: record every op into a static graph (chapter 01)
-autocast: Any = None  # minigrad.autocast: autocast(cls, args) -> args cast to the op's precision
-profiler: Any = None  # minigrad.profiler.profile: start(cls) before an op, stop(token, ctx, outputs) after
 
 
 class Function:
@@ -101,10 +99,10 @@ class Function:
     # -- apply ------------------------------------------------------------------------------------
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
-        if autocast is not None:
-            args = autocast(cls, args)
-        if profiler is not None:
-            token = profiler.start(cls)
+        stack = current_modes()  # the modes on (minigrad.autograd.mode): empty unless one is entered
+        if stack:
+            for m in reversed(stack):
+                args = m.before_op(cls, args)
         ctx = object.__new__(cls)
         device = None
         requires_grad = False
@@ -126,7 +124,7 @@ class Function:
             device = cpu
         ctx.device = device
         ctx.xp = device.xp
-        record = requires_grad and grad_mode.enabled
+        record = requires_grad and is_grad_enabled()
         if record:
             _connect(ctx, args)
         else:
@@ -152,15 +150,10 @@ class Function:
                 outputs = _fresh_output(outputs, args)
 
         if record:
-            _attach(ctx, args, arrays, outputs, out)
-        if anomaly_enabled:
-            from minigrad.autograd.anomaly import check_forward
-
-            check_forward(ctx, outputs)
-        if tracer is not None:
-            tracer.record(cls, args, kwargs, outputs)
-        if profiler is not None:
-            profiler.stop(token, ctx, args, outputs)
+            _attach(ctx, args, arrays, outputs, out, stack)
+        if stack:
+            for m in stack:
+                m.after_op(ctx, args, kwargs, outputs)
         return outputs
 
 
@@ -223,7 +216,7 @@ def _connect(ctx: Function, args: tuple) -> None:
     ctx._input_meta = tuple(meta)
 
 
-def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any) -> None:
+def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, stack: tuple) -> None:
     """Make the node the grad_fn of its (floating) outputs, and turn saved arrays into saved tensors
     (``raw`` is what forward returned, which it may have saved before it became ``outputs``)."""
     non_diff = ctx._non_differentiable
@@ -242,12 +235,20 @@ def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any) ->
         out_list, raw_list = (outputs,), (raw,)
     saved = ctx._saved
     if saved:
-        ctx._saved = tuple([_pack(x, args, arrays, out_list, raw_list) for x in saved])
+        ctx._saved = packed = tuple([_pack(x, args, arrays, out_list, raw_list) for x in saved])
+        if stack:  # a constant kept for backward (a mask, im2col columns) is memory, and a traced value
+            for k, (kind, value, _) in enumerate(packed):
+                if kind == SAVED_ARRAY:
+                    for m in stack:
+                        m.saved_array(ctx, k, value)
 
 
 # A saved entry is (kind, value, version): kind 0 = a tensor kept as is, 1 = an output of this
 # node (kept as its data plus a weak reference, so the node does not keep its output alive), 2 = a
 # constant array (no gradient flows through it), 3 = a plain Python value.
+SAVED_OUTPUT, SAVED_ARRAY = 1, 2
+
+
 def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any:
     if s is None or not hasattr(s, "shape"):
         return (3, s, 0)
@@ -257,19 +258,17 @@ def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any
                 return (0, a, a._version)
     for i, (o, r) in enumerate(zip(outputs, raws)):
         if s is o or s is o.data or s is r:
-            return (1, (o.data, i, weakref.ref(o)), o._version)
+            return (SAVED_OUTPUT, (o.data, i, weakref.ref(o)), o._version)
     if isinstance(s, Tensor):
         return (0, s, s._version)
-    if tensor_module.memory_hook is not None:  # a constant kept for backward (a mask, im2col columns) is memory too
-        tensor_module.memory_hook(s)
-    return (2, s, 0)
+    return (SAVED_ARRAY, s, 0)
 
 
 def _unpack(ctx: Function, entry: Any) -> Any:
     kind, value, version = entry
     if kind == 3:
         return value
-    if kind == 2:
+    if kind == SAVED_ARRAY:
         return _wrap(value, ctx.device)
     if kind == 0:
         current, t = value._version, value

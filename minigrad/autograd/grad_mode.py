@@ -1,32 +1,29 @@
 """Grad mode: the one switch that decides whether ops record the graph (chapter 02).
 
 ``no_grad()``, ``enable_grad()`` and ``set_grad_enabled(mode)`` work as context managers and as
-decorators, like PyTorch's. The flag is a plain module global that ``Function.apply`` reads; it is
-process-wide (minigrad's DataLoader workers are processes, not threads).
+decorators, like PyTorch's. The flag is per thread, as in PyTorch (a context variable, which
+``Function.apply`` reads), so a thread that runs ops (the executor's pool) has its own.
 """
 
 from __future__ import annotations
 
 import functools
+from contextvars import ContextVar
 from typing import Any, Callable
 
-enabled = True  # read by Function.apply on every op
-
-
-def is_grad_enabled() -> bool:
-    return enabled
+_enabled: ContextVar[bool] = ContextVar("minigrad_grad_enabled", default=True)
+is_grad_enabled = _enabled.get  # () -> bool; read by Function.apply on every op that could record
 
 
 class _GradMode:
     mode: bool
 
     def __enter__(self) -> None:
-        global enabled
-        self.prev, enabled = enabled, self.mode
+        self.prev = _enabled.get()
+        _enabled.set(self.mode)
 
     def __exit__(self, *exc: Any) -> None:
-        global enabled
-        enabled = self.prev
+        _enabled.set(self.prev)
 
     def __call__(self, fn: Callable) -> Callable:
         mode = self.mode
@@ -55,14 +52,13 @@ class set_grad_enabled(_GradMode):
     """Set grad mode for a block (``with``), a function (decorator) or from now on (plain call)."""
 
     def __init__(self, mode: bool) -> None:
-        global enabled
         self.mode = bool(mode)
-        self.prev, enabled = enabled, self.mode  # a plain call takes effect at once, as in torch
+        self.prev = _enabled.get()
+        _enabled.set(self.mode)  # a plain call takes effect at once, as in torch
 
     def __enter__(self) -> None:
         pass  # __init__ already switched the mode and remembered the previous one
 
     def __call__(self, fn: Callable) -> Callable:
-        global enabled
-        enabled = self.prev  # used as a decorator: undo the plain-call effect
+        _enabled.set(self.prev)  # used as a decorator: undo the plain-call effect
         return super().__call__(fn)

@@ -104,7 +104,7 @@ class DistributedDataParallel(Module):
                 "all of them before averaging)")
         if self.broadcast_buffers:
             _broadcast_from_rank0(self._pg, list(self.module.buffers()))
-        self._sync = grad_mode.enabled and self.require_backward_grad_sync
+        self._sync = grad_mode.is_grad_enabled() and self.require_backward_grad_sync
         return self.module(*inputs, **kwargs)
 
     @contextlib.contextmanager

@@ -1,34 +1,28 @@
 """``minigrad.compile``: trace a function once, optimise its graph, replay the optimised graph (chapter 03).
 
-The first call with a new input signature (each tensor's shape, dtype, device and requires_grad,
-plus grad mode and a module's train/eval mode) runs the function for real under the tracer, so
-that call's result is the eager one. The recorded graph then goes through the passes (constant
-folding, simplification, CSE, dead code elimination, then fusion with generated kernels) and later
-calls with that signature replay it with the ``Executor``, which frees every buffer after its last
-use and computes an optimizer's updates straight into the tensors they update. A new signature
-traces again. As with ``trace``, Python control flow is frozen at trace time,
-and a training step should be compiled after one eager warm-up step, so that optimizer state
-(momentum buffers) exists before the trace; values kept in Python numbers (Adam's step count) are
-frozen too. When a graph cannot stand in for the function, the signature runs eagerly from then on
-and a ``CompileWarning`` says why and which ops: op arguments holding traced values as raw arrays,
-writes the tracer cannot replay, or outputs that require grad outside a traced backward (a replay
-records no autograd graph: compile the whole training step, or run inference under ``no_grad``).
+It puts chapter 03's pieces together behind one decorator, as ``torch.compile`` does: the tracer
+records the first call, the passes (folding, CSE, dead code, fusion into generated kernels)
+rewrite the graph, and the ``Executor`` replays it on later calls with the same signature. When a
+graph cannot stand in for the function, that signature runs eagerly and a ``CompileWarning`` says why.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 import warnings
 from typing import Any, Callable, NamedTuple
 
-from minigrad.autograd import function, grad_mode
+from minigrad.amp import is_autocast_enabled
+from minigrad.autograd import grad_mode
+from minigrad.autograd.mode import active
 from minigrad.backend import cpu
+from minigrad.errors import TraceError
 from minigrad.graph.executor import Executor
+from minigrad.graph.helpers import flatten, positional_names, unflatten
 from minigrad.graph.ir import Graph
 from minigrad.graph.passes import PassManager, default_passes
 from minigrad.graph.passes.fusion import MAX_GROUP_SIZE, fuse_elementwise
-from minigrad.graph.trace import TraceError, Tracer, TraceWarning, _flatten, _positional_names, _unflatten
+from minigrad.graph.trace import Tracer, TraceWarning
 from minigrad.tensor import Tensor, _wrap
 
 __all__ = ["CompileWarning", "CompiledFunction", "compile"]
@@ -43,7 +37,20 @@ def compile(fn: Callable[..., Any] | None = None, *, passes: list | None = None,
     """Compile ``fn`` (a function of tensors, or a ``Module``, whose forward is then compiled).
     Use as ``compile(fn)``, ``@compile`` or ``@compile(verbose=True)``. ``passes`` replaces the
     default pass list; ``verbose`` prints what each pass changed; after ``cache_size_limit``
-    signatures, new ones run eagerly."""
+    signatures, new ones run eagerly.
+
+    The first call with a new input signature (each tensor's shape, dtype, device and
+    requires_grad, plus grad mode, autocast and a module's train/eval mode) runs the function for
+    real under the tracer, so that call's result is the eager one; later calls with that signature
+    replay the optimised graph, whose executor frees every buffer after its last use and computes
+    an optimizer's updates straight into the tensors they update. As with ``trace``, Python control
+    flow is frozen at trace time, and a training step should be compiled after one eager warm-up
+    step, so that optimizer state (momentum buffers) exists before the trace; values kept in Python
+    numbers (Adam's step count) are frozen too. A signature runs eagerly, with a ``CompileWarning``
+    naming the ops, when op arguments hold traced values as raw arrays, when a write cannot be
+    replayed, or when outputs require grad outside a traced backward (a replay records no autograd
+    graph: compile the whole training step, or run inference under ``no_grad``).
+    """
     if fn is None:
         return functools.partial(compile, passes=passes, max_group_size=max_group_size, verbose=verbose,
                                  cache_size_limit=cache_size_limit)
@@ -79,7 +86,7 @@ class CompiledFunction:
         return {key: entry.graph if entry is not None else None for key, entry in self._cache.items()}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if function.tracer is not None:  # inside another trace: let it record the ops themselves
+        if active(Tracer) is not None:  # inside another trace: let it record the ops themselves
             return self.fn(*args, **kwargs)
         key = self._signature(args, kwargs)
         entry = self._cache.get(key, _MISSING) if key is not None else None
@@ -93,7 +100,7 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)
         values = entry.executor.run([a for a in args if isinstance(a, Tensor)])
         outs = iter([_wrap(v, n.meta.get("device", cpu)) for v, n in zip(values, entry.graph.outputs)])
-        return _unflatten(entry.spec, outs)
+        return unflatten(entry.spec, outs)
 
     def __getattr__(self, name: str) -> Any:  # a compiled module still answers .parameters(), .eval()...
         if name == "fn":
@@ -106,7 +113,7 @@ class CompiledFunction:
     # -- tracing and optimising ---------------------------------------------------------------------
     def _signature(self, args: tuple, kwargs: dict) -> tuple | None:
         """The cache key of a call; None when an argument cannot be part of one (it runs eagerly)."""
-        parts: list[Any] = [grad_mode.is_grad_enabled(), function.autocast is not None,
+        parts: list[Any] = [grad_mode.is_grad_enabled(), is_autocast_enabled("cpu") or is_autocast_enabled("cuda"),
                             getattr(self.fn, "training", None)]
         for a in args:
             if isinstance(a, Tensor):
@@ -136,36 +143,31 @@ class CompiledFunction:
 
         graph = Graph()
         tracer = Tracer(graph)
-        for name, t in zip(_positional_names(self._callee(), len(args), 0, "input"), args):
+        for name, t in zip(positional_names(self._callee(), len(args), 0, "input"), args):
             if isinstance(t, Tensor):
                 tracer.add_input(t, "%" + name)
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught:  # the tracer's own warnings become one CompileWarning
             warnings.simplefilter("always")
-            function.tracer = tracer
             try:
-                result = call(*tensors)
+                with tracer:
+                    result = call(*tensors)
             except TraceError:
                 self._cache[key] = self._eager("a write the tracer cannot record; later calls run eagerly")
                 raise
-            finally:
-                function.tracer = None
-                tracer.remove_hooks()
-        frozen = [w for w in caught if issubclass(w.category, TraceWarning)]
         for w in caught:
-            if w not in frozen:
+            if not issubclass(w.category, TraceWarning):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         try:
             spec = tracer.finish(result)
         except TraceError as e:
             self._cache[key] = self._eager(str(e))
             return result
-        if frozen:
-            ops = sorted({m for w in frozen for m in re.findall(r"argument of (\w+)", str(w.message))})
-            self._cache[key] = self._eager(f"{', '.join(ops) or 'an op'} would freeze a traced value "
-                                           f"({frozen[0].message})")
+        if tracer.frozen:
+            ops = sorted({op for op, _ in tracer.frozen})
+            self._cache[key] = self._eager(f"{', '.join(ops)} would freeze a traced value ({tracer.frozen[0][1]})")
             return result
-        _, flat = _flatten(result)
-        backward_ran = tracer._fresh_grad or any(n.op == "set_grad" for n in graph)
+        _, flat = flatten(result)
+        backward_ran = tracer.fresh_grads or any(n.op == "set_grad" for n in graph)
         if any(t.requires_grad for t in flat) and not backward_ran:
             self._cache[key] = self._eager(
                 "its outputs require grad, and a compiled replay records no autograd graph; compile the whole "

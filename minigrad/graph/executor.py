@@ -1,17 +1,9 @@
 """The executor: run a graph in topological order, freeing each buffer after its last use (chapter 03).
 
 ``run_graph`` keeps every intermediate value until the end. Knowing the whole graph ahead of time,
-an executor can do better: it plans, for each value, the step of its last reader and drops its
-reference right after that step, so the memory returns while the graph still runs; the most bytes
-live at once over the schedule is the *planned peak*, computed from node shapes and dtypes before
-anything runs. Views (reshape, permute, broadcast) share their input's buffer, so they cost
-nothing and keep that buffer alive. With ``parallel=True`` the nodes of each level (no node
-depends on another of its level) run at once in a thread pool: numpy releases the GIL in its
-kernels. Side effects (``copy_``, ``set_grad``) apply at the end, in order, as in ``run_graph``,
-except the updates that ``minigrad.graph.writeback`` plans into their tensors: those values are
-computed straight into the tensor's memory (an optimizer's new weights and momentum), so their
-copies have nothing left to do. Each node's call (what it reads, where its value goes) is
-prepared once, so that a replay spends its time in the ops.
+an executor does better: it plans when each value is last read and drops it right after, so
+memory returns while the graph still runs, and it can predict the peak before anything runs. It
+runs the interpreter's steps (``minigrad.graph.interpret``), prepared once per node.
 """
 
 from __future__ import annotations
@@ -19,16 +11,14 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
+from minigrad.autograd import mode
+from minigrad.graph.interpret import EFFECT_OPS, apply_effect, keeps_ctx, node_step, run_node, source_tensor
 from minigrad.graph.ir import Graph, Node
-from minigrad.graph.trace import _saved_array, _target, run_node
 from minigrad.graph.writeback import UFUNCS, plan_writes, ufunc_args
-from minigrad.tensor import Tensor, _wrap
-
-_tensor = sys.modules["minigrad.tensor"]  # the module (``minigrad.tensor`` is also a function)
+from minigrad.tensor import Tensor
 
 __all__ = ["Executor"]
 
@@ -39,20 +29,32 @@ _STRUCTURAL = frozenset({"constant", "parameter", "grad", "getitem", "saved"})  
 
 class Executor:
     """Runs ``graph`` on input tensors: ``Executor(graph).run(inputs)`` returns the output arrays,
-    as ``run_graph`` does. ``planned_peak`` is the most bytes of intermediate values alive at once
-    (inputs, parameters and constants not counted), ``planned_live`` those bytes at each step, and
-    ``planned_total`` what keeping every value to the end (as ``run_graph`` does) holds;
-    ``measured_peak`` is set by ``run(..., measure=True)`` when the memory tracker
-    (``minigrad.memory.track``) is available. ``writes`` is the plan of updates computed in place
-    (``minigrad.graph.writeback``)."""
+    as ``run_graph`` does.
+
+    For each value it plans the step of its last reader and drops its reference right after that
+    step; the most bytes live at once over the schedule is the *planned peak*, computed from node
+    shapes and dtypes. Views (reshape, permute, broadcast) share their input's buffer, so they cost
+    nothing and keep that buffer alive. With ``parallel=True`` the nodes of each level (no node
+    depends on another of its level) run at once in a thread pool: numpy releases the GIL in its
+    kernels. Side effects (``copy_``, ``set_grad``) apply at the end, in order, except the updates
+    that ``minigrad.graph.writeback`` plans into their tensors: those values are computed straight
+    into the tensor's memory (an optimizer's new weights and momentum), so their copies have
+    nothing left to do.
+
+    ``planned_peak`` is the most bytes of intermediate values alive at once (inputs, parameters
+    and constants not counted), ``planned_live`` those bytes at each step, and ``planned_total``
+    what keeping every value to the end (as ``run_graph`` does) holds; ``measured_peak`` is set by
+    ``run(..., measure=True)`` when the memory tracker (``minigrad.memory.track``) is available.
+    ``writes`` is the plan of updates computed in place (``minigrad.graph.writeback``).
+    """
 
     def __init__(self, graph: Graph, parallel: bool = False, max_workers: int | None = None) -> None:
         self.graph, self.parallel, self.max_workers = graph, parallel, max_workers
         self.schedule = [n for n in graph.topological_order() if n.op != "output"]
         self.steps = graph.levels() if parallel else [[n] for n in self.schedule]
         self.steps = [[n for n in level if n.op != "output"] for level in self.steps]
-        self.effects = [n for n in self.schedule if n.op in ("copy_", "set_grad")]
-        self._keep_ctx = {n for n in self.schedule if any(u.op == "saved" for u in n.users)}
+        self.effects = [n for n in self.schedule if n.op in EFFECT_OPS]
+        self._keep_ctx = {n for n in self.schedule if keeps_ctx(n)}
         self.writes = plan_writes(self.steps, self.effects, graph.outputs, self._keep_ctx)
         # the sources whose arrays decide whether a call may write in place (see _apart)
         self._watched = list(dict.fromkeys([*self.writes.into.values(), *(n for p in self.writes.overlaps for n in p)]))
@@ -102,7 +104,7 @@ class Executor:
                         env[n], ctx = f.result()
                         if n in self._keep_ctx:
                             ctxs[n] = ctx
-                if report and _tensor.memory_hook is not None:
+                if report:  # the memory tracker counts each new buffer, as it counts each new Tensor
                     for n in new:
                         _report(env[n])
                 for n in frees:  # drop the last references: the buffer can be freed now
@@ -120,22 +122,15 @@ class Executor:
         (or that a later copy overwrites) only bumps the tensor's version."""
         in_place = self._in_place
         for op, target_node, value, absorbed, own in self._effect_plan:
-            target = _target(target_node, given)
-            if op == "copy_":
-                if not (absorbed and in_place):
-                    target.device.xp.copyto(target.data, env[value], casting="same_kind")
-                target._bump_version()
-            elif value is not None:
-                target.grad = _wrap(env[value] if own else env[value].copy(), target.device)
-            else:
-                target.grad = None
+            apply_effect(op, source_tensor(target_node, given), env[value] if value is not None else None,
+                         written=absorbed and in_place, own=own)
 
     def _apart(self, given: dict[Node, Tensor]) -> bool:
         """Whether the tensors written in place share no memory with the sources that the plan
         assumes apart from them (a constant that is a view of a parameter would see the update
         early), and still have the shapes and dtypes traced. Checked again only when an array changes."""
         arrays = [given[n].data if n.op == "placeholder" else n.attrs["value"] if n.op == "constant"
-                  else _target(n, given).data for n in self._watched]
+                  else source_tensor(n, given).data for n in self._watched]
         if self._seen is not None and all(a is b for a, b in zip(arrays, self._seen[0])):
             return self._seen[1]
         array_of = dict(zip(self._watched, arrays))
@@ -154,7 +149,7 @@ class Executor:
         end = len(self.steps)
         last = {}
         for n in self.schedule:
-            readers = [step_of.get(u, end) if u.op not in ("copy_", "set_grad") else end for u in n.users]
+            readers = [step_of.get(u, end) if u.op not in EFFECT_OPS else end for u in n.users]
             last[n] = max(readers, default=step_of[n])
         return last
 
@@ -166,58 +161,21 @@ class Executor:
         frees: list[list[Node]] = [[] for _ in self.steps]
         ctx_frees: list[list[Node]] = [[] for _ in self.steps]
         for n, k in self._last_step().items():
-            if k < len(self.steps) and n.op not in ("copy_", "set_grad"):
+            if k < len(self.steps) and n.op not in EFFECT_OPS:
                 frees[k].append(n)
             if n in self._keep_ctx:
                 ctx_frees[max(step_of[u] for u in n.users if u.op == "saved")].append(n)
         work = []
         for step, free, ctx_free in zip(self.steps, frees, ctx_frees):
             ops = [n for n in step if not _is_structural(n)]
-            # a user Function runs under no_grad, a global flag, so it stays on this thread
-            threaded = {n for n in ops if self.parallel and len(ops) > 1 and _array_op(n)}
+            threaded = {n for n in ops if self.parallel and len(ops) > 1}
             pooled = [(n, self._compute(n)) for n in ops if n in threaded]
             inline = [n for n in ops if n not in threaded] + [n for n in step if n.op in _STRUCTURAL]
-            new = [n for n in step if n.op not in _FROM_OUTSIDE and n.op not in ("copy_", "set_grad")
+            new = [n for n in step if n.op not in _FROM_OUTSIDE and n.op not in EFFECT_OPS
                    and n not in self.writes.into]
-            work.append((pooled, [self._call(n) for n in inline], free, ctx_free, new))
+            work.append((pooled, [node_step(n, self._compute(n), n in self._keep_ctx) for n in inline], free,
+                         ctx_free, new))
         return work
-
-    def _call(self, n: Node) -> Callable[[dict, dict], None]:
-        """A function that puts ``n``'s value into the environment: looked up for a structural
-        node, computed for an op (keeping its ctx when a ``saved`` node reads from it)."""
-        op, inputs = n.op, n.inputs
-        if op == "constant":
-            value = n.attrs["value"]
-
-            def call(env: dict, ctxs: dict) -> None:
-                env[n] = value
-        elif op == "parameter":
-            t = n.meta["target"]
-
-            def call(env: dict, ctxs: dict) -> None:
-                env[n] = t.data
-        elif op == "grad":
-            def call(env: dict, ctxs: dict) -> None:
-                env[n] = _target(n, {}).data
-        elif op == "getitem":
-            index = n.attrs["index"]
-
-            def call(env: dict, ctxs: dict) -> None:
-                env[n] = env[inputs[0]][index]
-        elif op == "saved":
-            def call(env: dict, ctxs: dict) -> None:
-                env[n] = _saved_array(ctxs[inputs[0]], n)
-        elif n in self._keep_ctx:
-            compute = self._compute(n)
-
-            def call(env: dict, ctxs: dict) -> None:
-                env[n], ctxs[n] = compute([env[i] for i in inputs])
-        else:
-            compute = self._compute(n)
-
-            def call(env: dict, ctxs: dict) -> None:
-                env[n] = compute([env[i] for i in inputs])[0]
-        return call
 
     def _compute(self, n: Node) -> Callable[[list], tuple[Any, Any]]:
         """``run_node`` for ``n``; for a value planned into a tensor, a call that writes it there."""
@@ -240,7 +198,7 @@ class Executor:
         owner: dict[Node, Node | None] = {}  # the node whose buffer holds each value (None: not ours)
         born, dies, size = {}, {}, {}
         for n in self.schedule:
-            if n.op in _FROM_OUTSIDE or n.op in ("copy_", "set_grad") or n in self.writes.into:
+            if n.op in _FROM_OUTSIDE or n.op in EFFECT_OPS or n in self.writes.into:
                 owner[n] = None
                 continue
             if n.op in VIEW_OPS:
@@ -271,12 +229,7 @@ class Executor:
 
 
 def _is_structural(n: Node) -> bool:
-    return n.op in _FROM_OUTSIDE or n.op in ("getitem", "saved", "copy_", "set_grad")
-
-
-def _array_op(n: Node) -> bool:
-    """A built-in op or a generated kernel: arrays in, array out, no global state touched."""
-    return getattr(n.fn, "array_forward", False) or not isinstance(n.fn, type)
+    return n.op in _FROM_OUTSIDE or n.op in ("getitem", "saved") or n.op in EFFECT_OPS
 
 
 def _nbytes(n: Node) -> int:
@@ -286,10 +239,10 @@ def _nbytes(n: Node) -> int:
 
 
 def _report(value: Any) -> None:
-    """Hand a new buffer to the memory tracker, as every new Tensor does."""
+    """Tell the modes (the memory tracker) of a new buffer, as every new Tensor does."""
     for v in value if type(value) is tuple else (value,):
         if v is not None:
-            _tensor.memory_hook(v)
+            mode.new_array(v)
 
 
 def _tracker() -> Any:

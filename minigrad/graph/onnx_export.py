@@ -22,7 +22,8 @@ from minigrad.errors import DTypeError, ShapeError
 from minigrad.graph.ir import Graph, Node
 from minigrad.graph.passes.constant_folding import fold_constants
 from minigrad.graph.passes.rewrite import reaching
-from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, TracedFunction, _positional_names, trace
+from minigrad.graph.helpers import positional_names
+from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, TracedFunction, trace
 from minigrad.nn.module import Module
 from minigrad.tensor import Tensor
 
@@ -132,7 +133,7 @@ def _graph_of(obj: Any, inputs: tuple) -> tuple[Graph, dict, list[str], str]:
     names = {id(t.data): name for name, t in weights}
     fn = obj.forward if is_module else obj
     title = type(obj).__name__ if is_module else getattr(obj, "__name__", "fn")
-    return graph, names, list(_positional_names(fn, len(inputs), 0, "input")), title
+    return graph, names, list(positional_names(fn, len(inputs), 0, "input")), title
 
 
 def _check_inputs(graph: Graph, inputs: tuple) -> None:

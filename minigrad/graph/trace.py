@@ -1,54 +1,30 @@
 """Tracing: run a function once, record every op it applies, then replay the record (chapter 01).
 
-While ``trace`` runs ``fn``, ``Function.apply`` reports each op to a ``Tracer`` (installed as
-``minigrad.autograd.function.tracer``) and in-place writes report the value they store; the tracer
-maps tensors to the nodes of a ``Graph``. The ``TracedFunction`` it returns replays that graph on
-new inputs of the same shapes: no Python control flow, no autograd graph, just the ops in
-topological order. That is the static half of chapter 01's dynamic-vs-static story: a branch
-taken at trace time is baked in. Because backward is made of minigrad ops, a whole training step
-(forward, ``loss.backward()``, optimizer update) traces into one graph.
-
-What the tracer maps, and how a replay treats it:
-
-- the example inputs become ``placeholder`` nodes, given anew at every call;
-- leaves that require grad (parameters) become ``parameter`` nodes, read when the graph runs, so a
-  replay sees their current values; so do tensors the function updates in place (buffers,
-  optimizer state); every other tensor from outside the function is a ``constant`` (its array is
-  kept as it was, not copied);
-- in-place writes to such tensors become ``copy_`` nodes, and changes of a leaf's ``.grad`` become
-  ``set_grad`` nodes; a replay applies them, in order, after computing every value;
-- arrays an op saved for its backward (a ReLU mask) become ``saved`` nodes of that op.
-
-What it cannot capture: Python values read from tensors (``if x.sum() > 0``, ``loss.item()``) or
-kept outside them (Adam's step count and bias corrections), which are baked in as constants;
-arrays computed outside ops (random masks drawn with the device RNG, arrays built from
-``tensor.data`` and passed to an op), which become constants; writes that bypass ops (``t[i] = v``
-under ``no_grad``, ``fill_``/``zero_``), which raise ``TraceError`` when the tracer notices them;
-and state created during the trace (an optimizer's first momentum buffer), which a replay
-re-creates instead of keeping: trace a training step after one eager warm-up step.
+This is the static half of chapter 01's dynamic-vs-static story. While ``trace`` runs ``fn``, a
+``Tracer`` on the thread's mode stack (``minigrad.autograd.mode``) turns each op, each array an op
+saves, each in-place write and each fresh ``.grad`` into nodes of a ``Graph``; the
+``TracedFunction`` replays that graph with the interpreter (``minigrad.graph.interpret``): no
+Python control flow, no autograd graph. Because backward is made of minigrad ops, a whole
+training step (forward, ``loss.backward()``, optimizer update) traces into one graph.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import warnings
 from typing import Any, Callable, Sequence
 
 from minigrad import backend
-from minigrad.autograd import function, grad_mode
+from minigrad.autograd.mode import Mode, active
 from minigrad.backend import cpu
-from minigrad.errors import DeviceError, DTypeError, ShapeError
+from minigrad.errors import DeviceError, DTypeError, ShapeError, TraceError
+from minigrad.graph.helpers import flatten, positional_names, unflatten
+from minigrad.graph.interpret import ARRAY_ARG, TENSOR_ARG, run_graph, run_node
 from minigrad.graph.ir import SOURCE_OPS, Graph, Node
 from minigrad.tensor import Tensor, _wrap
 
-__all__ = ["TraceError", "TraceWarning", "TracedFunction", "Tracer", "run_graph", "run_node", "trace"]
-
-TENSOR_ARG, ARRAY_ARG = "<tensor>", "<array>"  # marks in node.meta["args"] for positions fed by inputs
-
-
-class TraceError(RuntimeError):
-    """Something the tracer cannot record faithfully (a write that bypassed the ops, a bad output)."""
+__all__ = ["ARRAY_ARG", "TENSOR_ARG", "TraceError", "TraceWarning", "TracedFunction", "Tracer", "run_graph",
+           "run_node", "trace"]
 
 
 class TraceWarning(UserWarning):
@@ -57,26 +33,31 @@ class TraceWarning(UserWarning):
 
 def trace(fn: Callable[..., Any], *example_inputs: Tensor) -> TracedFunction:
     """Run ``fn(*example_inputs)`` once, for real, recording its ops; return a callable that
-    replays them on new inputs of the same shapes and dtypes (see the module docstring)."""
+    replays them on new inputs of the same shapes and dtypes (``Tracer`` says what becomes which node).
+
+    A branch taken at trace time is baked in. What a trace cannot capture: Python values read from
+    tensors (``if x.sum() > 0``, ``loss.item()``) or kept outside them (Adam's step count and bias
+    corrections), which are baked in as constants; arrays computed outside ops (random masks drawn
+    with the device RNG, arrays built from ``tensor.data`` and passed to an op), which become
+    constants; writes that bypass ops (``t[i] = v`` under ``no_grad``, ``fill_``/``zero_``), which
+    raise ``TraceError`` when the tracer notices them; and state created during the trace (an
+    optimizer's first momentum buffer), which a replay re-creates instead of keeping: trace a
+    training step after one eager warm-up step.
+    """
     for i, x in enumerate(example_inputs):
         if not isinstance(x, Tensor):
             raise TypeError(f"trace: example input {i} must be a Tensor, got {type(x).__name__}")
     if len({id(x) for x in example_inputs}) != len(example_inputs):
         raise TraceError("trace: pass a distinct tensor for each input (the same tensor was given twice)")
-    if function.tracer is not None:
+    if active(Tracer) is not None:
         raise TraceError("trace: already tracing; traces cannot nest")
-    graph = Graph()
-    tracer = Tracer(graph)
-    for name, x in zip(_positional_names(fn, len(example_inputs), 0, "input"), example_inputs):
+    tracer = Tracer(Graph())
+    for name, x in zip(positional_names(fn, len(example_inputs), 0, "input"), example_inputs):
         tracer.add_input(x, "%" + name)
-    function.tracer = tracer
-    try:
+    with tracer:
         result = fn(*example_inputs)
-    finally:
-        function.tracer = None
-        tracer.remove_hooks()
     spec = tracer.finish(result)
-    return TracedFunction(graph, spec, [(x.shape, x.dtype, x.device) for x in example_inputs],
+    return TracedFunction(tracer.graph, spec, [(x.shape, x.dtype, x.device) for x in example_inputs],
                           getattr(fn, "__name__", "fn"))
 
 
@@ -89,12 +70,12 @@ class TracedFunction:
 
     def __call__(self, *inputs: Tensor) -> Any:
         self._check(inputs)
-        if function.tracer is not None:
+        if active(Tracer) is not None:
             raise TraceError(f"traced {self.__name__}: cannot replay while another trace is recording; "
                              "call the original function instead")
         values = run_graph(self.graph, inputs)
         outs = iter([_wrap(v, n.meta.get("device", cpu)) for v, n in zip(values, self.graph.outputs)])
-        return _unflatten(self._spec, outs)
+        return unflatten(self._spec, outs)
 
     def _check(self, inputs: Sequence[Any]) -> None:
         name = self.__name__
@@ -116,22 +97,43 @@ class TracedFunction:
 
 
 # -- recording -----------------------------------------------------------------------------------
-class Tracer:
-    """Turns the ops that ``Function.apply`` reports into nodes of ``graph``."""
+class Tracer(Mode):
+    """The mode that turns the ops run while it is on into nodes of ``graph``:
+
+    - the example inputs become ``placeholder`` nodes, given anew at every call;
+    - leaves that require grad (parameters) become ``parameter`` nodes, read when the graph runs,
+      so a replay sees their current values; so do tensors the function updates in place
+      (buffers, optimizer state); every other tensor from outside the function is a ``constant``
+      (its array is kept as it was, not copied);
+    - in-place writes to such tensors become ``copy_`` nodes, and changes of a leaf's ``.grad``
+      become ``set_grad`` nodes; a replay applies them, in order, after computing every value;
+    - arrays an op saved for its backward (a ReLU mask) become ``saved`` nodes of that op.
+
+    ``frozen`` lists (op name, message) for each op argument that froze a traced value;
+    ``fresh_grads`` counts the ``.grad``s the engine set (a backward pass ran).
+    """
+
+    sees_writes = True  # in-place arithmetic must report its writes, to be replayed
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
+        self.frozen: list[tuple[str, str]] = []
+        self.fresh_grads = 0
         self._bound: dict[int, tuple] = {}  # id(tensor) -> (node of its value, its version and base then)
         self._arrays: dict[int, Any] = {}  # id(array) -> its node, or (op node, k, array) if an op saved it
         self._home: dict[int, tuple[Tensor, Node]] = {}  # tensors from outside fn -> their source node
         self._leaves: dict[int, tuple[Tensor, Node, Tensor | None]] = {}  # (leaf, node, .grad at start)
-        self._fresh_grad: dict[int, Tensor] = {}  # the gradient the engine copied into an empty .grad
         self._saved: dict[tuple[Node, int], Node] = {}
+        self._kept: dict[Any, list[tuple[int, Any]]] = {}  # ctx -> the arrays it saved, until after_op
         self._alive: list = []  # every tensor and array seen stays alive, so no id() is reused
-        self._handles: list = []
 
-    # called by Function.apply and by in-place write-backs
-    def record(self, cls: type, args: tuple, kwargs: dict, outputs: Any) -> None:
+    # -- the mode's hooks -----------------------------------------------------------------------------
+    def saved_array(self, ctx: Any, index: int, array: Any) -> None:
+        self._kept.setdefault(ctx, []).append((index, array))
+
+    def after_op(self, ctx: Any, args: tuple, kwargs: dict, outputs: Any) -> None:
+        """Record the op ``ctx`` ran as a node (and a ``getitem`` node per output of a tuple)."""
+        cls = type(ctx)
         inputs, layout, attrs, device = [], [], {}, None
         for name, a in zip(_param_names(cls, len(args)), args):
             if isinstance(a, Tensor):
@@ -146,9 +148,8 @@ class Tracer:
                 attrs[name] = a
                 layout.append(name)
         attrs.update(kwargs)
-        ctx = _ctx_of(cls, outputs)
         meta = {"args": tuple(layout), "kwargs": tuple(kwargs), "ctx_device": device or cpu,
-                "needs_input_grad": ctx.needs_input_grad if ctx is not None else (False,) * len(args)}
+                "needs_input_grad": ctx.needs_input_grad}
         add = self.graph.add_node
         if type(outputs) is tuple:
             node = add(cls.__name__, inputs, attrs, fn=cls, meta=meta)
@@ -160,13 +161,18 @@ class Tracer:
             meta["device"] = outputs.device
             node = add(cls.__name__, inputs, attrs, shape=outputs.shape, dtype=outputs.dtype, fn=cls, meta=meta)
             self._bind(outputs, node)
-        if ctx is not None and ctx._saved:
-            for k, (kind, value, _) in enumerate(ctx._saved):
-                if kind == 2:  # an array forward computed and kept (function._pack's kind 2)
-                    self._alive.append(value)
-                    self._arrays.setdefault(id(value), (node, k, value))
+        for k, value in self._kept.pop(ctx, ()):  # arrays forward computed and kept for backward
+            self._alive.append(value)
+            self._arrays.setdefault(id(value), (node, k, value))
 
-    def mutate(self, t: Tensor, result: Tensor) -> None:
+    def fresh_grad(self, leaf: Tensor, grad: Tensor, value: Tensor) -> None:
+        """A leaf's first ``.grad``: the engine's copy of ``value`` reads ``value``'s node."""
+        self.fresh_grads += 1
+        if grad is not value:
+            self._alive.append(grad)
+            self._bind(grad, self.node_of(value))
+
+    def inplace_write(self, t: Tensor, result: Tensor) -> None:
         """``t`` now holds ``result``'s values: later reads of ``t`` read that node, and when ``t``
         comes from outside the function, a ``copy_`` node writes the value back at replay."""
         value = self.node_of(result)
@@ -231,15 +237,11 @@ class Tracer:
         if found is not None:  # a detached wrapper, or an array an op saved for backward
             return self._saved_node(*found) if type(found) is tuple else found
         for p, pnode, start in self._leaves.values():
-            if p.grad is t:
-                if t is start:
-                    node = self.graph.add_node("grad", shape=t.shape, dtype=t.dtype,
-                                               meta={"target": p, "device": t.device})
-                    self._home[id(t)] = (t, node)
-                    return node
-                fresh = self._fresh_grad.get(id(p))
-                if fresh is not None and t._base is None and t._vc == 0:  # the engine's copy of it
-                    return self.node_of(fresh)
+            if p.grad is t and t is start:
+                node = self.graph.add_node("grad", shape=t.shape, dtype=t.dtype,
+                                           meta={"target": p, "device": t.device})
+                self._home[id(t)] = (t, node)
+                return node
         add = self.graph.add_node
         if t.grad_fn is None and t.requires_grad or _is_parameter(t):
             node = add("parameter", shape=t.shape, dtype=t.dtype, meta={"target": t, "device": t.device})
@@ -274,32 +276,20 @@ class Tracer:
             found = self._arrays.get(id(arr))
             node = found[0] if type(found) is tuple else found
             if node is not None and node.op != "constant":
-                warnings.warn(f"trace: an argument of {cls.__name__} holds the value of {node.name} as a raw "
-                              "array; the graph freezes it, so replays reuse its value from trace time",
-                              TraceWarning, stacklevel=4)  # points at the caller of Function.apply
+                message = (f"trace: an argument of {cls.__name__} holds the value of {node.name} as a raw "
+                           "array; the graph freezes it, so replays reuse its value from trace time")
+                self.frozen.append((cls.__name__, message))
+                warnings.warn(message, TraceWarning, stacklevel=4)  # points at the caller of Function.apply
 
-    # -- gradients --------------------------------------------------------------------------------
     def _watch_leaf(self, t: Tensor, node: Node) -> None:
-        """Remember the leaf's .grad now, and the gradient the engine copies into an empty .grad."""
+        """Remember the leaf's .grad now: a change of it by the end becomes a ``set_grad`` node."""
         self._leaves[id(t)] = (t, node, t.grad)
-
-        def seen(g: Tensor) -> None:
-            if t.grad is None:
-                self._alive.append(g)
-                self._fresh_grad[id(t)] = g
-
-        self._handles.append(t.register_hook(seen))
-
-    def remove_hooks(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
 
     # -- the end ------------------------------------------------------------------------------------
     def finish(self, result: Any) -> Any:
         """Bind what ``fn`` returned to the output node, record changed ``.grad``s, and check that
         no tensor from outside was written without the tracer seeing it. Returns the output spec."""
-        spec, flat = _flatten(result)
+        spec, flat = flatten(result)
         outputs = [self.node_of(t) for t in flat]
         for p, pnode, start in self._leaves.values():
             if p.grad is not start:
@@ -311,120 +301,11 @@ class Tracer:
         return spec
 
 
-# -- replaying -----------------------------------------------------------------------------------
-def run_node(node: Node, arrays: Sequence[Any]) -> tuple[Any, Any]:
-    """Run an op node's Function forward on raw input arrays; returns (value, ctx)."""
-    cls = node.fn
-    if not isinstance(cls, type):  # a generated kernel (a fused group, chapter 03): arrays in, array out
-        return cls(*arrays), None
-    ctx = object.__new__(cls)
-    device = node.meta.get("ctx_device", cpu)
-    ctx.device, ctx.xp = device, device.xp
-    layout = node.meta["args"]
-    ctx.needs_input_grad = node.meta.get("needs_input_grad", (False,) * len(layout))
-    it = iter(arrays)
-    kwargs = {k: node.attrs[k] for k in node.meta["kwargs"]}
-    if cls.array_forward:
-        args = [next(it) if k in (TENSOR_ARG, ARRAY_ARG) else node.attrs[k] for k in layout]
-        return cls.forward(ctx, *args, **kwargs), ctx
-    # a user Function's forward takes Tensors (it runs without recording, as in Function.apply)
-    args = [_wrap(next(it), device) if k == TENSOR_ARG else next(it) if k == ARRAY_ARG else node.attrs[k]
-            for k in layout]
-    with grad_mode.no_grad():
-        out = cls.forward(ctx, *args, **kwargs)
-    if type(out) is tuple:
-        return tuple(o.data if isinstance(o, Tensor) else o for o in out), ctx
-    return out.data if isinstance(out, Tensor) else out, ctx
-
-
-def run_graph(graph: Graph, inputs: Sequence[Tensor]) -> list[Any]:
-    """Execute ``graph`` on input tensors, in topological order, then apply its side effects in
-    order; returns the output arrays."""
-    env: dict[Node, Any] = dict(zip(graph.placeholders, [x.data for x in inputs]))
-    given = dict(zip(graph.placeholders, inputs))
-    ctxs: dict[Node, Any] = {}
-    effects = []
-    for node in graph.topological_order():
-        op = node.op
-        if op == "placeholder":
-            continue
-        if op == "constant":
-            env[node] = node.attrs["value"]
-        elif op in ("parameter", "grad"):
-            env[node] = _target(node, given).data
-        elif op == "getitem":
-            env[node] = env[node.inputs[0]][node.attrs["index"]]
-        elif op == "saved":
-            env[node] = _saved_array(ctxs[node.inputs[0]], node)
-        elif op in ("copy_", "set_grad"):
-            effects.append(node)
-        elif op == "output":
-            continue
-        else:
-            env[node], ctx = run_node(node, [env[i] for i in node.inputs])
-            if any(u.op == "saved" for u in node.users):
-                ctxs[node] = ctx
-    for node in effects:
-        target = _target(node.inputs[0], given)
-        if node.op == "copy_":
-            target.device.xp.copyto(target.data, env[node.inputs[1]], casting="same_kind")
-            target._bump_version()
-        else:
-            target.grad = _wrap(env[node.inputs[1]].copy(), target.device) if len(node.inputs) > 1 else None
-    return [env[n] for n in graph.outputs]
-
-
-def _target(node: Node, given: dict) -> Tensor:
-    """The tensor a source node stands for at this call."""
-    if node.op == "placeholder":
-        return given[node]
-    t = node.meta["target"]
-    if node.op != "grad":
-        return t
-    if t.grad is None:
-        raise TraceError(f"traced function: {node.name} reads the .grad of a tensor of shape {tuple(t.shape)}, "
-                         "which was set at trace time but is None now")
-    return t.grad
-
-
-def _saved_array(ctx: Any, node: Node) -> Any:
-    saved = ctx._saved
-    value = saved[node.attrs["index"]] if saved else None
-    if value is None:
-        raise TraceError(f"traced function: {node.inputs[0].op} did not save array {node.attrs['index']} at replay")
-    return value.data if isinstance(value, Tensor) else value
-
-
 # -- helpers ---------------------------------------------------------------------------------------
-def _ctx_of(cls: type, outputs: Any) -> Any:
-    """The graph node (ctx) this op recorded, if it recorded one."""
-    for o in outputs if type(outputs) is tuple else (outputs,):
-        if isinstance(o, Tensor) and type(o.grad_fn) is cls:
-            return o.grad_fn
-    return None
-
-
-def _positional_names(func: Callable, n: int, skip: int, fallback: str) -> tuple[str, ...]:
-    """Names for n positional arguments of ``func`` (after ``skip`` of them), numbering ``*args``."""
-    try:
-        params = list(inspect.signature(func).parameters.values())[skip:]
-    except (TypeError, ValueError):
-        params = []
-    names: list[str] = []
-    for p in params:
-        if p.kind is p.VAR_POSITIONAL:
-            names += [f"{p.name}{j}" for j in range(n - len(names))]
-            break
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            names.append(p.name)
-    names += [f"{fallback}{j}" for j in range(len(names), n)]
-    return tuple(names[:n])
-
-
 @functools.lru_cache(maxsize=None)
 def _param_names(cls: type, n: int) -> tuple[str, ...]:
     """Attribute names for an op's arguments, from its forward's signature (``dim``, ``keepdim``)."""
-    return _positional_names(cls.forward, n, 1, "arg")
+    return positional_names(cls.forward, n, 1, "arg")
 
 
 def _is_array(a: Any) -> bool:
@@ -441,37 +322,3 @@ def _is_parameter(t: Tensor) -> bool:
     from minigrad.nn.module import Parameter
 
     return isinstance(t, Parameter)
-
-
-def _flatten(result: Any) -> tuple[Any, list[Tensor]]:
-    """Split a returned structure (tensors in nested tuples, lists and dicts) into a spec and a list."""
-    if result is None:
-        return None, []
-    if isinstance(result, Tensor):
-        return "tensor", [result]
-    if isinstance(result, (tuple, list)):
-        specs, flat = [], []
-        for r in result:
-            s, f = _flatten(r)
-            specs.append(s)
-            flat += f
-        return (type(result), specs), flat
-    if isinstance(result, dict):
-        s, flat = _flatten(list(result.values()))
-        return (dict, list(result), s), flat
-    raise TraceError(f"trace: the traced function returned a {type(result).__name__}; return tensors "
-                     "(tuples, lists or dicts of them) or None, since other values would be frozen")
-
-
-def _unflatten(spec: Any, values: Any) -> Any:
-    if spec is None:
-        return None
-    if spec == "tensor":
-        return next(values)
-    if spec[0] is dict:
-        return dict(zip(spec[1], _unflatten(spec[2], values)))
-    kind, specs = spec
-    items = [_unflatten(s, values) for s in specs]
-    if kind is list:
-        return items
-    return kind(*items) if hasattr(kind, "_fields") else kind(items)

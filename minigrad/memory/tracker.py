@@ -1,39 +1,37 @@
 """Memory tracking: how many bytes of tensor data are alive, now and at the worst moment (chapter 03).
 
-Every new Tensor hands its array to ``minigrad.tensor.memory_hook``. While a tracker is active the
-hook counts the array's buffer once (a view's bytes belong to the array that owns the memory, and
-several Tensors may wrap one array) and a weak reference takes the bytes off again when the buffer
-is freed. ``track()`` reads the running total and its high-water mark, the figure that activation
-checkpointing lowers; ``summary()`` lists what is alive right now, largest first, with the op that
-made each tensor. Arrays an op keeps for backward without wrapping them in a Tensor (ReLU's bool
-mask, the convolution's im2col columns) pass the hook too, when the node saves them. On a GPU the
-current and peak bytes are CuPy's memory pool instead (``minigrad.cuda.memory_allocated``), which
-also sees an op's temporaries; activations are counted from the tensors as on the cpu.
+The high-water mark is the figure that activation checkpointing lowers. ``track()`` is a
+``Mode`` (``minigrad.autograd.mode``): while it is on the thread's stack, every new Tensor (and
+every array an op keeps for backward, such as ReLU's mask) hands it its array, whose buffer it
+counts once until a weak reference says it was freed. ``summary()`` lists what is alive right now,
+largest first, with the op that made each tensor.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib
 import weakref
 from contextlib import contextmanager
 from typing import Any, Iterator, NamedTuple
 
 from minigrad import backend, cuda
-from minigrad.autograd import engine as _engine
-from minigrad.autograd.function import Function
+from minigrad.autograd.function import SAVED_ARRAY, SAVED_OUTPUT, Function
+from minigrad.autograd.mode import Mode, backward_depth
 from minigrad.backend import Device
 from minigrad.errors import DeviceError
 from minigrad.nn.module import Parameter
 from minigrad.tensor import Tensor
 
-_tensor = importlib.import_module("minigrad.tensor")  # the module: minigrad.tensor is also a function
-
 __all__ = ["LiveTensor", "MemoryTracker", "recomputation", "snapshot", "summary", "track"]
 
 
-class MemoryTracker:
+class MemoryTracker(Mode):
     """Bytes of tensor data on a device while a ``with track():`` block runs.
+
+    A buffer counts once: a view's bytes belong to the array that owns the memory, and several
+    Tensors may wrap one array. On a GPU the current and peak bytes are CuPy's memory pool instead
+    (``minigrad.cuda.memory_allocated``), which also sees an op's temporaries; activations are
+    counted from the tensors as on the cpu.
 
     ``start``: bytes alive on entry; ``current``: alive now; ``peak``: the most alive at once since
     entry or the last ``reset_peak()``. ``activations``: bytes alive now of tensors that forward
@@ -62,12 +60,20 @@ class MemoryTracker:
         self._counter = _COUNTERS[self.device.type]
         self._counter.add(self)
         self.start = self.peak = self.current
-        return self
+        return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
+        super().__exit__()
         self._current = self._counter.in_use(self.device)
         self._counter.remove(self)
         self._counter = None
+
+    # the mode's events: a new tensor's array, or an array an op keeps for backward
+    def new_array(self, array: Any) -> None:
+        self._counter.count(array)
+
+    def saved_array(self, ctx: Any, index: int, array: Any) -> None:
+        self._counter.count(array)
 
     def __repr__(self) -> str:
         return (f"MemoryTracker({self.device}: current {_fmt(self.current)}, peak {_fmt(self.peak)}, "
@@ -79,7 +85,7 @@ def track(device: str | Device = "cpu") -> MemoryTracker:
     return MemoryTracker(device)
 
 
-_forward_depth = 0  # the engine's backward_depth at which ops compute activations (see recomputation)
+_forward_depth = 0  # the backward depth at which ops compute activations (see recomputation)
 
 
 @contextmanager
@@ -87,7 +93,7 @@ def recomputation() -> Iterator[None]:
     """Count tensors made in this block as activations although backward is running: checkpointing
     recomputes a segment's forward pass inside the backward pass."""
     global _forward_depth
-    previous, _forward_depth = _forward_depth, _engine.backward_depth
+    previous, _forward_depth = _forward_depth, backward_depth()
     try:
         yield
     finally:
@@ -114,8 +120,6 @@ class _HostCounter:
 
     def add(self, tracker: MemoryTracker) -> None:
         if not self.trackers:
-            _counting.append(self)
-            _set_hook()
             for array, _ in _live_arrays():
                 self.count(array, activation=False)
         self.trackers.append(tracker)
@@ -123,13 +127,11 @@ class _HostCounter:
     def remove(self, tracker: MemoryTracker) -> None:
         self.trackers.remove(tracker)
         if not self.trackers:  # nothing is watching: stop counting and drop the weak references
-            _counting.remove(self)
-            _set_hook()
             self.live.clear()
             self.current = 0
 
     def count(self, array: Any, activation: bool | None = None) -> None:
-        """The memory hook: count ``array``'s buffer unless it is already counted."""
+        """Count ``array``'s buffer unless it is already counted."""
         if not isinstance(array, self.array_type):
             return  # a numpy scalar (a few bytes) or an array of another device
         while isinstance(array.base, self.array_type):
@@ -138,7 +140,7 @@ class _HostCounter:
         if key in self.live:
             return
         if activation is None:
-            activation = _engine.backward_depth == _forward_depth
+            activation = backward_depth() == _forward_depth
         nbytes = array.nbytes
         trackers = tuple(self.trackers) if activation else ()
         self.live[key] = (nbytes, trackers, weakref.ref(array, lambda _, key=key: self.release(key)))
@@ -193,20 +195,8 @@ class _PoolCounter(_HostCounter):
         pass  # the pool keeps the total, and the allocator reports its peaks
 
 
-# One counter per kind of device; a new tensor's array goes to every counter that is counting.
+# One counter per kind of device, shared by the trackers of that kind.
 _COUNTERS: dict[str, _HostCounter] = {"cpu": _HostCounter(), "cuda": _PoolCounter()}
-_counting: list[_HostCounter] = []
-
-
-def _count_everywhere(array: Any) -> None:
-    for counter in _counting:
-        counter.count(array)
-
-
-def _set_hook() -> None:
-    """Hand new tensors to the one counting counter directly, or to all of them, or to none."""
-    _tensor.memory_hook = (None if not _counting else _counting[0].count if len(_counting) == 1
-                           else _count_everywhere)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,12 +221,11 @@ def _live_arrays() -> Iterator[tuple[Any, tuple[int, str]]]:
             if obj.grad is not None:
                 yield obj.grad.data, (2, "grad")
         elif issubclass(type(obj), Function) and type(obj._saved) is tuple:
-            # saved entries are (kind, value, version): 1 = this node's output, 2 = a constant such
-            # as a mask (see minigrad.autograd.function._pack)
+            # saved entries are (kind, value, version), see minigrad.autograd.function
             for entry in obj._saved:
-                if type(entry) is tuple and len(entry) == 3 and entry[0] == 1:
+                if type(entry) is tuple and len(entry) == 3 and entry[0] == SAVED_OUTPUT:
                     yield entry[1][0], (0, obj.name())
-                elif type(entry) is tuple and len(entry) == 3 and entry[0] == 2:
+                elif type(entry) is tuple and len(entry) == 3 and entry[0] == SAVED_ARRAY:
                     yield entry[1], (1, f"{obj.name()} (saved)")
 
 

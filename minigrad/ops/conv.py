@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-from minigrad.autograd import function  # autocast casts mixed dtypes itself
+from minigrad.autograd import mode  # autocast casts mixed dtypes itself
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.elementwise import Op
 from minigrad.tensor import Tensor
@@ -228,7 +228,7 @@ def _check_conv(op: str, x: Tensor, weight: Tensor, bias: Tensor | None, groups:
     """``in_dim`` is the weight axis that must match the input's channels divided by groups."""
     if not isinstance(weight, Tensor) or weight.ndim != 4:
         raise ShapeError(f"{op}: expected a 4-D weight, got shape {tuple(getattr(weight, 'shape', ()))}")
-    if function.autocast is None and (weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype)):
+    if (weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype)) and not mode.casts_inputs():
         got = f"{weight.dtype}" + (f" and bias {bias.dtype}" if bias is not None else "")
         raise DTypeError(f"{op}: input ({x.dtype}) and weight ({got}) must have the same dtype")
     if not isinstance(groups, int) or groups < 1:

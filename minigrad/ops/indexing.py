@@ -258,7 +258,7 @@ def index_put(x: Tensor, index: Any, value: Any) -> Tensor:
 def setitem(t: Tensor, index: Any, value: Any) -> None:
     """``t[index] = value``: written straight into t's memory when autograd needn't record it,
     otherwise as the in-place form of ``index_put`` (so the gradient reaches ``value``)."""
-    if grad_mode.enabled and (t.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
+    if grad_mode.is_grad_enabled() and (t.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
         inplace(t, index_put, index, value)
         return
     idx = _normalize(t, index, "setitem")

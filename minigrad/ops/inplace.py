@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from minigrad import backend
-from minigrad.autograd import function, grad_mode
+from minigrad.autograd import grad_mode, mode
 from minigrad.errors import AutogradError, DTypeError, ShapeError
 from minigrad.tensor import Tensor
 
@@ -42,14 +42,14 @@ def _write_back(t: Tensor, result: Tensor, op: str) -> None:
         raise DTypeError(f"{op}: result type {result.dtype} can't be cast to the tensor's dtype {t.dtype} in place")
     t.device.xp.copyto(t.data, result.data, casting="same_kind")
     t._bump_version()
-    if function.tracer is not None:  # a traced training step replays this write (optimizer updates)
-        function.tracer.mutate(t, result)
+    if mode.current_modes():  # a traced training step replays this write (optimizer updates)
+        mode.inplace_write(t, result)
 
 
 def inplace(t: Tensor, fn: Callable[..., Tensor], *args: Any) -> Tensor:
     """Apply ``fn(t, *args)`` and store the result in ``t``'s memory (``t.add_(x)`` and friends)."""
     op = fn.__name__ + "_"
-    recording = grad_mode.enabled and (
+    recording = grad_mode.is_grad_enabled() and (
         t.requires_grad or any(isinstance(a, Tensor) and a.requires_grad for a in args)
     )
     _check_target(t, op, recording)
@@ -74,7 +74,7 @@ _UFUNCS = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divi
 def _arithmetic_in_place(t: Tensor, fn: Callable, args: tuple) -> bool:
     """Do ``t op= other`` with out=, when that is exactly what the general path would compute."""
     name = _UFUNCS.get(fn.__name__)
-    if name is None or len(args) != 1 or function.tracer is not None:
+    if name is None or len(args) != 1 or mode.sees_writes():
         return False
     if name == "true_divide" and t.dtype.kind != "f":
         return False
@@ -110,7 +110,7 @@ def copy_from(t: Tensor, src: Any) -> Tensor:
 
 def fill_(t: Tensor, value: Any) -> Tensor:
     """``t.fill_(v)`` / ``t.zero_()``: every element set to ``value`` (no gradient flows to t's old value)."""
-    recording = grad_mode.enabled and t.requires_grad
+    recording = grad_mode.is_grad_enabled() and t.requires_grad
     _check_target(t, "fill_", recording)
     t.data[...] = value.data if isinstance(value, Tensor) else value
     if recording:

@@ -13,7 +13,7 @@ import string
 from typing import Any
 
 from minigrad import backend
-from minigrad.autograd import function
+from minigrad.autograd import mode
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, cast
 from minigrad.ops.movement import broadcast_to, reshape
@@ -55,7 +55,7 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
             + " (expected input (..., in), weight (out, in), bias (out,))"
         )
     # mixed dtypes: let matmul promote, unless autocast is about to cast all three to one dtype
-    if function.autocast is None and (w.dtype != x.dtype or (b is not None and b.dtype != x.dtype)):
+    if (w.dtype != x.dtype or (b is not None and b.dtype != x.dtype)) and not mode.casts_inputs():
         out = matmul(x, w.mT)
         return out if b is None else out + b
     return Linear.apply(x, w, b)

@@ -15,7 +15,7 @@ from typing import Any
 
 from minigrad.graph.ir import Graph, Node
 from minigrad.graph.passes.rewrite import DROP, Rewriter, is_pure, rewrite
-from minigrad.graph.trace import _saved_array, run_node
+from minigrad.graph.interpret import run_node, saved_value
 
 __all__ = ["fold_constants", "frozen_parameters"]
 
@@ -43,7 +43,7 @@ def fold_constants(graph: Graph, freeze: bool = False) -> Graph:
         elif op == "getitem":
             values[node] = values[node.inputs[0]][node.attrs["index"]]
         elif op == "saved":
-            values[node] = _saved_array(ctxs[node.inputs[0]], node)
+            values[node] = saved_value(ctxs[node.inputs[0]], node)
         else:
             values[node], ctx = run_node(node, [values[i] for i in node.inputs])
             if any(u.op == "saved" for u in node.users):

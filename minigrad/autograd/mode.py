@@ -1,0 +1,120 @@
+"""Modes: everything that watches or changes ops as they run, on one stack per thread (chapters 02, 03).
+
+Anomaly detection, autocast, the profiler, the memory tracker and the tracer are all ``Mode``s, as
+PyTorch's dispatch modes are: entered with ``with``, kept on a stack of the current thread, and
+told about each op by ``Function.apply`` (``before_op`` may rewrite its arguments, ``after_op``
+sees its outputs), about each backward rule by the engine (``node_backward``), and about the few
+things the core does besides running ops (a new array, an array saved for backward, an in-place
+write, a fresh ``.grad``). With the stack empty an op pays one read of ``current_modes()``: modes cost nothing
+unless they are on. The thread's backward depth, which ``is_backward_running`` answers from, is
+kept here too. Both are context variables, which every thread has its own of (and which cost a
+third of a ``threading.local`` attribute to read).
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+M = TypeVar("M", bound="Mode")
+_stack: ContextVar[tuple[Mode, ...]] = ContextVar("minigrad_modes", default=())
+_backward_depth: ContextVar[int] = ContextVar("minigrad_backward_depth", default=0)
+current_modes = _stack.get  # () -> this thread's modes, outermost first; Function.apply calls it on every op
+backward_depth = _backward_depth.get  # () -> how many backward passes run on this thread, one inside another
+
+
+class Mode:
+    """A mode does nothing until it overrides a hook. ``before_op`` hooks run from the innermost
+    mode out, ``after_op`` hooks from the outermost in, so the innermost mode wraps the op closest
+    (ops a hook runs itself, such as autocast's casts, pass through the whole stack too).
+    ``sees_writes`` asks in-place arithmetic to take the path that reports its writes;
+    ``casts_inputs`` says that ``before_op`` may change input dtypes (ops then leave a dtype
+    mismatch to it)."""
+
+    sees_writes = False
+    casts_inputs = False
+
+    def __enter__(self: M) -> M:
+        push(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pop(self)
+
+    # -- around each op (Function.apply) ----------------------------------------------------------
+    def before_op(self, cls: type, args: tuple) -> tuple:
+        return args
+
+    def after_op(self, ctx: Any, args: tuple, kwargs: dict, outputs: Any) -> None:
+        pass
+
+    # -- in backward (the engine) -------------------------------------------------------------------
+    def node_backward(self, node: Any, grads: tuple) -> None:
+        """A node's backward rule returned ``grads`` (one per forward input)."""
+
+    # -- events from the core -----------------------------------------------------------------------
+    def new_array(self, array: Any) -> None:
+        """A new Tensor wraps ``array`` (or an op kept ``array`` for backward)."""
+
+    def saved_array(self, ctx: Any, index: int, array: Any) -> None:
+        """Op node ``ctx`` kept a constant ``array`` for backward (a mask) at ``index`` of its saved values."""
+
+    def inplace_write(self, t: Any, result: Any) -> None:
+        """``t`` now holds ``result``'s values (an in-place op wrote them)."""
+
+    def fresh_grad(self, leaf: Any, grad: Any, value: Any) -> None:
+        """The engine gave ``leaf`` its first ``.grad``: ``grad``, holding ``value``'s values."""
+
+
+def push(mode: Mode) -> None:
+    _stack.set(_stack.get() + (mode,))
+
+
+def pop(mode: Mode) -> None:
+    """Take ``mode`` off this thread's stack (the innermost entry of it, wherever it is)."""
+    stack = _stack.get()
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i] is mode:
+            _stack.set(stack[:i] + stack[i + 1:])
+            return
+
+
+def active(kind: type[M]) -> M | None:
+    """The innermost mode of type ``kind`` on this thread's stack, if any."""
+    for m in reversed(_stack.get()):
+        if isinstance(m, kind):
+            return m
+    return None
+
+
+def is_backward_running() -> bool:
+    """Whether the engine is running a backward pass on this thread (ops now are backward rules)."""
+    return _backward_depth.get() > 0
+
+
+class backward_pass:
+    """What the engine wraps a backward pass in (ops run inside it are backward rules)."""
+
+    def __enter__(self) -> None:
+        self.token = _backward_depth.set(_backward_depth.get() + 1)
+
+    def __exit__(self, *exc: Any) -> None:
+        _backward_depth.reset(self.token)
+
+
+def new_array(array: Any) -> None:
+    for m in _stack.get():
+        m.new_array(array)
+
+
+def inplace_write(t: Any, result: Any) -> None:
+    for m in _stack.get():
+        m.inplace_write(t, result)
+
+
+def sees_writes() -> bool:
+    return any(m.sees_writes for m in _stack.get())
+
+
+def casts_inputs() -> bool:
+    return any(m.casts_inputs for m in _stack.get())
