@@ -9,6 +9,10 @@ class ShapeError(ValueError):
     """Shapes that do not fit an op (broadcasting, matmul, reshape, a bad ``dim``)."""
 
 
+class ArgumentError(ValueError):
+    """An argument value an op cannot take (``clamp`` with neither bound, a bad ``chunks``)."""
+
+
 class DTypeError(TypeError):
     """A dtype an op cannot take, or a cast that would lose information in place."""
 
