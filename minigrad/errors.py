@@ -25,5 +25,9 @@ class AutogradError(RuntimeError):
     """Misuse of the autograd engine: a freed graph, a modified saved tensor, a bad ``backward``."""
 
 
+class DistributedError(RuntimeError):
+    """A collective that ran past the group's timeout, or a rank that left the job early."""
+
+
 class AnomalyError(RuntimeError):
     """NaN or Inf found by ``detect_anomaly``; the message names the op and where it was created."""
