@@ -142,6 +142,7 @@ class ProcessGroup:
 
 _default: ProcessGroup | None = None
 _transport: Backend | None = None  # kept after destroy_process_group: the job still runs
+_saved: dict = {}  # the excepthook and signal handlers init_process_group replaced
 
 
 def is_available() -> bool:
@@ -174,14 +175,20 @@ def init_process_group(backend: str = "mpi", *, check_shapes: bool = True,
     if timeout is not None:
         transport.timeout = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
     _default, _transport = ProcessGroup(transport, check_shapes), transport
-    sys.excepthook = _abort_on_exception
-    if _watcher is None:
-        atexit.register(_at_exit)
-        _watch_for_abrupt_exit(transport.rank)
+    if transport.world_size > 1:
+        _guard_the_job()
+
+
+def _guard_the_job() -> None:
+    """Install what ends the job when this rank leaves early; ``destroy_process_group`` undoes it."""
+    atexit.unregister(_at_exit)  # once, however often the group is made
+    atexit.register(_at_exit)
+    _saved["excepthook"], sys.excepthook = sys.excepthook, _abort_on_exception
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
-                signal.signal(sig, _abort_on_signal)
+                _saved[sig] = signal.signal(sig, _abort_on_signal)
+    _watch_for_abrupt_exit(_transport.rank)
 
 
 def _end_job(why: str, code: int) -> None:
@@ -227,18 +234,21 @@ def _watch_for_abrupt_exit(rank: int) -> None:
 
 
 def _quiet_watcher() -> None:
-    try:
-        _watcher.stdin.write(b"x")
-        _watcher.stdin.flush()
-    except OSError:  # the watcher is gone already
-        pass
+    global _watcher
+    if _watcher is not None:
+        try:
+            _watcher.stdin.write(b"x")
+            _watcher.stdin.close()
+        except OSError:  # the watcher is gone already
+            pass
+        _watcher = None
 
 
 def _leaving_by_exception(where: str) -> None:
     """Called in ``finally:`` blocks as an exception passes: the rank is failing, so end the job
     now, rather than wait for ranks that are in another collective."""
     kind, value, tb = sys.exc_info()
-    if kind is not None and not issubclass(kind, (StopIteration, GeneratorExit)):
+    if "excepthook" in _saved and kind is not None and not issubclass(kind, (StopIteration, GeneratorExit)):
         sys.stderr.write(f"[rank {_transport.rank}] {kind.__name__} raised, passing through {where}:\n")
         traceback.print_exception(kind, value, tb)
         _end_job(f"{kind.__name__}: {value}", 1)
@@ -252,6 +262,11 @@ def destroy_process_group() -> None:
     _leaving_by_exception("destroy_process_group()")
     _transport.leave("left the process group (destroy_process_group())")
     _default = None
+    if "excepthook" in _saved:
+        sys.excepthook = _saved.pop("excepthook")
+        for sig in [k for k in _saved if isinstance(k, signal.Signals)]:
+            signal.signal(sig, _saved.pop(sig))
+        _quiet_watcher()
 
 
 def is_initialized() -> bool:
