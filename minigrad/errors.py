@@ -9,6 +9,10 @@ class ShapeError(ValueError):
     """Shapes that do not fit an op (broadcasting, matmul, reshape, a bad ``dim``)."""
 
 
+class ArgumentError(ValueError):
+    """An argument value an op cannot take (``clamp`` with neither bound, a bad ``chunks``)."""
+
+
 class DTypeError(TypeError):
     """A dtype an op cannot take, or a cast that would lose information in place."""
 
@@ -19,6 +23,10 @@ class DeviceError(RuntimeError):
 
 class AutogradError(RuntimeError):
     """Misuse of the autograd engine: a freed graph, a modified saved tensor, a bad ``backward``."""
+
+
+class DistributedError(RuntimeError):
+    """A collective that ran past the group's timeout, or a rank that left the job early."""
 
 
 class AnomalyError(RuntimeError):

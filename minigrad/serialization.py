@@ -4,19 +4,27 @@ A checkpoint (chapter 01's "outputs": epoch, model and optimizer state) is a nes
 dicts, lists, tuples, tensors, arrays, numbers, strings and None. ``save`` writes every array as a
 ``.npy`` entry of a zip file (so ``numpy.load`` can open it as an ``.npz``) and the structure as
 ``metadata.json``, with a SHA-256 digest per array. Loading reads arrays with
-``allow_pickle=False``, so an untrusted file cannot run code, and checks every digest, so a
-truncated or tampered file raises ``CheckpointError`` naming the file. Writes go to a temporary
-file that is renamed over the target only when complete: a crash mid-save leaves the previous
-checkpoint intact.
+``allow_pickle=False``, so an untrusted file cannot run code. A file is untrusted input: ``load``
+checks it before it allocates anything (members stored uncompressed and no larger than the file,
+metadata against a strict schema, every digest, every ``.npy`` header against the bytes behind
+it), so a truncated, tampered or hostile file raises ``CheckpointError`` naming the file and what
+is wrong, and never takes more memory than its own size. Writes go to a temporary file, created
+with the user's umask, that is renamed over the target only when complete: a crash mid-save
+leaves the previous checkpoint intact, and the next save to that path removes the leftover.
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import io
 import json
+import math
 import os
-import tempfile
+import re
+import secrets
+import socket
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -51,7 +59,11 @@ def save(obj: Any, path: str | os.PathLike) -> None:
         "tree": tree,
         "sha256": [hashlib.sha256(b).hexdigest() for b in buffers],
     }
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent or ".")
+    folder = path.parent
+    _remove_stale_temporaries(path)
+    tmp = folder / f"{path.name}.{_TMP_TAG}.{secrets.token_hex(4)}.tmp"
+    # os.open applies the umask to 0o666, as open() does for any other file the user writes
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
@@ -67,34 +79,178 @@ def save(obj: Any, path: str | os.PathLike) -> None:
         raise
 
 
+# Temporary files are named <target>.<host>-<pid>.<random>.tmp: a later save to the same target
+# removes those whose writer, on this host, is no longer running (a save killed mid-write).
+_TMP_TAG = f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    host = _TMP_TAG.rsplit("-", 1)[0]
+    for tmp in path.parent.glob(glob.escape(path.name) + f".{glob.escape(host)}-*.tmp"):
+        pid = tmp.name[len(path.name) + len(host) + 2:].split(".")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def load(path: str | os.PathLike, map_location: Any = None) -> Any:
-    """Read a checkpoint written by ``save``; tensors go to ``map_location`` (default: cpu)."""
+    """Read a checkpoint written by ``save``; tensors go to ``map_location`` (default: cpu).
+
+    Everything in the file is checked before it is used: member sizes against the file size,
+    the metadata against its schema, every array's digest and its ``.npy`` header against the
+    bytes present. A file that fails any check raises ``CheckpointError`` saying what is wrong;
+    nothing is allocated beyond the size of the file.
+    """
     path = Path(path)
     device = backend.Device(map_location) if map_location is not None else backend.cpu
+    with open(path, "rb") as f:  # a missing or unreadable file raises the usual OSError
+        try:
+            meta, arrays = _read(f, os.fstat(f.fileno()).st_size)
+        except CheckpointError as e:
+            raise CheckpointError(f"{path}: {e}") from None
+        except Exception as e:  # whatever else zipfile or numpy raise on bytes they cannot parse
+            raise CheckpointError(f"{path}: damaged or truncated checkpoint ({type(e).__name__}: {e})") from None
     try:
-        with zipfile.ZipFile(path) as z:
-            names = set(z.namelist())
-            if _META not in names:
-                raise CheckpointError(f"{path}: not a minigrad checkpoint (no {_META} inside)")
-            meta = json.loads(z.read(_META))
-            if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-                raise CheckpointError(
-                    f"{path}: unsupported checkpoint format {meta.get('format')!r} version "
-                    f"{meta.get('version')!r}; expected {FORMAT!r} version {VERSION}"
-                )
-            arrays = []
-            for i, digest in enumerate(meta["sha256"]):
-                raw = z.read(f"arr_{i}.npy")
-                if hashlib.sha256(raw).hexdigest() != digest:
-                    raise CheckpointError(f"{path}: array {i} does not match its checksum (the file was modified)")
-                arrays.append(numpy.lib.format.read_array(io.BytesIO(raw), allow_pickle=False))
-    except CheckpointError:
-        raise
-    except FileNotFoundError:
-        raise
-    except (zipfile.BadZipFile, EOFError, KeyError, OSError, json.JSONDecodeError, ValueError) as e:
-        raise CheckpointError(f"{path}: damaged or truncated checkpoint ({type(e).__name__}: {e})") from None
-    return _decode(meta["tree"], arrays, device, path)
+        return _decode(meta["tree"], arrays, device)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def _read(f: Any, file_size: int) -> tuple[dict, list]:
+    """The metadata and the arrays of an open checkpoint file, each checked before it is read."""
+    with zipfile.ZipFile(f) as z:
+        infos = {i.filename: i for i in z.infolist()}
+        if _META not in infos:
+            raise CheckpointError(f"not a minigrad checkpoint (no {_META} inside)")
+        for info in infos.values():
+            _check_member(info, file_size)
+        if infos[_META].file_size > MAX_METADATA_BYTES:
+            raise CheckpointError(f"{_META} is {infos[_META].file_size} bytes, more than the "
+                                  f"{MAX_METADATA_BYTES} a checkpoint's metadata may take")
+        meta = _parse_metadata(z.read(_META))
+        expected = {_META} | {f"arr_{i}.npy" for i in range(len(meta["sha256"]))}
+        if set(infos) != expected:
+            raise CheckpointError(f"members {sorted(set(infos) ^ expected)} are missing or unexpected")
+        arrays = []
+        for i, digest in enumerate(meta["sha256"]):
+            raw = z.read(f"arr_{i}.npy")
+            if hashlib.sha256(raw).hexdigest() != digest:
+                raise CheckpointError(f"array {i} does not match its checksum (the file was modified)")
+            arrays.append(_read_npy(raw, i))
+    return meta, arrays
+
+
+def _check_member(info: zipfile.ZipInfo, file_size: int) -> None:
+    """``save`` stores members uncompressed and unencrypted, so each one's size is bounded by the
+    file's: anything else (a zip bomb, a flipped header bit) is refused before it is read."""
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise CheckpointError(f"member {info.filename!r} is compressed (method {info.compress_type}); "
+                              "checkpoints store their members uncompressed")
+    if info.flag_bits & ~_ALLOWED_FLAGS:
+        raise CheckpointError(f"member {info.filename!r} has unsupported zip flags {info.flag_bits:#x}")
+    if info.file_size != info.compress_size or info.header_offset + info.compress_size > file_size:
+        raise CheckpointError(f"member {info.filename!r} declares {info.file_size} bytes, more than "
+                              f"the {file_size}-byte file holds")
+
+
+_ALLOWED_FLAGS = 0x800 | 0x8  # UTF-8 names; sizes in a data descriptor (zipfile writes that to pipes)
+MAX_METADATA_BYTES = 64 << 20
+MAX_DEPTH = 100  # nesting of lists, tuples and dicts in a checkpoint
+
+
+def _parse_metadata(raw: bytes) -> dict:
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{_META} is not valid JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"not a minigrad checkpoint ({_META} holds a {type(meta).__name__})")
+    if meta.get("format") != FORMAT or type(meta.get("version")) is not int or meta["version"] != VERSION:
+        raise CheckpointError(f"unsupported checkpoint format {meta.get('format')!r} version "
+                              f"{meta.get('version')!r}; expected {FORMAT!r} version {VERSION}")
+    if set(meta) != {"format", "version", "tree", "sha256"}:
+        raise CheckpointError(f"malformed metadata (keys {sorted(meta)}; expected ['format', 'sha256', "
+                              "'tree', 'version'])")
+    digests = meta["sha256"]
+    if not isinstance(digests, list) or not all(isinstance(d, str) and _HEX64.fullmatch(d) for d in digests):
+        raise CheckpointError("malformed metadata ('sha256' must be a list of SHA-256 hex digests)")
+    used: list[int] = []
+    _check_node(meta["tree"], len(digests), used, 0)
+    if sorted(used) != list(range(len(digests))):
+        raise CheckpointError(f"malformed metadata (arrays referenced {sorted(used)}; each of the "
+                              f"{len(digests)} arrays must be used exactly once)")
+    return meta
+
+
+_HEX64 = re.compile("[0-9a-f]{64}")
+
+
+def _check_node(node: Any, n_arrays: int, used: list, depth: int) -> None:
+    """Raise CheckpointError unless ``node`` is a tree ``_encode`` could have written."""
+    if depth > MAX_DEPTH:
+        raise CheckpointError(f"malformed metadata (nested deeper than {MAX_DEPTH} levels)")
+    if node is None or isinstance(node, (bool, int, float, str)):
+        return
+    if isinstance(node, list):
+        for v in node:
+            _check_node(v, n_arrays, used, depth + 1)
+        return
+    if not isinstance(node, dict):
+        raise CheckpointError(f"malformed metadata (unexpected {type(node).__name__})")
+    keys = set(node)
+    if keys in ({"__tensor__", "requires_grad"}, {"__ndarray__"}):
+        index = node.get("__tensor__", node.get("__ndarray__"))
+        if type(index) is not int or not 0 <= index < n_arrays:
+            raise CheckpointError(f"malformed metadata (array index {index!r}; expected 0..{n_arrays - 1})")
+        if "requires_grad" in node and type(node["requires_grad"]) is not bool:
+            raise CheckpointError(f"malformed metadata (requires_grad {node['requires_grad']!r} is not a bool)")
+        used.append(index)
+    elif keys == {"__tuple__"} and isinstance(node["__tuple__"], list):
+        _check_node(node["__tuple__"], n_arrays, used, depth)
+    elif keys == {"__dict__"} and isinstance(node["__dict__"], list):
+        for pair in node["__dict__"]:
+            if not (isinstance(pair, list) and len(pair) == 2 and _is_key(pair[0])):
+                raise CheckpointError(f"malformed metadata (dict entry {str(pair)[:60]} is not a [key, value] pair)")
+            _check_node(pair[1], n_arrays, used, depth + 1)
+    else:
+        raise CheckpointError(f"malformed metadata (unknown entry {str(node)[:60]})")
+
+
+def _is_key(node: Any) -> bool:
+    """Keys are what ``_encode`` writes for a hashable key: scalars, strings and tuples of them."""
+    if node is None or isinstance(node, (bool, int, float, str)):
+        return True
+    return (isinstance(node, dict) and set(node) == {"__tuple__"} and isinstance(node["__tuple__"], list)
+            and all(_is_key(k) for k in node["__tuple__"]))
+
+
+def _read_npy(raw: bytes, index: int) -> numpy.ndarray:
+    """An array from its ``.npy`` bytes, once its header is known to describe exactly those bytes."""
+    buf = io.BytesIO(raw)
+    version = numpy.lib.format.read_magic(buf)
+    if version not in ((1, 0), (2, 0)):
+        raise CheckpointError(f"array {index}: unsupported .npy version {version}")
+    read_header = (numpy.lib.format.read_array_header_1_0 if version == (1, 0)
+                   else numpy.lib.format.read_array_header_2_0)
+    shape, fortran_order, dtype = read_header(buf)
+    if dtype.hasobject:
+        raise CheckpointError(f"array {index} holds Python objects, which a checkpoint never does")
+    size = dtype.itemsize * math.prod(shape)
+    if size != len(raw) - buf.tell():
+        raise CheckpointError(f"array {index}: header declares shape {shape} of {dtype} ({size} bytes) "
+                              f"but {len(raw) - buf.tell()} bytes follow it")
+    buf.seek(0)
+    return numpy.lib.format.read_array(buf, allow_pickle=False)
 
 
 # -- the structure as JSON ---------------------------------------------------------------------
@@ -126,25 +282,24 @@ def _encode(obj: Any, arrays: list, where: str) -> Any:
     )
 
 
-def _decode(node: Any, arrays: list, device: Any, path: Path) -> Any:
+def _decode(node: Any, arrays: list, device: Any) -> Any:
+    """The object a tree checked by ``_check_node`` stands for."""
     if isinstance(node, list):
-        return [_decode(v, arrays, device, path) for v in node]
+        return [_decode(v, arrays, device) for v in node]
     if not isinstance(node, dict):
         return node
-    try:
-        if "__tensor__" in node:
-            t = Tensor(arrays[node["__tensor__"]], device=device)
-            return t.requires_grad_(True) if node["requires_grad"] else t
-        if "__ndarray__" in node:
-            return arrays[node["__ndarray__"]]
-        if "__tuple__" in node:
-            return tuple(_decode(v, arrays, device, path) for v in node["__tuple__"])
-        if "__dict__" in node:
-            return {_hashable(_decode(k, arrays, device, path)): _decode(v, arrays, device, path)
-                    for k, v in node["__dict__"]}
-    except (IndexError, KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: malformed metadata ({type(e).__name__}: {e})") from None
-    raise CheckpointError(f"{path}: malformed metadata (unknown entry {sorted(node)})")
+    if "__tensor__" in node:
+        array = arrays[node["__tensor__"]]
+        if array.dtype.name not in backend.DTYPES or (node["requires_grad"] and array.dtype.kind != "f"):
+            raise CheckpointError(f"tensor of dtype {array.dtype} (requires_grad={node['requires_grad']}) "
+                                  "is not one minigrad can hold")
+        t = Tensor(array, device=device)
+        return t.requires_grad_(True) if node["requires_grad"] else t
+    if "__ndarray__" in node:
+        return arrays[node["__ndarray__"]]
+    if "__tuple__" in node:
+        return tuple(_decode(v, arrays, device) for v in node["__tuple__"])
+    return {_hashable(_decode(k, arrays, device)): _decode(v, arrays, device) for k, v in node["__dict__"]}
 
 
 def _hashable(key: Any) -> Any:

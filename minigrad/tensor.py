@@ -276,9 +276,11 @@ class Tensor:
     def __le__(self, other): return _ops.le(self, other)
     def __gt__(self, other): return _ops.gt(self, other)
     def __ge__(self, other): return _ops.ge(self, other)
-    def __and__(self, other): return _ops.logical_and(self, other)
-    def __or__(self, other): return _ops.logical_or(self, other)
-    def __invert__(self): return _ops.logical_not(self)
+    def __and__(self, other): return _ops.bitwise_and(self, other)
+    def __rand__(self, other): return _ops.bitwise_and(other, self)
+    def __or__(self, other): return _ops.bitwise_or(self, other)
+    def __ror__(self, other): return _ops.bitwise_or(other, self)
+    def __invert__(self): return _ops.bitwise_not(self)
 
     add = __add__
     sub = __sub__

@@ -11,7 +11,7 @@ from minigrad.data import (
     SequentialSampler, Subset, SubsetRandomSampler, TensorDataset, WeightedRandomSampler,
     default_collate, default_convert, random_split,
 )
-from minigrad.errors import ShapeError
+from minigrad.errors import DTypeError, ShapeError
 
 
 class Squares(Dataset):
@@ -144,6 +144,29 @@ def test_collate_numbers_follow_torch_dtypes():
     assert default_collate(["a", "b"]) == ["a", "b"]
 
 
+@pytest.mark.parametrize("batch, values, dtype", [
+    ([1, 2.5], [1.0, 2.5], "float32"),  # not [1, 2]: a float anywhere makes the batch float
+    ([2.5, 1], [2.5, 1.0], "float64"),  # a float first: double, as in torch
+    ([True, 2], [1, 2], "int64"), ([1, True], [1, 1], "int64"), ([True, 2.5], [1.0, 2.5], "float32"),
+    ([1, 1e30], [1.0, 1e30], "float32"),
+])
+def test_collate_mixed_numbers_keep_their_values(batch, values, dtype):
+    for wrap in (lambda v: v, lambda v: (v, "id"), lambda v: {"x": v}):
+        out = default_collate([wrap(v) for v in batch])
+        out = out["x"] if isinstance(out, dict) else out[0] if isinstance(out, list) else out
+        assert out.dtype.name == dtype
+        np.testing.assert_array_equal(out.numpy(), np.asarray(values, dtype=dtype))
+
+
+def test_collate_refuses_what_it_cannot_keep():
+    with pytest.raises(DTypeError, match="default_collate: an integer .* does not fit int64"):
+        default_collate([1, 2**70])
+    with pytest.raises(TypeError, match="default_collate: entry 1 is a str but entry 0 is a int"):
+        default_collate([1, "a"])
+    with pytest.raises(TypeError, match="entry 1 is a float32 but entry 0 is a int64"):
+        default_collate([np.int64(1), np.float32(2.5)])
+
+
 def test_collate_tuples_dicts_namedtuples():
     batch = [(np.full((2,), i, np.float32), i) for i in range(3)]
     x, y = default_collate(batch)  # a list of batches, as torch
@@ -188,6 +211,15 @@ def test_collate_matches_torch():
         mine, theirs = default_collate(batch), torch_collate(batch)
         assert str(mine.dtype) == str(theirs.dtype).replace("torch.", "")
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    numbers = [0, -3, 2**40, 2**63 - 1, 2.5, 1e30, 1e300, float("nan"), True, False]
+    for a in numbers:  # every pair of Python numbers, bare, in a tuple and in a dict
+        for b in numbers:
+            for batch in ([a, b], [(a, "x"), (b, "y")], [{"k": a}, {"k": b}]):
+                mine, theirs = default_collate(batch), torch_collate(batch)
+                mine = mine["k"] if isinstance(mine, dict) else mine[0] if isinstance(mine, list) else mine
+                theirs = theirs["k"] if isinstance(theirs, dict) else theirs[0] if isinstance(theirs, list) else theirs
+                assert str(mine.dtype) == str(theirs.dtype).replace("torch.", ""), batch
+                np.testing.assert_array_equal(mine.numpy(), theirs.numpy(), err_msg=str(batch))
     mine, theirs = default_collate([(1, 2.0), (3, 4.0)]), torch_collate([(1, 2.0), (3, 4.0)])
     assert type(mine) is type(theirs) is list
     assert [m.tolist() for m in mine] == [t.tolist() for t in theirs]

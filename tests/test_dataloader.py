@@ -229,19 +229,28 @@ def test_worker_exception_is_reraised_with_its_traceback():
     assert _children() <= before  # the workers were shut down
 
 
-def test_unpicklable_exception_type_becomes_runtime_error():
-    class Local(Exception):
+class NeedsCode(Exception):
+    def __init__(self, code, detail):
+        super().__init__(f"code {code}: {detail}")
+
+
+def test_exceptions_keep_their_type_name_and_message():
+    class Local(KeyError):
         pass
 
-    class Fails(Dataset):
-        def __len__(self):
-            return 2
+    for error, base in [(Local("oops"), KeyError), (NeedsCode(7, "disk full"), NeedsCode)]:
+        class Fails(Dataset):
+            def __len__(self):
+                return 2
 
-        def __getitem__(self, i):
-            raise Local("oops")
+            def __getitem__(self, i):
+                raise error
 
-    with pytest.raises(RuntimeError, match="Local: oops"):
-        list(DataLoader(Fails(), num_workers=1, timeout=10))
+        with pytest.raises(base) as info:
+            list(DataLoader(Fails(), num_workers=1, timeout=10))
+        assert type(info.value).__name__ == type(error).__name__
+        assert f"Caught {type(error).__name__} in DataLoader worker process 0" in str(info.value)
+        assert f"{type(error).__name__}: {str(error)}" in str(info.value)
 
 
 def test_dead_worker_raises_instead_of_hanging():

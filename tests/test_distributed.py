@@ -7,6 +7,7 @@ timeout, so a deadlock fails a test instead of hanging the suite.
 """
 
 import functools
+import re
 import subprocess
 import sys
 import time
@@ -89,6 +90,41 @@ def test_a_rank_that_raises_ends_the_job_nonzero():
     assert result.returncode != 0
     assert "rank 1 fails on purpose" in result.stderr and "[rank 1]" in result.stderr
     assert time.perf_counter() - start < 60
+
+
+ABRUPT = r"rank 1.* ended .*\(os\._exit, a signal or a crash\)"
+EXITED = r"\[rank 0\] rank 1 exited \(sys.exit or the end of its script\) without destroy_process_group\(\)"
+
+
+@needs_mpi
+@pytest.mark.parametrize("how, message", [
+    ("raise", r"\[rank 1\] uncaught ValueError: rank 1 fails on purpose; ending the job"),
+    ("exit0", EXITED), ("exit1", EXITED), ("end", EXITED), ("os_exit", ABRUPT), ("SIGKILL", ABRUPT),
+    ("SIGTERM", r"\[rank 1\] received SIGTERM; ending the job"),
+    ("SIGINT", r"\[rank 1\] received SIGINT; ending the job"),
+    ("finally_destroy", r"\[rank 1\] ValueError raised, passing through destroy_process_group\(\)"),
+    ("finally_barrier", r"\[rank 1\] ValueError raised, passing through barrier\(\)"),
+    ("leave_loop", r"\[rank 0\] rank 1 left the process group \(destroy_process_group\(\)\) while rank 0 waits"),
+], ids=lambda v: v if v.isidentifier() else "")
+def test_a_rank_that_leaves_early_ends_the_job_naming_it(how, message):
+    result = dist.launch(HERE / "leave.py", 2, [how], timeout=60)  # a hang fails here, after 60 s
+    assert result.returncode != 0
+    assert re.search(message, result.stderr), result.stderr
+
+
+@needs_mpi
+def test_both_ranks_ending_with_the_group_up_is_a_normal_exit():
+    result = dist.launch(HERE / "leave.py", 2, ["normal"], timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+@needs_mpi
+def test_collectives_time_out_and_wait_without_spinning():
+    result = dist.launch(HERE / "leave.py", 2, ["sleep", "2"], timeout=60)
+    assert result.returncode != 0
+    assert re.search(r"DistributedError: all_\w+: rank 0 timed out after 2 s", result.stderr), result.stderr
+    waited, cpu = map(float, re.search(r"rank 0 waited ([\d.]+) s using ([\d.]+) s of CPU", result.stdout).groups())
+    assert waited >= 2 and cpu < 0.5 * waited  # a spinning wait uses a whole core
 
 
 def test_launch_kills_a_job_that_runs_past_its_timeout(tmp_path, monkeypatch):

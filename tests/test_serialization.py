@@ -1,6 +1,10 @@
 """save/load: round trips, no pickle, atomic writes, clear errors for damaged files."""
 
 import json
+import os
+import stat
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -116,3 +120,29 @@ def test_wrong_version(tmp_path):
         z.writestr("metadata.json", json.dumps({"format": "minigrad-checkpoint", "version": 99}))
     with pytest.raises(CheckpointError, match="version 99"):
         mg.load(path)
+
+
+def test_next_save_removes_temporaries_of_killed_saves(tmp_path):
+    path = tmp_path / "ck.mg"
+    killed = "import os, minigrad as mg; os.replace = lambda *a: os._exit(9); mg.save({'w': mg.ones(1000)}, %r)"
+    left = set()
+    for _ in range(2):  # saves killed after writing their temporary file, before the rename
+        assert subprocess.run([sys.executable, "-c", killed % str(path)]).returncode == 9
+        now = set(tmp_path.glob("ck.mg.*.tmp"))
+        assert len(now) == 1 and now != left and not path.exists()  # each removed the one before
+        left = now
+    other = tmp_path / "other.mg.tmp"
+    other.write_bytes(b"not ours")
+    mg.save({"epoch": 1}, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.mg", "other.mg.tmp"]
+    assert mg.load(path) == {"epoch": 1}
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_file_mode_follows_the_umask(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        mg.save({"epoch": 1}, tmp_path / "ck.mg")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "ck.mg").stat().st_mode) == mode

@@ -70,13 +70,10 @@ def default_collate(batch: Sequence) -> Any:
         _check_same_shape([a.shape for a in batch], who)
         return _from_numpy(numpy.stack(batch), who)
     if isinstance(elem, numpy.generic) and elem.dtype.kind in "biuf":
+        _one_kind(batch, (type(elem),), who)  # numpy scalars keep their dtype, so they must share it
         return _from_numpy(numpy.array(batch), who)
-    if isinstance(elem, bool):
-        return _wrap(numpy.array(batch, dtype=numpy.bool_), backend.cpu)
-    if isinstance(elem, float):
-        return _wrap(numpy.array(batch, dtype=numpy.float64), backend.cpu)
-    if isinstance(elem, int):
-        return _wrap(numpy.array(batch, dtype=numpy.int64), backend.cpu)
+    if isinstance(elem, (bool, int, float)):
+        return _collate_numbers(batch, who)
     if isinstance(elem, (str, bytes)):
         return list(batch)
     if isinstance(elem, Mapping):
@@ -91,6 +88,33 @@ def default_collate(batch: Sequence) -> Any:
         fields = [default_collate(list(s)) for s in zip(*batch)]
         return fields if isinstance(elem, (tuple, list)) else _rebuild(type(elem), fields)
     raise TypeError(f"{who}: batch must contain {_COLLATE_TYPES}; found {type(elem).__name__}")
+
+
+def _collate_numbers(batch: Sequence, who: str) -> Tensor:
+    """Python numbers by PyTorch's rules: a batch that starts with a float is float64; otherwise
+    the values decide, as in ``tensor(batch)`` (a float anywhere: the default float dtype; ints
+    and bools: int64; bools only: bool). A value the dtype cannot hold is an error, never cut."""
+    _one_kind(batch, (bool, int, float), who)
+    if isinstance(batch[0], float):
+        dtype = numpy.float64
+    elif any(isinstance(v, float) for v in batch):
+        dtype = backend.get_default_dtype()
+    elif all(isinstance(v, bool) for v in batch):
+        dtype = numpy.bool_
+    else:
+        dtype = numpy.int64
+    try:
+        with numpy.errstate(over="ignore"):  # 1e300 in float32 is inf, as in PyTorch
+            return _wrap(numpy.array(batch, dtype=dtype), backend.cpu)
+    except OverflowError:
+        raise DTypeError(f"{who}: an integer in {list(batch)[:8]} does not fit {numpy.dtype(dtype)}") from None
+
+
+def _one_kind(batch: Sequence, kinds: tuple, who: str) -> None:
+    for i, v in enumerate(batch):
+        if not isinstance(v, kinds):
+            raise TypeError(f"{who}: entry {i} is a {type(v).__name__} but entry 0 is a "
+                            f"{type(batch[0]).__name__}; a batch field must hold one kind of value")
 
 
 def _rebuild(kind: type, value: Any) -> Any:

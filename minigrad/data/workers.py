@@ -111,29 +111,57 @@ class _KeyErrorMessage(str):
 
 
 class _Failure:
-    """An exception raised in a worker, carried back as its type and its traceback text."""
+    """An exception raised in a worker, carried back as its type and its traceback text.
 
-    def __init__(self, exc_type: type, where: str, text: str) -> None:
-        self.exc_type, self.where, self.text = exc_type, where, text
+    A class defined inside a function cannot travel by name, so the nearest base class that can
+    travel goes instead, with the original name; one whose constructor takes other arguments
+    than a message is re-raised as a stand-in subclass that does. Either way the consumer sees
+    the original type's name and message, and ``except`` clauses for its bases still catch it.
+    """
+
+    def __init__(self, exc_type: type, name: str, where: str, text: str) -> None:
+        self.exc_type, self.name, self.where, self.text = exc_type, name, where, text
 
     @classmethod
     def capture(cls, where: str) -> _Failure:
-        exc_type = sys.exc_info()[0]
-        try:
-            pickle.dumps(exc_type)  # a class defined inside a function cannot travel by name
-        except Exception:
-            exc_type = RuntimeError
-        return cls(exc_type, where, traceback.format_exc())
+        original = sys.exc_info()[0]
+        exc_type = next(t for t in original.__mro__ if _travels(t))
+        return cls(exc_type, original.__name__, where, traceback.format_exc())
 
     def reraise(self) -> None:
-        msg = f"Caught {self.exc_type.__name__} in {self.where}.\nOriginal {self.text}"
+        msg = f"Caught {self.name} in {self.where}.\nOriginal {self.text}"
         if self.exc_type is KeyError:
             msg = _KeyErrorMessage(msg)
-        try:
-            exc = self.exc_type(msg)
-        except Exception:  # an exception type whose constructor needs other arguments
-            raise RuntimeError(msg) from None
+        if self.exc_type.__name__ == self.name:
+            try:
+                exc = self.exc_type(msg)
+            except Exception:  # a constructor that needs other arguments
+                exc = _stand_in(self.exc_type, self.name)(msg)
+        else:
+            exc = _stand_in(self.exc_type, self.name)(msg)
         raise exc
+
+
+def _travels(exc_type: type) -> bool:
+    try:
+        pickle.loads(pickle.dumps(exc_type))
+    except Exception:
+        return False
+    return True
+
+
+def _stand_in(base: type, name: str) -> type:
+    """A subclass of ``base`` named ``name`` whose constructor takes just a message."""
+    def __init__(self, msg):
+        BaseException.__init__(self, msg)
+
+    def __str__(self):
+        return str(self.args[0])
+
+    try:
+        return type(name, (base,), {"__init__": __init__, "__str__": __str__, "__module__": base.__module__})
+    except TypeError:  # a base that cannot be subclassed
+        return type(name, (RuntimeError,), {"__module__": __name__})
 
 
 class _Exhausted:

@@ -10,10 +10,15 @@ DDP and pipelines are written against that interface only. Chapter 04 starts her
 from __future__ import annotations
 
 import abc
+import atexit
+import datetime
 import enum
 import importlib
 import importlib.util
+import signal
+import subprocess
 import sys
+import threading
 import traceback
 from typing import Any, Callable
 
@@ -75,9 +80,13 @@ class Backend(abc.ABC):
     ``async_op``, in which case the arrays must stay untouched until ``wait()``."""
 
     name: str
+    timeout: float | None = None  # seconds a rank waits in one operation before it raises
 
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank, self.world_size = rank, world_size
+
+    def leave(self, cause: str) -> None:
+        """Tell the other ranks that this one has left the group, and why ("rank r <cause>")."""
 
     @abc.abstractmethod
     def all_reduce(self, array: Any, op: ReduceOp, async_op: bool) -> Work:
@@ -132,7 +141,8 @@ class ProcessGroup:
 
 
 _default: ProcessGroup | None = None
-_saved_excepthook: Any = None
+_transport: Backend | None = None  # kept after destroy_process_group: the job still runs
+_saved: dict = {}  # the excepthook and signal handlers init_process_group replaced
 
 
 def is_available() -> bool:
@@ -140,42 +150,123 @@ def is_available() -> bool:
     return importlib.util.find_spec("mpi4py") is not None
 
 
-def init_process_group(backend: str = "mpi", *, check_shapes: bool = True) -> None:
+def init_process_group(backend: str = "mpi", *, check_shapes: bool = True,
+                       timeout: float | datetime.timedelta | None = None) -> None:
     """Join the job this process was started in (``mpiexec -n N python script.py``).
 
     ``check_shapes``: before each collective, the ranks compare their tensors' shapes and dtypes
     (one small all-gather) and raise a ``ShapeError`` naming them when they differ, instead of
     computing garbage or waiting forever. Switch it off to save that round trip on tiny messages.
-    From here on, an exception that nobody catches ends the whole job (every rank) with status 1.
+    ``timeout`` (seconds or a timedelta, as in PyTorch): a rank that waits longer than this in one
+    collective raises ``DistributedError``; None waits as long as the other ranks are alive.
+
+    From here on no rank can leave the others waiting: an exception that nobody catches (also one
+    passing through ``finally: destroy_process_group()`` or ``barrier()``), SIGTERM, SIGINT or
+    SIGHUP ends the whole job with a message naming the rank and the cause; a rank that exits, or
+    leaves the group, while others still wait for it in a collective ends the job from there.
     """
-    global _default, _saved_excepthook
+    global _default, _transport
     if _default is not None:
         raise RuntimeError("init_process_group: the default process group is already initialized")
     if backend not in BACKENDS:
         raise ValueError(f"init_process_group: unknown backend {backend!r}; expected one of {sorted(BACKENDS)}")
     module, cls = BACKENDS[backend].split(":")
-    _default = ProcessGroup(getattr(importlib.import_module(module), cls)(), check_shapes)
-    _saved_excepthook, sys.excepthook = sys.excepthook, _abort_on_exception
+    transport = getattr(importlib.import_module(module), cls)()
+    if timeout is not None:
+        transport.timeout = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+    _default, _transport = ProcessGroup(transport, check_shapes), transport
+    if transport.world_size > 1:
+        _guard_the_job()
+
+
+def _guard_the_job() -> None:
+    """Install what ends the job when this rank leaves early; ``destroy_process_group`` undoes it."""
+    atexit.unregister(_at_exit)  # once, however often the group is made
+    atexit.register(_at_exit)
+    _saved["excepthook"], sys.excepthook = sys.excepthook, _abort_on_exception
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+                _saved[sig] = signal.signal(sig, _abort_on_signal)
+    _watch_for_abrupt_exit(_transport.rank)
+
+
+def _end_job(why: str, code: int) -> None:
+    """Print why this rank ends the job, then end every rank of it."""
+    sys.stdout.flush()
+    sys.stderr.write(f"[rank {_transport.rank}] {why}; ending the job\n")
+    sys.stderr.flush()
+    _quiet_watcher()  # said already
+    _transport.abort(code)
 
 
 def _abort_on_exception(kind: type, value: BaseException, tb: Any) -> None:
     # A rank that dies alone would leave the others blocked in their next collective: print this
     # rank's error, then take the whole job down so that mpiexec exits non-zero at once.
-    rank = _default.rank() if _default is not None else "?"
-    sys.stderr.write(f"[rank {rank}] uncaught exception, aborting the job:\n")
+    sys.stderr.write(f"[rank {_transport.rank}] uncaught exception, aborting the job:\n")
     traceback.print_exception(kind, value, tb)
-    sys.stderr.flush()
-    sys.stdout.flush()
-    if _default is not None:
-        _default.backend.abort(1)
+    _end_job(f"uncaught {kind.__name__}: {value}", 1)
+
+
+def _abort_on_signal(signum: int, frame: Any) -> None:
+    gone = getattr(_transport, "gone_peers", lambda: "")()  # mpiexec passes on a peer's death this way
+    _end_job(gone or f"received {signal.Signals(signum).name}", 128 + signum)
+
+
+def _at_exit() -> None:
+    if _default is not None:  # exiting with the group up: a rank still waiting for this one ends the job
+        _transport.leave("exited (sys.exit or the end of its script) without destroy_process_group()")
+    _quiet_watcher()  # an orderly exit
+
+
+# A process that outlives this rank: when the rank's end of the pipe closes without the byte an
+# orderly exit writes (os._exit, SIGKILL, a crash), it says so, since the rank itself cannot.
+_WATCHER = ("import sys; sys.stderr.write('' if sys.stdin.buffer.read(1) else "
+            "'[rank %s] ended abruptly (os._exit, a signal or a crash) with the process group up; "
+            "the job ends\\n')")
+_watcher: Any = None
+
+
+def _watch_for_abrupt_exit(rank: int) -> None:
+    global _watcher
+    _watcher = subprocess.Popen([sys.executable, "-c", _WATCHER % rank], stdin=subprocess.PIPE,
+                                start_new_session=True)
+
+
+def _quiet_watcher() -> None:
+    global _watcher
+    if _watcher is not None:
+        try:
+            _watcher.stdin.write(b"x")
+            _watcher.stdin.close()
+        except OSError:  # the watcher is gone already
+            pass
+        _watcher = None
+
+
+def _leaving_by_exception(where: str) -> None:
+    """Called in ``finally:`` blocks as an exception passes: the rank is failing, so end the job
+    now, rather than wait for ranks that are in another collective."""
+    kind, value, tb = sys.exc_info()
+    if "excepthook" in _saved and kind is not None and not issubclass(kind, (StopIteration, GeneratorExit)):
+        sys.stderr.write(f"[rank {_transport.rank}] {kind.__name__} raised, passing through {where}:\n")
+        traceback.print_exception(kind, value, tb)
+        _end_job(f"{kind.__name__}: {value}", 1)
 
 
 def destroy_process_group() -> None:
-    """Leave the group (the transport itself shuts down when the process exits)."""
+    """Leave the group. The other ranks are told: one still waiting for this rank in a collective
+    ends the job (the transport itself shuts down when the process exits)."""
     global _default
     group()
+    _leaving_by_exception("destroy_process_group()")
+    _transport.leave("left the process group (destroy_process_group())")
     _default = None
-    sys.excepthook = _saved_excepthook
+    if "excepthook" in _saved:
+        sys.excepthook = _saved.pop("excepthook")
+        for sig in [k for k in _saved if isinstance(k, signal.Signals)]:
+            signal.signal(sig, _saved.pop(sig))
+        _quiet_watcher()
 
 
 def is_initialized() -> bool:
@@ -204,4 +295,6 @@ def get_backend() -> str:
 
 
 def barrier() -> None:
-    group().backend.barrier()
+    pg = group()
+    _leaving_by_exception("barrier()")
+    pg.backend.barrier()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from minigrad.ops.elementwise import Op, _floating, exp, sigmoid, tanh, where
+from minigrad.ops.elementwise import Op, _floating, _not_bool, exp, sigmoid, tanh, where
 from minigrad.ops.special import erf as _erf
 
 __all__ = ["dropout", "erf", "gelu", "leaky_relu", "relu", "silu", "softplus"]
@@ -72,7 +72,7 @@ class Dropout(Op):
     def backward(ctx, g): return g * ctx.saved_tensors[0], None
 
 
-def relu(x): return Relu.apply(x)
+def relu(x): return Relu.apply(_not_bool(x, "relu"))
 def leaky_relu(x, negative_slope=0.01): return LeakyRelu.apply(x, negative_slope)
 def softplus(x, beta=1.0, threshold=20.0): return Softplus.apply(x, beta, threshold)
 def silu(x): return x * sigmoid(x)

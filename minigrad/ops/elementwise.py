@@ -8,16 +8,17 @@ before an op runs: Python scalars never widen a tensor's dtype, and int with flo
 
 from __future__ import annotations
 
+import builtins
 import math
 from typing import Any
 
 from minigrad import backend
 from minigrad.autograd.function import Function
-from minigrad.errors import DTypeError
+from minigrad.errors import ArgumentError, DTypeError
 from minigrad.tensor import Tensor, _wrap
 
 __all__ = [
-    "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "eq", "exp",
+    "Op", "abs", "add", "bitwise_and", "bitwise_not", "bitwise_or", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "eq", "exp",
     "ge", "gt", "le", "log", "logical_and", "logical_not", "logical_or", "lt",
     "maximum", "minimum", "mul", "ne", "neg", "pow", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "sub",
     "tanh", "to_device", "where",
@@ -154,7 +155,7 @@ class Abs(Op):
 
 class Sign(Op):
     @staticmethod
-    def forward(ctx, a): return ctx.xp.sign(a)
+    def forward(ctx, a): return a.copy() if a.dtype.kind == "b" else ctx.xp.sign(a)
     @staticmethod
     def backward(ctx, g): return g * 0
 
@@ -340,6 +341,21 @@ class LogicalNot(Op):
     def forward(ctx, a): return ctx.xp.logical_not(a)
 
 
+class BitwiseAnd(Op):
+    @staticmethod
+    def forward(ctx, a, b): return ctx.xp.bitwise_and(a, b)
+
+
+class BitwiseOr(Op):
+    @staticmethod
+    def forward(ctx, a, b): return ctx.xp.bitwise_or(a, b)
+
+
+class BitwiseNot(Op):
+    @staticmethod
+    def forward(ctx, a): return ctx.xp.invert(a)
+
+
 # -- the functions users call ---------------------------------------------------------------------
 def _scalar_operand(s: Any, t: Tensor) -> tuple[Any, Tensor]:
     """Prepare a Python (or numpy) scalar operand: it keeps a float tensor's dtype, and turns an
@@ -356,6 +372,13 @@ def _scalar_operand(s: Any, t: Tensor) -> tuple[Any, Tensor]:
 
 
 def _binary(cls: type[Function], a: Any, b: Any) -> Tensor:
+    try:
+        return _promote_and_apply(cls, a, b)
+    except OverflowError as e:  # a Python int that the integer tensor's dtype cannot hold
+        raise DTypeError(f"{cls.__name__}: {e}") from None
+
+
+def _promote_and_apply(cls: type[Function], a: Any, b: Any) -> Tensor:
     if isinstance(a, Tensor):
         if isinstance(b, Tensor):
             if a.data.dtype is not b.data.dtype:
@@ -366,18 +389,24 @@ def _binary(cls: type[Function], a: Any, b: Any) -> Tensor:
             return cls.apply(a, b)  # the common case, decided without _scalar_operand
         b, a = _scalar_operand(b, a)
         if isinstance(b, Tensor):
-            return _binary(cls, a, b)
+            return _promote_and_apply(cls, a, b)
         return cls.apply(a, b)
     a, b = _scalar_operand(a, b)
     if isinstance(a, Tensor):
-        return _binary(cls, a, b)
+        return _promote_and_apply(cls, a, b)
     return cls.apply(a, b)
 
 
 def add(a, b): return _binary(Add, a, b)
-def sub(a, b): return _binary(Sub, a, b)
+
+
+def sub(a, b):
+    if _is_bool(a) or _is_bool(b):
+        raise DTypeError("sub: not supported on bools; use ~ or logical_xor to compare masks")
+    return _binary(Sub, a, b)
+
+
 def mul(a, b): return _binary(Mul, a, b)
-def pow(a, b): return _binary(Pow, a, b)
 def maximum(a, b): return _binary(Maximum, a, b)
 def minimum(a, b): return _binary(Minimum, a, b)
 def eq(a, b): return _binary(Equal, a, b)
@@ -391,19 +420,66 @@ def logical_or(a, b): return _binary(LogicalOr, a, b)
 def logical_not(a): return LogicalNot.apply(a)
 
 
+def _is_bool(v: Any) -> bool:
+    return v.dtype.kind == "b" if isinstance(v, Tensor) else isinstance(v, bool)
+
+
+def _not_bool(v: Any, op: str) -> Any:
+    """Subtraction and negation are refused on bool tensors, as in PyTorch (use ``~``)."""
+    if isinstance(v, Tensor) and v.dtype.kind == "b":
+        raise DTypeError(f"{op}: not supported on bool tensors; use ~ or logical_not to invert a mask")
+    return v
+
+
+def pow(a, b):
+    """``a ** b``; a bool base with an integer exponent counts as int64, as in PyTorch."""
+    if _is_bool(a) and _is_bool(b):
+        raise DTypeError("pow: not supported for bool tensors")
+    if isinstance(a, Tensor) and a.dtype.kind == "b" and type(b) is int:
+        a = cast(a, backend.int64)
+    if isinstance(b, Tensor) and b.dtype.kind == "b" and type(a) is int:
+        b = cast(b, backend.int64)
+    if isinstance(a, Tensor) and a.dtype == backend.float16 and type(b) in (int, float) and builtins.abs(b) > 65504:
+        raise DTypeError(f"pow: exponent {b} cannot be converted to float16 without overflow")
+    return _binary(Pow, a, b)
+
+
+def _bitwise(cls: type[Function], logical: type[Function], a: Any, b: Any, op: str) -> Tensor:
+    """``&``, ``|`` on integer or bool operands (bool with bool stays the logical op)."""
+    for v in (a, b):
+        if isinstance(v, float) or (isinstance(v, Tensor) and v.dtype.kind == "f"):
+            raise DTypeError(f"{op}: bitwise ops take integer or bool tensors, got "
+                             f"{v.dtype if isinstance(v, Tensor) else 'a float'}")
+    return _binary(logical if _is_bool(a) and _is_bool(b) else cls, a, b)
+
+
+def bitwise_and(a, b): return _bitwise(BitwiseAnd, LogicalAnd, a, b, "bitwise_and")
+def bitwise_or(a, b): return _bitwise(BitwiseOr, LogicalOr, a, b, "bitwise_or")
+
+
+def bitwise_not(x):
+    """``~x``: logical not of a bool tensor, bitwise not (``-x - 1``) of an integer one."""
+    if x.dtype.kind == "f":
+        raise DTypeError(f"bitwise_not: ~ takes integer or bool tensors, got {x.dtype}")
+    return LogicalNot.apply(x) if x.dtype.kind == "b" else BitwiseNot.apply(x)
+
+
 def div(a, b):
     """True division; integer tensors divide into the default float dtype, as in PyTorch."""
-    if isinstance(a, Tensor) and a.dtype.kind != "f" and not (isinstance(b, Tensor) and b.dtype.kind == "f"):
-        a = cast(a, backend.get_default_dtype())
+    if not any(isinstance(v, Tensor) and v.dtype.kind == "f" for v in (a, b)):
+        if isinstance(a, Tensor):
+            a = cast(a, backend.get_default_dtype())
+        elif isinstance(b, Tensor):
+            b = cast(b, backend.get_default_dtype())
     return _binary(Div, a, b)
 
 
-def neg(x): return Neg.apply(x)
+def neg(x): return Neg.apply(_not_bool(x, "neg"))
 def exp(x): return Exp.apply(_floating(x, "exp"))
 def log(x): return Log.apply(_floating(x, "log"))
 def sqrt(x): return Sqrt.apply(_floating(x, "sqrt"))
 def rsqrt(x): return Rsqrt.apply(_floating(x, "rsqrt"))
-def abs(x): return Abs.apply(x)
+def abs(x): return Abs.apply(_not_bool(x, "abs"))
 def sign(x): return Sign.apply(x)
 def sin(x): return Sin.apply(_floating(x, "sin"))
 def cos(x): return Cos.apply(_floating(x, "cos"))
@@ -416,7 +492,14 @@ def to_device(x, device): return ToDevice.apply(x, device)
 
 def clamp(x, min=None, max=None):
     if min is None and max is None:
-        raise ValueError("clamp: at least one of min and max must be given")
+        raise ArgumentError("clamp: at least one of min and max must be given")
+    if x.dtype.kind != "f" and (isinstance(min, float) or isinstance(max, float)):
+        x = cast(x, backend.get_default_dtype())  # a float bound makes the result float, as in PyTorch
+    if x.dtype.kind in "iu":
+        info = backend.numpy.iinfo(x.dtype)
+        for bound in (min, max):
+            if type(bound) is int and not info.min <= bound <= info.max:
+                raise DTypeError(f"clamp: bound {bound} does not fit the tensor's dtype {x.dtype}")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
         out = x
         if min is not None:

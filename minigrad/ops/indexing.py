@@ -281,9 +281,16 @@ def _check_device(op: str, x: Tensor, value: Tensor) -> None:
         raise DeviceError(f"{op}: the value is on {value.device} but the tensor is on {x.device}")
 
 
+def _dim_of(x: Tensor, dim: int, op: str) -> int:
+    """``dim`` of a tensor that must have one (PyTorch refuses these ops on 0-d tensors)."""
+    if x.ndim == 0:
+        raise ShapeError(f"{op}: expects a tensor with at least one dimension, got a 0-d tensor")
+    return _dim(dim, x.ndim, op)
+
+
 def gather(x: Tensor, dim: int, index: Any) -> Tensor:
     """``out[i][j][k] = x[i][index[i][j][k]][k]`` for ``dim=1`` (and likewise for other dims)."""
-    d = _dim(dim, x.ndim, "gather")
+    d = _dim_of(x, dim, "gather")
     idx = _index_array(index, x, "gather")
     _check_like("gather", x, d, idx)
     _check_range(idx, x.shape[d], d, "gather", idx, x.shape, negative=False)
@@ -292,7 +299,7 @@ def gather(x: Tensor, dim: int, index: Any) -> Tensor:
 
 def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     """The slices of ``x`` along ``dim`` at the positions in the 1-D ``index`` (repeats allowed)."""
-    d = _dim(dim, x.ndim, "index_select")
+    d = _dim_of(x, dim, "index_select")
     idx = _index_array(index, x, "index_select")
     if idx.ndim > 1:
         raise ShapeError(f"index_select: index must be 1-D, got shape {tuple(idx.shape)}")

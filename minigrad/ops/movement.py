@@ -15,7 +15,7 @@ from typing import Sequence
 from minigrad import backend
 from minigrad.errors import DeviceError, ShapeError
 from minigrad.ops.elementwise import Op, cast, clone
-from minigrad.ops.indexing import _as_view, getitem, index_select
+from minigrad.ops.indexing import _as_view, _dim_of, getitem, index_select
 from minigrad.tensor import Tensor, _dim
 
 __all__ = [
@@ -210,6 +210,8 @@ def permute(x: Tensor, dims: Sequence[int]) -> Tensor:
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     dims = list(range(x.ndim))
     d0, d1 = _dim(dim0, x.ndim, "transpose"), _dim(dim1, x.ndim, "transpose")
+    if x.ndim == 0:
+        return permute(x, ())
     dims[d0], dims[d1] = d1, d0
     return permute(x, dims)
 
@@ -294,18 +296,19 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 
 def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
     """The view ``x[..., start:start + length, ...]`` along ``dim`` (start may be negative)."""
-    d = _dim(dim, x.ndim, "narrow")
+    d = _dim_of(x, dim, "narrow")
     n, start, length = x.shape[d], int(start), int(length)
-    if not -n <= start <= n or length < 0 or start % max(n, 1) + length > n:
+    begin = start + n if start < 0 else start
+    if not 0 <= begin <= n or length < 0 or begin + length > n:
         raise ShapeError(f"narrow: start {start} and length {length} do not fit in dimension {d} of size {n} "
                          f"(tensor shape {x.shape})")
-    start = start % n if n else 0
+    start = begin
     return getitem(x, (slice(None),) * d + (slice(start, start + length),))
 
 
 def split(x: Tensor, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     """Views of x along ``dim``: pieces of ``split_size`` (the last may be smaller) or of the given sizes."""
-    d = _dim(dim, x.ndim, "split")
+    d = _dim_of(x, dim, "split")
     n = x.shape[d]
     if isinstance(split_size_or_sections, int):
         size = split_size_or_sections
@@ -326,7 +329,7 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     """At most ``chunks`` equal views along ``dim`` (the last may be smaller), as torch.chunk."""
     if chunks <= 0:
         raise ShapeError(f"chunk: chunks must be positive, got {chunks}")
-    n = x.shape[_dim(dim, x.ndim, "chunk")]
+    n = x.shape[_dim_of(x, dim, "chunk")]
     return split(x, [0] * chunks if n == 0 else -(-n // chunks), dim)
 
 
@@ -390,7 +393,7 @@ def roll(x: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | Non
     if len(shifts) != len(dims):
         raise ShapeError(f"roll: got {len(shifts)} shifts for {len(dims)} dims; give one shift per dim")
     for shift, dim in zip(shifts, dims):
-        dim = _dim(dim, x.ndim, "roll")
+        dim = _dim_of(x, dim, "roll")
         n = x.shape[dim]
         shift = shift % n if n else 0
         if shift:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import builtins
 from typing import NamedTuple
 
+from minigrad import backend
 from minigrad.errors import DeviceError, DTypeError, ShapeError
-from minigrad.ops.elementwise import Op, _floating, exp, sqrt, where
+from minigrad.ops.elementwise import Op, _floating, _not_bool, cast, exp, sqrt, where
 from minigrad.ops.movement import broadcast_to, reshape
 from minigrad.tensor import Tensor, _dim, _wrap
 
@@ -324,6 +325,7 @@ def amin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
 
 
 def _arg(cls: type, x: Tensor, dim: int | None, keepdim: bool, op: str) -> Tensor:
+    _not_bool(x, op)
     if dim is not None:
         _single_dim(dim, op)
     axes = _axes(x, dim, op)
@@ -342,13 +344,15 @@ class Any(Op):
 
 
 def all(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """Whether every element (along ``dim``) is nonzero, as a bool tensor."""
-    return All.apply(x, _dims(dim, x.ndim, "all"), keepdim)
+    """Whether every element (along ``dim``) is nonzero: a bool tensor (uint8 for uint8, as in PyTorch)."""
+    out = All.apply(x, _dims(dim, x.ndim, "all"), keepdim)
+    return cast(out, x.dtype) if x.dtype == backend.uint8 else out
 
 
 def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """Whether some element (along ``dim``) is nonzero, as a bool tensor."""
-    return Any.apply(x, _dims(dim, x.ndim, "any"), keepdim)
+    """Whether some element (along ``dim``) is nonzero: a bool tensor (uint8 for uint8, as in PyTorch)."""
+    out = Any.apply(x, _dims(dim, x.ndim, "any"), keepdim)
+    return cast(out, x.dtype) if x.dtype == backend.uint8 else out
 
 
 def equal(a: Tensor, b: Tensor) -> bool:
@@ -360,6 +364,12 @@ def allclose(a: Tensor, b: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal
     """``|a - b| <= atol + rtol * |b|`` everywhere (``torch.allclose``)."""
     if a.device is not b.device:
         raise DeviceError(f"allclose: tensors on different devices, {a.device} and {b.device}")
+    if a.dtype != b.dtype:
+        raise DTypeError(f"allclose: tensors of different dtypes, {a.dtype} and {b.dtype}")
+    try:
+        backend.numpy.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise ShapeError(f"allclose: shapes {a.shape} and {b.shape} do not broadcast") from None
     return bool(a.device.xp.allclose(a.data, b.data, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
