@@ -27,26 +27,11 @@ from typing import Any, Callable, Iterable, NamedTuple
 from minigrad import backend
 from minigrad.autograd import engine, function, grad_mode
 from minigrad.errors import DTypeError
-from minigrad.nn.functional import Standardize
-from minigrad.ops.activation import Softplus
-from minigrad.ops.conv import Conv2d, Conv2dWeight, ConvTranspose2d
-from minigrad.ops.elementwise import Cast, Exp, Log, Pow, Rsqrt, ToDevice, cast
-from minigrad.ops.linalg import Einsum, Linear, Matmul
-from minigrad.ops.reduce import Cumsum, Logsumexp, Mean, Prod, Sum, Var
-from minigrad.ops.softmax import LogSoftmax, Pick, Softmax
+from minigrad.ops.elementwise import cast
 from minigrad.tensor import Tensor
 
 __all__ = ["GradScaler", "OptState", "autocast", "is_autocast_enabled"]
 
-# -- the op lists (PyTorch's autocast lists, for the ops minigrad has) -----------------------------
-LOW_PRECISION = frozenset({  # matmul-like: most of the time and memory, rounding averages out
-    Matmul, Linear, Einsum, Conv2d, ConvTranspose2d, Conv2dWeight,
-})
-FLOAT32 = frozenset({  # sums of many terms, exponentials, and values outside float16's range
-    Exp, Log, Pow, Rsqrt, Softplus, Sum, Mean, Prod, Cumsum, Var, Logsumexp, Softmax, LogSoftmax, Pick,
-    Standardize,
-})
-_UNTOUCHED = (Cast, ToDevice)  # the casts autocast itself makes must not be cast again
 _SUPPORTED = (backend.float16,)
 
 
@@ -63,8 +48,13 @@ _cache: dict[tuple, tuple] = {}  # (id(param), dtype, grad mode) -> (param, vers
 
 def _autocast_args(cls: type, args: tuple) -> tuple:
     """The hook ``Function.apply`` calls on every op: ``args`` with floating tensors cast to the
-    dtype the op's list asks for (unchanged when the op needs no cast)."""
-    if cls in _UNTOUCHED:
+    dtype the op's ``autocast`` declaration asks for (unchanged when the op needs no cast):
+    ``"low"`` matmul-like ops, where most of the time and memory go and rounding averages out;
+    ``"fp32"`` sums of many terms, exponentials, values outside float16's range; ``"keep"`` the
+    casts autocast itself makes; ``"promote"`` (the rest) the widest input dtype. These are
+    PyTorch's autocast lists, for the ops minigrad has (``minigrad.ops.op``)."""
+    policy = getattr(cls, "autocast", "promote")
+    if policy == "keep":
         return args
     dtypes = [a.data.dtype for a in args if isinstance(a, Tensor) and a.data.dtype.kind == "f"]
     if not dtypes:
@@ -74,10 +64,10 @@ def _autocast_args(cls: type, args: tuple) -> tuple:
     # they keep the dtypes their forward used
     if region is None or engine.backward_depth != region.depth:
         return args
-    if cls in LOW_PRECISION:
+    if policy == "low":
         target = region.dtype
         wanted = [d != target and d != backend.float64 for d in dtypes]  # float64 is left alone, as torch
-    elif cls in FLOAT32:
+    elif policy == "fp32":
         target = backend.float32
         wanted = [d.itemsize < 4 for d in dtypes]
     else:

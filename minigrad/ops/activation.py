@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import math
 
-from minigrad.ops.elementwise import Op, _floating, exp, sigmoid, tanh, where
+from minigrad.ops.elementwise import _floating, exp, sigmoid, tanh, where
+from minigrad.ops.op import Op, same_value
 from minigrad.ops.special import erf as _erf
 
 __all__ = ["dropout", "erf", "gelu", "leaky_relu", "relu", "silu", "softplus"]
 
 
 class Relu(Op):
+    kind = "elementwise"
+    cpu = "maximum({0}, 0, out={o})"
+    cuda = "({0} > ({T})0 || {0} != {0}) ? {0} : ({T})0"
+    onnx = "Relu"
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a > 0)
@@ -27,6 +33,12 @@ class Relu(Op):
 
 
 class LeakyRelu(Op):
+    kind = "elementwise"
+    cuda = "{0} > ({T})0 ? {0} : ({T})({0} * {1})"
+
+    @staticmethod
+    def onnx(b, node, a, slope): return b.add("LeakyRelu", [a], alpha=float(slope))
+
     @staticmethod
     def forward(ctx, a, negative_slope):
         mask = a > 0
@@ -38,6 +50,16 @@ class LeakyRelu(Op):
 
 
 class Softplus(Op):
+    kind = "elementwise"
+    cuda = "{0} * {1} > {2} ? {0} : ({T})(log1p(exp({0} * {1})) / {1})"
+    autocast = "fp32"
+
+    @staticmethod
+    def onnx(b, node, a, beta, threshold):
+        ba = b.add("Mul", [a, b.scalar(beta, node.dtype)])
+        soft = b.add("Div", [b.add("Softplus", [ba]), b.scalar(beta, node.dtype)])
+        return b.add("Where", [b.add("Greater", [ba, b.scalar(threshold, node.dtype)]), a, soft])
+
     @staticmethod
     def forward(ctx, a, beta, threshold):
         ctx.save_for_backward(a)
@@ -57,6 +79,9 @@ class Softplus(Op):
 class Dropout(Op):
     """Inverted dropout: keep each element with probability 1 - p and scale it by 1 / (1 - p).
     The mask is drawn inside forward, so a traced step draws a fresh one on every replay."""
+
+    random = True
+    onnx = staticmethod(same_value)  # an exported graph is for inference
 
     @staticmethod
     def forward(ctx, a, p):
@@ -89,6 +114,17 @@ def gelu(x, approximate: str = "none"):
 
 
 class Gelu(Op):
+    kind = "elementwise"
+    cuda = "({T})0.5 * {0} * (({T})1 + erf({0} * ({T})0.7071067811865476))"
+
+    @staticmethod
+    def onnx(b, node, a):
+        if b.opset >= 20:
+            return b.add("Gelu", [a])
+        cdf = b.add("Add", [b.add("Erf", [b.add("Mul", [a, b.scalar(1 / math.sqrt(2), node.dtype)])]),
+                            b.scalar(1.0, node.dtype)])
+        return b.add("Mul", [b.add("Mul", [a, b.scalar(0.5, node.dtype)]), cdf])  # x * (1 + erf(x / sqrt 2)) / 2
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -103,6 +139,10 @@ class Gelu(Op):
 
 
 class Erf(Op):
+    kind = "elementwise"
+    cuda = "erf({0})"
+    onnx = "Erf"
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)

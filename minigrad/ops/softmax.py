@@ -29,6 +29,13 @@ def _shifted(xp, a, dim):
 
 
 class Softmax(Op):
+    kind = "reduction"
+    by_rows = True
+    autocast = "fp32"
+
+    @staticmethod
+    def onnx(b, node, a, dim): return b.add("Softmax", [a], axis=dim)
+
     @staticmethod
     def forward(ctx, a, dim):
         ctx.dim = dim
@@ -45,6 +52,13 @@ class Softmax(Op):
 
 
 class LogSoftmax(Op):
+    kind = "reduction"
+    by_rows = True
+    autocast = "fp32"
+
+    @staticmethod
+    def onnx(b, node, a, dim): return b.add("LogSoftmax", [a], axis=dim)
+
     @staticmethod
     def forward(ctx, a, dim):
         xp = ctx.xp
@@ -89,6 +103,9 @@ class Pick(Op):
     """``x[n, t[n, ...], ...]``: the entry of each sample's class along dim 1 (the NLL's gather).
     The targets are an input, not a constant, so a traced training step replays new targets."""
 
+    kind = "movement"
+    autocast = "fp32"
+
     @staticmethod
     def forward(ctx, x, t):
         ctx.classes = x.shape[1]
@@ -101,6 +118,8 @@ class Pick(Op):
 
 class Place(Op):
     """The adjoint of ``Pick``: zeros of shape (N, C, ...) holding ``g[n, ...]`` at class ``t[n, ...]``."""
+
+    kind = "movement"
 
     @staticmethod
     def forward(ctx, g, t, classes):

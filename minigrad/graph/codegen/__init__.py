@@ -7,6 +7,7 @@ elementwise ops in order, an optional reduction at the end) and ``generate(group
 into a kernel for the group's device: a blocked numpy function on the CPU (``codegen.cpu``), a
 ``cupy.ElementwiseKernel`` or ``ReductionKernel`` on a GPU (``codegen.cuda``). Every kernel is
 called with the group's input arrays, returns its output array, and shows its code in ``.source``.
+Both generators write each op as its class declares (``cpu``, ``ufunc``, ``cuda``: ``minigrad.ops.op``).
 """
 
 from __future__ import annotations
@@ -15,15 +16,13 @@ from typing import Any, NamedTuple
 
 from minigrad.graph.ir import Graph, Node, op_kind
 
-__all__ = ["ANCHOR_OPS", "Program", "ROW_REDUCTIONS", "fuses_rows", "generate", "program", "reduces_rows",
-           "row_compatible", "supports"]
+__all__ = ["Program", "fuses_rows", "generate", "is_anchor", "program", "reduces_rows", "row_compatible", "supports"]
 
-# Ops that compute a whole product first and may take an elementwise epilogue (GEMM + bias + ReLU).
-ANCHOR_OPS = frozenset({"Matmul", "Linear", "Conv2d"})
-# Reductions (and row-wise ops such as softmax) whose forward on a block of rows of its input gives
-# the same rows of its result, whenever the dims they reduce leave axis 0 alone.
-ROW_REDUCTIONS = frozenset({"Sum", "Mean", "Prod", "Amax", "Amin", "Var", "Logsumexp", "Softmax", "LogSoftmax",
-                            "Cumsum", "Argmax", "Argmin"})
+
+def is_anchor(node: Node) -> bool:
+    """Whether the node computes a whole product first and may take an elementwise epilogue
+    (GEMM + bias + ReLU): its op declares ``epilogue``."""
+    return getattr(node.fn, "epilogue", False)
 
 
 class Program(NamedTuple):
@@ -43,8 +42,8 @@ def program(group: Graph) -> Program:
     """Read a fused group's sub-graph (as built by the fusion pass) as a ``Program``."""
     (root,) = group.outputs
     members = [n for n in group.topological_order() if n.op not in ("placeholder", "output")]
-    anchor = next((n for n in members if n.op in ANCHOR_OPS), None)
-    reduction = root if op_kind(root.op) == "reduction" else None
+    anchor = next((n for n in members if is_anchor(n)), None)
+    reduction = root if op_kind(root) == "reduction" else None
     ops = [n for n in members if n is not anchor and n is not reduction]
     shape = tuple(reduction.inputs[0].shape if reduction is not None else root.shape)
     distinct = list(dict.fromkeys(n.op.lower() for n in members if n.op not in ("Mul", "Add")))  # the telling ones
@@ -53,10 +52,12 @@ def program(group: Graph) -> Program:
 
 
 def reduces_rows(node: Node) -> bool:
-    """Whether a reduction keeps axis 0 of its input, so that each block of rows reduces on its own."""
+    """Whether a reduction keeps axis 0 of its input, so that each block of rows reduces on its own:
+    its op declares ``by_rows`` (its forward on a block of rows gives those rows of its result)
+    and the dims it reduces leave axis 0 alone."""
     shape, attrs = node.inputs[0].shape, node.attrs
     dims = attrs["dims"] if "dims" in attrs else attrs.get("dim", ())
-    if shape is None or len(shape) < 2 or dims is None or dims == () or node.op not in ROW_REDUCTIONS:
+    if shape is None or len(shape) < 2 or dims is None or dims == () or not getattr(node.fn, "by_rows", False):
         return False
     dims = (dims,) if isinstance(dims, int) else dims
     return all(d % len(shape) != 0 for d in dims)

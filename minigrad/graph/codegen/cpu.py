@@ -52,55 +52,12 @@ from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, run_node
 
 __all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "PARALLEL_MIN_SIZE", "generate", "one_ufunc", "run_blocked",
-           "run_rows"]
+           "run_rows", "statements"]
 
 xp = _cpu_device.xp
 BLOCK_SIZE = 262144  # elements per block (see the measurements above)
 NUM_THREADS = min(2, os.cpu_count() or 1)  # threads sharing the blocks of one large kernel call
 PARALLEL_MIN_SIZE = 1 << 20  # elements; below, waking a second thread costs more than it saves
-
-# One ufunc call per line, each as the op's forward computes it: {o} is the op's output block,
-# {t} a scratch block of its dtype, {0}, {1}, ... its arguments in the order forward takes them.
-_TEMPLATES = {
-    "Add": "add({0}, {1}, out={o})",
-    "Sub": "subtract({0}, {1}, out={o})",
-    "Mul": "multiply({0}, {1}, out={o})",
-    "Div": "divide({0}, {1}, out={o})",
-    "Pow": "power({0}, {1}, out={o})",
-    "Neg": "negative({0}, out={o})",
-    "Exp": "exp({0}, out={o})",
-    "Log": "log({0}, out={o})",
-    "Sqrt": "sqrt({0}, out={o})",
-    "Rsqrt": "sqrt({0}, out={o}); divide(1, {o}, out={o})",
-    "Abs": "absolute({0}, out={o})",
-    "Sign": "sign({0}, out={o})",
-    "Sin": "sin({0}, out={o})",
-    "Cos": "cos({0}, out={o})",
-    "Tanh": "tanh({0}, out={o})",
-    "TanhBackward": "multiply({1}, {1}, out={o}); subtract(1, {o}, out={o}); multiply({0}, {o}, out={o})",
-    "Sigmoid": "multiply(0.5, {0}, out={o}); tanh({o}, out={o}); multiply(0.5, {o}, out={o}); add(0.5, {o}, out={o})",
-    "SigmoidBackward": "multiply({0}, {1}, out={o}); subtract(1, {1}, out={t}); multiply({o}, {t}, out={o})",
-    "Relu": "maximum({0}, 0, out={o})",
-    "Clamp": "clip({0}, {1}, {2}, out={o})",
-    "Maximum": "maximum({0}, {1}, out={o})",
-    "Minimum": "minimum({0}, {1}, out={o})",
-    "Where": "copyto({o}, {2}); copyto({o}, {1}, where={0})",
-    "Cast": "copyto({o}, {0}, casting='unsafe')",
-    "Clone": "copyto({o}, {0})",
-    "Contiguous": "copyto({o}, {0})",
-    "Equal": "equal({0}, {1}, out={o})",
-    "NotEqual": "not_equal({0}, {1}, out={o})",
-    "Less": "less({0}, {1}, out={o})",
-    "LessEqual": "less_equal({0}, {1}, out={o})",
-    "Greater": "greater({0}, {1}, out={o})",
-    "GreaterEqual": "greater_equal({0}, {1}, out={o})",
-    "LogicalAnd": "logical_and({0}, {1}, out={o})",
-    "LogicalOr": "logical_or({0}, {1}, out={o})",
-    "LogicalNot": "logical_not({0}, out={o})",
-    "Mean": "mean({0}, axis={1}, keepdims={2}, out={o})",  # inside a kernel by rows: a row's mean
-}
-_NUMPY_NAMES = sorted({line.split("(")[0] for t in _TEMPLATES.values() for line in t.split("; ")} | {"empty"})
-
 
 class CpuKernel:
     """A fused group compiled to a Python function: ``kernel(*arrays, out=None) -> array`` (into
@@ -124,7 +81,7 @@ def generate(group: Graph) -> CpuKernel:
     if rows:  # the root reduction is one more step of each block of rows
         prog = prog._replace(ops=prog.ops + [prog.reduction] * (prog.reduction is not None), reduction=None, shape=rows)
     names = {p: f"x{k}" for k, p in enumerate(prog.inputs)}
-    env: dict[str, Any] = {name: getattr(xp, name) for name in _NUMPY_NAMES}
+    env: dict[str, Any] = {"empty": xp.empty, "copyto": xp.copyto}  # and the ufuncs the ops' statements call
     env.update(run_blocked=run_blocked, run_rows=run_rows, reuse_or_empty=reuse_or_empty)
     head = []
     if prog.anchor is not None:  # the product first: the block function is its epilogue
@@ -152,7 +109,7 @@ def _by_rows(prog: Program) -> tuple | None:
     """The shape a group's blocks of rows cover when it runs by rows: when it holds a reduction that
     keeps axis 0 (inside it or at its end) or values of several row shapes, (N, C) and (N, 1).
     ``None``: it runs over flat blocks."""
-    reductions = [n for n in prog.ops if op_kind(n.op) == "reduction"]
+    reductions = [n for n in prog.ops if op_kind(n) == "reduction"]
     if prog.reduction is not None and reduces_rows(prog.reduction):
         reductions.append(prog.reduction)
     shapes = {tuple(n.shape) for n in prog.ops} | {tuple(r.inputs[0].shape) for r in reductions}
@@ -205,7 +162,7 @@ def _block_code(prog: Program, names: dict[Node, str], env: dict[str, Any],
     lines = []
     for k, n in enumerate(prog.ops):
         args = _operands(n, value, env)
-        template = _TEMPLATES[n.op].split("; ") if n.op in _TEMPLATES and not n.meta.get("kwargs") else None
+        template = None if n.meta.get("kwargs") else statements(n)
         kind = (str(n.dtype), tuple(n.shape[1:])) if rows else str(n.dtype)
         dying = [value[i] for i in dict.fromkeys(n.inputs) if last_use.get(i) == k and value[i].startswith("s")]
         if k == len(prog.ops) - 1:
@@ -220,6 +177,7 @@ def _block_code(prog: Program, names: dict[Node, str], env: dict[str, Any],
             template = [f"copyto({{o}}, {fname}({', '.join(value[i] for i in n.inputs)}))"]
         temp = take(kind) if any("{t}" in line for line in template) else None
         for j, line in enumerate(template):
+            env.setdefault(line.split("(")[0], getattr(xp, line.split("(")[0], None))
             lines.append(line.format(*args, o=dest, t=temp) + (f"  # {n.name} = {n.op}" if j == 0 else ""))
         for s in dying + ([temp] if temp else []):
             free.setdefault(slots[int(s[1:])], []).append(s)
@@ -227,10 +185,20 @@ def _block_code(prog: Program, names: dict[Node, str], env: dict[str, Any],
     return lines, slots
 
 
+def statements(node: Node) -> list[str] | None:
+    """The op's ufunc calls for one block, as its class declares them: ``ufunc`` (one call on
+    its arguments) or ``cpu`` (calls separated by ``"; "``); None when it declares neither."""
+    ufunc = getattr(node.fn, "ufunc", None)
+    if ufunc is not None:
+        return [f"{ufunc}({', '.join('{%d}' % k for k in range(len(node.meta['args'])))}, out={{o}})"]
+    template = getattr(node.fn, "cpu", None)
+    return template.split("; ") if template is not None else None
+
+
 def one_ufunc(node: Node) -> bool:
     """Whether the op is one ufunc call (or a copy of forward's result), which may write over
     its own input: an op of several calls writes its output before it has read every input."""
-    return "; " not in _TEMPLATES.get(node.op, "")
+    return len(statements(node) or ()) <= 1
 
 
 def _operands(node: Node, value: dict[Node, str], env: dict[str, Any]) -> list[str]:
