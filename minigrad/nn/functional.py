@@ -24,7 +24,7 @@ from minigrad.tensor import Tensor, _wrap
 __all__ = [
     "adaptive_avg_pool2d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose2d", "max_pool2d",
     "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
-    "dropout", "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax",
+    "dropout", "embedding", "gelu", "hardswish", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax",
     "mse_loss", "nll_loss", "one_hot", "pad", "relu", "sigmoid", "silu", "softmax", "tanh",
 ]
 
@@ -54,6 +54,10 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
 
 def silu(input: Tensor, inplace: bool = False) -> Tensor:
     return _ops.inplace(input, _ops.silu) if inplace else _ops.silu(input)
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    return _ops.inplace(input, _ops.hardswish) if inplace else _ops.hardswish(input)
 
 
 def tanh(input: Tensor) -> Tensor:

@@ -14,7 +14,7 @@ from minigrad.ops.elementwise import _floating, exp, sigmoid, tanh, where
 from minigrad.ops.op import Op, same_value
 from minigrad.ops.special import erf as _erf
 
-__all__ = ["dropout", "erf", "gelu", "leaky_relu", "relu", "silu", "softplus"]
+__all__ = ["dropout", "erf", "gelu", "hardswish", "leaky_relu", "relu", "silu", "softplus"]
 
 
 class Relu(Op):
@@ -97,7 +97,32 @@ class Dropout(Op):
     def backward(ctx, g): return g * ctx.saved_tensors[0], None
 
 
+class Hardswish(Op):
+    """``x * relu6(x + 3) / 6``: MobileNetV3's swish, made of a clip instead of a sigmoid."""
+
+    kind = "elementwise"
+    cpu = "add({0}, 3, out={o}); clip({o}, 0, 6, out={o}); multiply({0}, {o}, out={o}); divide({o}, 6, out={o})"
+    cuda = "{0} * ({0} + ({T})3 < ({T})0 ? ({T})0 : {0} + ({T})3 > ({T})6 ? ({T})6 : {0} + ({T})3) / ({T})6"
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return a * ctx.xp.clip(a + 3, 0, 6) / 6
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * where(a < -3, 0.0, where(a > 3, 1.0, (2 * a + 3) / 6))
+
+    @staticmethod
+    def onnx(b, node, a):  # HardSwish came in opset 14; HardSigmoid(x) = relu6(x + 3) / 6 is older
+        if b.opset >= 14:
+            return b.add("HardSwish", [a])
+        return b.add("Mul", [a, b.add("HardSigmoid", [a], alpha=1 / 6, beta=0.5)])
+
+
 def relu(x): return Relu.apply(x)
+def hardswish(x): return Hardswish.apply(x)
 def leaky_relu(x, negative_slope=0.01): return LeakyRelu.apply(x, negative_slope)
 def softplus(x, beta=1.0, threshold=20.0): return Softplus.apply(x, beta, threshold)
 def silu(x): return x * sigmoid(x)
