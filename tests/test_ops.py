@@ -95,13 +95,12 @@ NO_ROW = {
     "inplace": "runs an op in place (the a.add_(b) methods, test_tensor.py)",
     "setitem": "in place: t[i] = v (test_indexing.py); index_put is its out-of-place row",
 }
-# Op classes that no row runs, and why.
+# Op classes that no row runs, and why (tests/distributed runs these under MPI).
 NOT_RUN = {
     "CopyToParallel": "model parallelism: needs a process group (tests/distributed runs it under MPI)",
     "ReduceFromParallel": "as CopyToParallel",
     "GatherFromParallel": "as CopyToParallel",
     "ScatterToParallel": "as CopyToParallel",
-    "CheckpointFunction": "reruns a segment under checkpoint(); test_checkpoint.py",
 }
 
 # Elementwise ops and reductions without an ONNX translation, and why.
