@@ -47,12 +47,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from minigrad.backend import cpu as _cpu_device
-from minigrad.graph.codegen import Program, program, reduces_rows
+from minigrad.graph.codegen.program import Program, program, reduces_rows
 from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, run_node
 
-__all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "PARALLEL_MIN_SIZE", "generate", "one_ufunc", "run_blocked",
-           "run_rows", "statements"]
+__all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "NodeForward", "PARALLEL_MIN_SIZE", "generate", "one_ufunc",
+           "run_blocked", "run_rows", "statements"]
 
 xp = _cpu_device.xp
 BLOCK_SIZE = 262144  # elements per block (see the measurements above)
@@ -225,11 +225,11 @@ def _literal(v: Any, env: dict[str, Any]) -> str:
 def _bind(env: dict[str, Any], node: Node) -> str:
     """Put a call of ``node``'s own forward into the kernel's namespace; returns its name."""
     name = node.op.lower() + "_" + re.sub(r"\W", "_", node.name.lstrip("%"))
-    env[name] = _Forward(node)
+    env[name] = NodeForward(node)
     return name
 
 
-class _Forward:
+class NodeForward:
     """``node``'s op forward as a function of its input arrays (attributes as the trace saw them)."""
 
     def __init__(self, node: Node) -> None:

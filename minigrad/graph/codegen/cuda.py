@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from minigrad.graph.codegen import Program, program
-from minigrad.graph.codegen.cpu import _Forward
+from minigrad.graph.codegen.program import Program, program
+from minigrad.graph.codegen.cpu import NodeForward
 from minigrad.graph.ir import Graph, GraphError, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 
@@ -48,8 +48,8 @@ class CudaKernel:
 
     def __init__(self, prog: Program, kind: str, params: dict[str, str], leaves: list[int]) -> None:
         self.name, self.kind, self.params, self._prog, self._leaves = prog.name, kind, params, prog, leaves
-        self._anchor = _Forward(prog.anchor) if prog.anchor is not None else None
-        self._reduce = _Forward(prog.reduction) if prog.reduction is not None else None
+        self._anchor = NodeForward(prog.anchor) if prog.anchor is not None else None
+        self._reduce = NodeForward(prog.reduction) if prog.reduction is not None else None
         self._kernel: Any = None
         args = ",\n".join(f"    {k}={_quote(v)}" for k, v in params.items())
         self.source = f"cupy.{kind}(\n{args},\n)\n"
