@@ -28,7 +28,7 @@ from minigrad import backend
 from minigrad.autograd import engine, function, grad_mode
 from minigrad.errors import DTypeError
 from minigrad.ops.elementwise import cast
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["GradScaler", "OptState", "autocast", "is_autocast_enabled"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from minigrad import backend
 from minigrad.backend import Device
-from minigrad.tensor import Tensor, _shape_arg, _wrap
+from minigrad._tensor import Tensor, _shape_arg, _wrap
 
 
 # Each function allocates inside ``backend.selected(dev)``: cupy allocates on the current GPU,

@@ -21,7 +21,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from minigrad.autograd import engine, function
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["Event", "EventAverage", "KeyAverages", "profile", "record_function"]
 

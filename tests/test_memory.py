@@ -15,7 +15,7 @@ from minigrad.memory import snapshot, summary, track
 MB4 = 1000 * 1000 * 4  # one (1000, 1000) float32 activation
 EXACT_HOST_BYTES = cpu_only("byte-exact current and peak figures are the host counter's; a GPU's come from "
                             "CuPy's pool, which rounds blocks up to 512 bytes (test_cuda checks those)")
-tensor_module = importlib.import_module("minigrad.tensor")
+tensor_module = importlib.import_module("minigrad._tensor")
 
 
 def big(requires_grad: bool = False) -> minigrad.Tensor:

@@ -4,8 +4,8 @@ Every ``import`` and ``from ... import`` in a module is an edge from that module
 names (``from minigrad.ops import reshape`` reads ``minigrad.ops``; ``from minigrad.nn import
 functional`` reads ``minigrad.nn.functional``). Imports inside a function run when it is called,
 so they are edges too, kept apart as "deferred". A circle is a strongly connected component of
-more than one module (Tarjan's algorithm). The design allows one: ``minigrad.tensor`` (Tensor's
-operators) and the ops that build on Tensor, which ``minigrad/tensor.py`` closes in one place by
+more than one module (Tarjan's algorithm). The design allows one: ``minigrad._tensor`` (Tensor's
+operators) and the ops that build on Tensor, which ``minigrad/_tensor.py`` closes in one place by
 importing ``minigrad.ops`` last; ``tests/test_import_graph.py`` checks that nothing else forms one.
 
 Run ``python tools/import_graph.py`` to print the circles, or ``--edges`` for every edge.

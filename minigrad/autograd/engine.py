@@ -17,7 +17,7 @@ from minigrad.autograd import function as F
 from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.autograd.grad_mode import set_grad_enabled
 from minigrad.errors import AutogradError, ShapeError
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 
 backward_depth = 0  # > 0 while the engine runs backward rules (the profiler labels those ops)

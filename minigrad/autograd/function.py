@@ -34,8 +34,8 @@ from minigrad.autograd import grad_mode
 from minigrad.backend import cpu
 from minigrad.errors import AutogradError, DeviceError, ShapeError
 from minigrad.hooks import RemovableHandle, add_hook
-from minigrad import tensor as tensor_module
-from minigrad.tensor import Tensor, _wrap
+from minigrad import _tensor as tensor_module
+from minigrad._tensor import Tensor, _wrap
 
 _FREED = object()  # marks saved tensors released by a backward pass without retain_graph
 # Mode hooks, each None (or False) unless its feature is switched on, so an op pays one test each:

@@ -22,7 +22,7 @@ from minigrad.nn import init
 from minigrad.nn.linear import Linear
 from minigrad.nn.module import Module, Parameter
 from minigrad.ops.parallel import copy_to_parallel, gather_from_parallel, reduce_from_parallel, scatter_to_parallel
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "copy_to_parallel", "gather_from_parallel",
            "reduce_from_parallel", "scatter_to_parallel"]

@@ -19,16 +19,14 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from minigrad.graph.ir import SOURCE_OPS, Graph, Node
 from minigrad.graph.trace import _saved_array, _target, run_node
 from minigrad.graph.writeback import plan_writes, ufunc_args
-from minigrad.tensor import Tensor, _wrap
-
-_tensor = sys.modules["minigrad.tensor"]  # the module (``minigrad.tensor`` is also a function)
+from minigrad import _tensor  # Tensor's module, which holds the hook slots
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["Executor"]
 

@@ -24,7 +24,7 @@ from minigrad.graph.passes.rewrite import reaching
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, TracedFunction, _positional_names, trace
 from minigrad.nn.module import Module
 from minigrad.ops import all_ops
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 if TYPE_CHECKING:
     import onnx

@@ -40,7 +40,7 @@ from minigrad.autograd import function, grad_mode
 from minigrad.backend import cpu
 from minigrad.errors import DeviceError, DTypeError, ShapeError
 from minigrad.graph.ir import SOURCE_OPS, Graph, Node
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["TraceError", "TraceWarning", "TracedFunction", "Tracer", "run_graph", "run_node", "trace"]
 

@@ -42,7 +42,7 @@ from minigrad.autograd.grad_mode import is_grad_enabled
 from minigrad.backend import cpu
 from minigrad.nn.module import Module
 from minigrad.ops.checkpoint import CheckpointFunction, as_outputs, detached
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential"]
 

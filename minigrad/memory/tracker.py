@@ -1,6 +1,6 @@
 """Memory tracking: how many bytes of tensor data are alive, now and at the worst moment (chapter 03).
 
-Every new Tensor hands its array to ``minigrad.tensor.memory_hook``. While a tracker is active the
+Every new Tensor hands its array to ``minigrad._tensor.memory_hook``. While a tracker is active the
 hook counts the array's buffer once (a view's bytes belong to the array that owns the memory, and
 several Tensors may wrap one array) and a weak reference takes the bytes off again when the buffer
 is freed. ``track()`` reads the running total and its high-water mark, the figure that activation
@@ -25,9 +25,9 @@ from minigrad.autograd.function import Function
 from minigrad.backend import Device
 from minigrad.errors import DeviceError
 from minigrad.nn.module import Parameter
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
-_tensor = importlib.import_module("minigrad.tensor")  # the module: minigrad.tensor is also a function
+_tensor = importlib.import_module("minigrad._tensor")  # Tensor's module, which holds the hook
 
 __all__ = ["LiveTensor", "MemoryTracker", "recomputation", "snapshot", "summary", "track"]
 

@@ -19,7 +19,7 @@ from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.conv import conv1d, conv2d, conv_transpose2d  # noqa: F401  (they live with the ops)
 from minigrad.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
 from minigrad.ops.normalize import Standardize
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = [
     "adaptive_avg_pool2d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose2d", "max_pool2d",

@@ -18,7 +18,7 @@ from minigrad.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad
 from minigrad.errors import AutogradError
 from minigrad.memory.tracker import recomputation
 from minigrad.ops.movement import reshape
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["CheckpointFunction", "as_outputs", "detached"]
 

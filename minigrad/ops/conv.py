@@ -18,7 +18,7 @@ from typing import NamedTuple, Sequence
 from minigrad.autograd import function  # autocast casts mixed dtypes itself
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.elementwise import Op
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["conv2d", "conv1d", "conv_transpose2d"]
 

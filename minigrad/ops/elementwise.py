@@ -15,7 +15,7 @@ from minigrad import backend
 from minigrad.autograd.function import Function
 from minigrad.errors import DTypeError
 from minigrad.ops.op import Op, same_value
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = [
     "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "eq", "exp",

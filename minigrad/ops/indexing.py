@@ -18,7 +18,7 @@ from minigrad.autograd import grad_mode
 from minigrad.errors import DeviceError, ShapeError
 from minigrad.ops.elementwise import Op, cast
 from minigrad.ops.inplace import inplace
-from minigrad.tensor import Tensor, _dim
+from minigrad._tensor import Tensor, _dim
 
 __all__ = ["gather", "getitem", "index_add", "index_put", "index_select", "scatter_add", "setitem"]
 

@@ -17,7 +17,7 @@ from minigrad.autograd import function
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, cast
 from minigrad.ops.movement import broadcast_to, reshape
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["bmm", "dot", "einsum", "linear", "matmul", "mm", "outer"]
 

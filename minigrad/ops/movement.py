@@ -16,7 +16,7 @@ from minigrad import backend
 from minigrad.errors import DeviceError, ShapeError
 from minigrad.ops.elementwise import Op, cast, clone
 from minigrad.ops.indexing import _as_view, getitem, index_select
-from minigrad.tensor import Tensor, _dim
+from minigrad._tensor import Tensor, _dim
 
 __all__ = [
     "broadcast_to", "cat", "chunk", "expand", "flatten", "flip", "movedim", "narrow", "pad", "permute",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from minigrad.distributed.process_group import ReduceOp, group
 from minigrad.errors import ShapeError
 from minigrad.ops.op import Op
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["copy_to_parallel", "gather_from_parallel", "reduce_from_parallel", "scatter_to_parallel"]
 

@@ -13,7 +13,7 @@ import math
 from minigrad.errors import ShapeError
 from minigrad.ops.conv import Geometry, IntPair, _check_image, _offsets, _pad, _pair, _windows
 from minigrad.ops.elementwise import Op
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "max_pool2d"]
 

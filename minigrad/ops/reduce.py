@@ -15,7 +15,7 @@ from typing import NamedTuple
 from minigrad.errors import DeviceError, DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, _floating, exp, sqrt, where
 from minigrad.ops.movement import broadcast_to, reshape
-from minigrad.tensor import Tensor, _dim, _wrap
+from minigrad._tensor import Tensor, _dim, _wrap
 
 __all__ = [
     "ValuesIndices", "all", "allclose", "amax", "amin", "any", "argmax", "argmin", "cumsum", "equal",

@@ -16,7 +16,7 @@ from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, cast, exp, ne, where
 from minigrad.ops.movement import broadcast_to, reshape
 from minigrad.ops.reduce import _axes, sum
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["cross_entropy", "log_softmax", "nll_loss", "softmax"]
 

@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.creation import zeros_like
 from minigrad.optim.optimizer import Optimizer
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 
 class RMSprop(Optimizer):

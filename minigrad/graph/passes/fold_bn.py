@@ -23,7 +23,7 @@ from minigrad.graph.passes.rewrite import DROP, Rewriter, rewrite
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 from minigrad.nn import BatchNorm1d, BatchNorm2d, Conv2d, Identity, Linear, Module, Sequential
 from minigrad.nn.module import Parameter
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["fold_batch_norm", "fold_conv_bn", "fuse_conv_bn_eval", "fuse_linear_bn_eval"]
 
