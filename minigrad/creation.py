@@ -2,7 +2,7 @@
 
 Floating results default to float32 (``minigrad.get_default_dtype()``), integer ranges to int64,
 and tensors go to ``minigrad.get_default_device()`` (cpu unless changed) when no ``device`` is given.
-Random ones draw from the device's generator, seeded by ``minigrad.manual_seed``.
+Random ones draw from the device's generator, seeded by ``minigrad.manual_seed`` (chapter 01).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ more than one module (Tarjan's algorithm). The design allows one: ``minigrad._te
 operators) and the ops that build on Tensor, which ``minigrad/_tensor.py`` closes in one place by
 importing ``minigrad.ops`` last; ``tests/test_import_graph.py`` checks that nothing else forms one.
 
-Run ``python tools/import_graph.py`` to print the circles, or ``--edges`` for every edge.
+Run ``python tools/import_graph.py`` to print the circles, or ``--edges`` for every edge. Chapter 01
+teaches the idea underneath: a graph, its topological order, and the cycles that prevent one.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Each holds its options (``reduction``, class ``weight``, ``ignore_index``, ``label_smoothing``,
 ``pos_weight``) and calls the function of the same name in ``nn.functional``. ``reduction`` is
-``'mean'`` (the default), ``'sum'`` or ``'none'`` (one loss per element or sample).
+``'mean'`` (the default), ``'sum'`` or ``'none'`` (one loss per element or sample). Chapter 02
+trains with them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``v = alpha v + (1 - alpha) g^2``; centered RMSprop also tracks the mean ``a`` of g and uses the
 variance ``v - a^2``; the step is ``p -= lr * g / (sqrt(v) + eps)``, optionally through a momentum
-buffer. PyTorch's defaults: lr=1e-2, alpha=0.99, eps=1e-8.
+buffer. PyTorch's defaults: lr=1e-2, alpha=0.99, eps=1e-8. Chapter 02 compares the optimisers.
 """
 
 from __future__ import annotations

@@ -11,29 +11,13 @@ block alike. A group that holds a reduction keeping axis 0 (a row's mean, a soft
 blocks of whole rows instead (``run_rows``): the reduction sees complete rows, and its per-row
 result, shape ``(rows, 1)``, broadcasts back over them in the same block, so a LayerNorm-style
 normalise fused with what feeds it reads its input once. Blocks are shared among ``NUM_THREADS``
-threads (numpy releases the GIL in ufunc loops). Each template below mirrors its op's ``forward``
-ufunc for ufunc, so fused and eager results agree bit for bit; ops without a template run their
-own ``forward`` on each block.
+threads (numpy releases the GIL in ufunc loops). The ufunc calls for each op are what its class
+declares (``ufunc`` or ``cpu``, ``minigrad.ops.op``), mirroring its ``forward`` ufunc for ufunc, so
+fused and eager results agree bit for bit; an op that declares none runs its own ``forward`` on
+each block.
 
-Measured here (2 shared AMD EPYC cores with AVX-512, 1 MB of L2 each; numpy 2.4) with
-``python benchmarks/bench_fusion.py --sweep``: the whole GELU-gate-normalise chain on 4M float32,
-one kernel by rows, ms per call, best of 7 interleaved rounds while other work kept the load
-average between 1 and 2 (eager minigrad: ~41 ms; torch.compile on two threads: ~11 ms):
-
-    =================  ====  ====  ====  ====  ====  ====
-    block (elements)    32K   64K  128K  256K  512K    1M
-    1 thread             18    16    15    18    15    16
-    2 threads            19    21    13    11    16    14
-    =================  ====  ====  ====  ====  ====  ====
-
-One ufunc call costs ~1 us of Python, and every call hands the GIL to the other thread and back,
-so two threads only gain with large blocks; on one thread blocks from 64K up are within the noise
-of each other (an L2-sized 64K block of float32 computes at ~0.1 ns a value for a multiply, ~0.4
-ns for ``tanh``), so 256K, the best on two threads. The chain's ~25 ufunc passes then cost ~3.5 ns
-a value on one core: blocking removes the memory traffic, threads split the rest. Splitting pays
-only for large calls (``PARALLEL_MIN_SIZE``), and blocks are handed out on demand, so a busy
-second core costs little. numexpr (no VML: a scalar tanh) and numba (no SVML) ran such chains
-slower than plain numpy, which is why kernels are plain numpy.
+``BLOCK_SIZE``, ``NUM_THREADS`` and ``PARALLEL_MIN_SIZE`` come from the block-size and thread sweep
+of ``benchmarks/bench_fusion.py --sweep``; benchmarks/README.md keeps the figures and why plain numpy.
 """
 
 from __future__ import annotations
@@ -55,7 +39,7 @@ __all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "NodeForward", "PARALLEL_MI
            "run_blocked", "run_rows", "statements"]
 
 xp = _cpu_device.xp
-BLOCK_SIZE = 262144  # elements per block (see the measurements above)
+BLOCK_SIZE = 262144  # elements per block (benchmarks/README.md: the sweep)
 NUM_THREADS = min(2, os.cpu_count() or 1)  # threads sharing the blocks of one large kernel call
 PARALLEL_MIN_SIZE = 1 << 20  # elements; below, waking a second thread costs more than it saves
 
