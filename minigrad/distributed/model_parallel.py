@@ -2,11 +2,11 @@
 
 ``y = x W^T`` splits two ways. *Column-parallel*: rank r holds rows r of W (a block of output
 features) and computes its block of y; an all-gather assembles y. *Row-parallel*: rank r holds a
-block of W's columns (input features), multiplies its block of x, and an all-reduce sums the
-partial products. Each communication has a mirror image in backward, so the four autograd ops
+block of W's columns (input features), multiplies its block of x, and an all-reduce sums the partial
+products. Each communication has a mirror image in backward, so the four autograd ops
 (``minigrad.ops.parallel``, re-exported here) come in pairs: copy (identity forward, all-reduce
-backward) with reduce (all-reduce forward, identity backward), and gather with scatter. A column-parallel layer followed by a
-row-parallel one (an MLP) needs a single all-reduce each way.
+backward) with reduce (all-reduce forward, identity backward), and gather with scatter. A
+column-parallel layer followed by a row-parallel one (an MLP) needs a single all-reduce each way.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """The graph IR: a static computational graph as nodes with in-edges and out-edges (chapter 01).
 
 A ``Graph`` holds ``Node``s in insertion order. A node names its ``op`` (an op class such as
-``"Mul"``, the class itself in ``fn``, or a structural op from ``OPS`` below), its ``inputs`` (in-edges) and ``users``
-(out-edges, kept in sync by the graph), the op's non-tensor arguments ``attrs``, and the ``shape``
-and ``dtype`` of its value. The topological order, the order in which the graph can execute, is
-cached and recomputed after any mutation; ``levels()`` groups the nodes that depend on nothing
-in their own group, which is what could run in parallel. ``minigrad.graph.trace`` builds graphs
-and the passes of chapter 03 rewrite them; what they need to know about an op they read from its
-class (``node.fn``; ``minigrad.ops.op`` lists the declarations), never from a table of names.
+``"Mul"``, the class itself in ``fn``, or a structural op from ``OPS`` below), its ``inputs``
+(in-edges) and ``users`` (out-edges, kept in sync by the graph), the op's non-tensor arguments
+``attrs``, and the ``shape`` and ``dtype`` of its value. The topological order, the order in which
+the graph can execute, is cached and recomputed after any mutation; ``levels()`` groups the nodes
+that depend on nothing in their own group, which is what could run in parallel.
+``minigrad.graph.trace`` builds graphs and the passes of chapter 03 rewrite them; what they need to
+know about an op they read from its class (``node.fn``; ``minigrad.ops.op`` lists the declarations),
+never from a table of names.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """Updates in place: compute a traced step's new values straight into the tensors they update (chapter 03).
 
-A traced optimizer step ends in ``copy_`` effects: ``buf.mul_(0.9).add_(g)`` and ``p.sub_(lr * buf)``
-record ``copy_(buf, m)``, ``copy_(buf, a)`` and ``copy_(p, u)``, applied once the whole graph has
-run, so each new value is computed into a fresh array and then copied. A tensor's buffer is like a
-register: a new value may move in once every reader of the value it holds has run. ``plan_writes``
+A traced optimizer step ends in ``copy_`` effects: ``buf.mul_(0.9).add_(g)`` and ``p.sub_(lr *
+buf)`` record ``copy_(buf, m)``, ``copy_(buf, a)`` and ``copy_(p, u)``, applied once the whole graph
+has run, so each new value is computed into a fresh array and then copied. A tensor's buffer is like
+a register: a new value may move in once every reader of the value it holds has run. ``plan_writes``
 finds, before anything runs, the values that can be computed into their tensor's buffer (a ufunc's
-``out=``, for ops that declare their ``ufunc``, or a generated kernel's), so that their copies have nothing left to do, the copies that a
-later copy into the same tensor overwrites anyway, and the new gradients that may become ``.grad``
-without a copy (as eager's engine keeps a gradient no one else holds).
+``out=``, for ops that declare their ``ufunc``, or a generated kernel's), so that their copies have
+nothing left to do, the copies that a later copy into the same tensor overwrites anyway, and the new
+gradients that may become ``.grad`` without a copy (as eager's engine keeps a gradient no one else
+holds).
 """
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ def _overlaps(into: dict[Node, Node], copies: dict[Node, list[Node]], step_of: d
     for s in sources:
         aliases = _aliases(s)
         late = end if s in copies or _end_readers(aliases) else max(
-            [step_of[u] for a in aliases for u in a.users if u.op not in SIDE_EFFECT_OPS] + [step_of[a] for a in aliases])
+            [step_of[u] for a in aliases for u in a.users if u.op not in SIDE_EFFECT_OPS]
+            + [step_of[a] for a in aliases])
         pairs += [(t, s) for t, k in first.items() if t is not s and late >= k]
     return tuple(pairs)
 

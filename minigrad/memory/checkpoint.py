@@ -2,11 +2,11 @@
 during backward (chapter 03).
 
 A checkpointed segment becomes one graph node, ``CheckpointFunction`` (``minigrad.ops.checkpoint``,
-re-exported here). Its forward keeps only the segment's inputs; its backward runs the segment again, this time recording the graph, and
-backpropagates through that fresh graph. Activation memory falls from every layer's to one
-segment's plus the segment boundaries, for the price of a second forward pass; with sqrt(n)
-segments of n layers both are about sqrt(n) layers. The random state saved at forward makes
-dropout draw the same masks when the segment is recomputed.
+re-exported here). Its forward keeps only the segment's inputs; its backward runs the segment again,
+this time recording the graph, and backpropagates through that fresh graph. Activation memory falls
+from every layer's to one segment's plus the segment boundaries, for the price of a second forward
+pass; with sqrt(n) segments of n layers both are about sqrt(n) layers. The random state saved at
+forward makes dropout draw the same masks when the segment is recomputed.
 
 Two variants, as in PyTorch (``use_reentrant``):
 

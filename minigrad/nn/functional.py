@@ -2,10 +2,10 @@
 
 A layer (``nn.Linear``) owns its parameters and calls one of these (``F.linear``) in ``forward``.
 Everything here is built from differentiable minigrad ops (normalisation from one fused op,
-``minigrad.ops.normalize.Standardize``, whose backward is minigrad ops too), so second derivatives flow through normalisation and losses
-(chapter 02 takes a Hessian-vector product through a whole MLP).
-Cross-entropy and NLL delegate to the fused ops in ``minigrad.ops``; the convolution and pooling
-functions are re-exported from ``minigrad.ops.conv`` and ``minigrad.ops.pool``.
+``minigrad.ops.normalize.Standardize``, whose backward is minigrad ops too), so second derivatives
+flow through normalisation and losses (chapter 02 takes a Hessian-vector product through a whole
+MLP). Cross-entropy and NLL delegate to the fused ops in ``minigrad.ops``; the convolution and
+pooling functions are re-exported from ``minigrad.ops.conv`` and ``minigrad.ops.pool``.
 """
 
 from __future__ import annotations

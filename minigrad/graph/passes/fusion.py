@@ -1,11 +1,11 @@
 """Operator fusion: merge chains of elementwise ops into one node that runs a generated kernel (chapter 03).
 
 Eager execution runs ``0.5 * x * (1 + tanh(...))`` as a dozen ops, each reading its inputs from
-memory and writing a full-size result back; fused, the chain reads ``x`` once and writes the
-result once. The rules rank ops by kind, as TVM's ``fuse_ops`` does; an op's kind, and whether it
-takes an epilogue or draws random numbers, are what its class declares (``minigrad.ops.op``). A node joins the group of its
-consumers when *all* of its consumers are in that one group (then every path from it meets again
-inside the group, so the group has one way out, its root) and its kind allows it:
+memory and writing a full-size result back; fused, the chain reads ``x`` once and writes the result
+once. The rules rank ops by kind, as TVM's ``fuse_ops`` does; an op's kind, and whether it takes an
+epilogue or draws random numbers, are what its class declares (``minigrad.ops.op``). A node joins
+the group of its consumers when *all* of its consumers are in that one group (then every path from
+it meets again inside the group, so the group has one way out, its root) and its kind allows it:
 
 - an elementwise op joins a group of elementwise ops of its shape (broadcast operands stay outside,
   as inputs), or the prologue of a reduction over its shape; a reduction ends its group, except
