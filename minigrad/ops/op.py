@@ -6,6 +6,8 @@ that the graph passes, the code generators, ONNX export and autocast read the op
 (``node.fn`` in a traced graph) and keep no table of op names (chapter 03). Every declaration is
 optional; the defaults below mean "nothing special": the op is a fusion boundary, runs its own
 forward inside a generated kernel, has no ONNX translation and autocasts as ``"promote"``.
+``Hardswish`` in ``minigrad.ops.activation`` is a complete example: declared there, it fuses,
+exports and autocasts with no edit anywhere else.
 
 ``kind``
     ``"elementwise"``, ``"reduction"``, ``"matmul"`` (and conv), ``"movement"`` or ``"other"``: the
@@ -61,8 +63,8 @@ class Op(Function):
     random = False  # draws from the device's random generator: never fused, folded or removed
     returns_view = False  # its result shares its input's buffer
     channel_axis: int | None = None  # a conv or linear layer: the axis of its output channels
-    # ``(u, sides)``: the op returns its other operand when the number ``u`` is one of ``sides`` (0: left)
     involution = False  # applied twice it gives its input back: -(-x) is x
+    # ``(u, sides)``: the op returns its other operand when the number ``u`` is one of ``sides`` (0: left)
     unit: tuple[Any, tuple[int, ...]] | None = None
     # returns its input unchanged whenever shape and dtype stay: True, or a function of the attrs that says when
     is_identity: bool | Callable[[dict], bool] = False
