@@ -8,6 +8,7 @@ its class, its wrapper function, and one row of ``tests/op_table.py``.
 from minigrad.ops.op import Op, all_ops  # noqa: F401
 
 from minigrad.ops.elementwise import *  # noqa: F401,F403
+from minigrad.ops.compare import *  # noqa: F401,F403
 from minigrad.ops.activation import *  # noqa: F401,F403
 from minigrad.ops.movement import *  # noqa: F401,F403
 from minigrad.ops.reduce import *  # noqa: F401,F403

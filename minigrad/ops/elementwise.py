@@ -18,9 +18,8 @@ from minigrad.ops.op import Op, same_value
 from minigrad._tensor import Tensor, _wrap
 
 __all__ = [
-    "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "eq", "exp",
-    "ge", "gt", "le", "log", "logical_and", "logical_not", "logical_or", "lt",
-    "maximum", "minimum", "mul", "ne", "neg", "pow", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "sub",
+    "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "exp", "log",
+    "maximum", "minimum", "mul", "neg", "pow", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "sub",
     "tanh", "to_device", "where",
 ]
 
@@ -470,44 +469,6 @@ class ToDevice(Function):
     def backward(ctx, g): return to_device(g, ctx.src), None
 
 
-# -- comparisons and logic: results are bool, nothing flows back -----------------------------------
-def _compare(ufunc_name: str, c_operator: str, onnx: Any):
-    class Compare(Op):
-        kind = "elementwise"
-        cpu = ufunc_name + "({0}, {1}, out={o})"
-        cuda = "{0} " + c_operator + " {1}"
-
-        @staticmethod
-        def forward(ctx, a, b): return getattr(ctx.xp, ufunc_name)(a, b)
-
-    Compare.onnx = onnx if isinstance(onnx, str) else staticmethod(onnx)
-    Compare.__name__ = Compare.__qualname__ = ufunc_name.title().replace("_", "")
-    return Compare
-
-
-def _onnx_compare(op_type: str, negate: bool = False):
-    return lambda b, node, x, y: b.compare(op_type, x, y, negate)
-
-
-Equal = _compare("equal", "==", _onnx_compare("Equal"))
-NotEqual = _compare("not_equal", "!=", _onnx_compare("Equal", negate=True))
-Less = _compare("less", "<", _onnx_compare("Less"))
-LessEqual = _compare("less_equal", "<=", _onnx_compare("LessEqual"))
-Greater = _compare("greater", ">", _onnx_compare("Greater"))
-GreaterEqual = _compare("greater_equal", ">=", _onnx_compare("GreaterEqual"))
-LogicalAnd, LogicalOr = _compare("logical_and", "&&", "And"), _compare("logical_or", "||", "Or")
-
-
-class LogicalNot(Op):
-    kind = "elementwise"
-    cpu = "logical_not({0}, out={o})"
-    cuda = "!{0}"
-    onnx = "Not"
-
-    @staticmethod
-    def forward(ctx, a): return ctx.xp.logical_not(a)
-
-
 # -- the functions users call ---------------------------------------------------------------------
 def _scalar_operand(s: Any, t: Tensor) -> tuple[Any, Tensor]:
     """Prepare a Python (or numpy) scalar operand: it keeps a float tensor's dtype, and turns an
@@ -548,15 +509,6 @@ def mul(a, b): return _binary(Mul, a, b)
 def pow(a, b): return _binary(Pow, a, b)
 def maximum(a, b): return _binary(Maximum, a, b)
 def minimum(a, b): return _binary(Minimum, a, b)
-def eq(a, b): return _binary(Equal, a, b)
-def ne(a, b): return _binary(NotEqual, a, b)
-def lt(a, b): return _binary(Less, a, b)
-def le(a, b): return _binary(LessEqual, a, b)
-def gt(a, b): return _binary(Greater, a, b)
-def ge(a, b): return _binary(GreaterEqual, a, b)
-def logical_and(a, b): return _binary(LogicalAnd, a, b)
-def logical_or(a, b): return _binary(LogicalOr, a, b)
-def logical_not(a): return LogicalNot.apply(a)
 
 
 def div(a, b):

@@ -13,7 +13,8 @@ from typing import Any
 
 from minigrad import backend
 from minigrad.errors import DTypeError, ShapeError
-from minigrad.ops.elementwise import Op, cast, exp, ne, where
+from minigrad.ops.compare import ne
+from minigrad.ops.elementwise import Op, cast, exp, where
 from minigrad.ops.movement import broadcast_to, reshape
 from minigrad.ops.reduce import _axes, sum
 from minigrad._tensor import Tensor
