@@ -1,6 +1,7 @@
 """minigrad: a compact, readable deep-learning framework (autograd, nn, optim, data, and more).
 
-The public API mirrors PyTorch's names: ``minigrad.tensor``, ``minigrad.randn``, ``Tensor.backward``,
+The public API mirrors PyTorch's names: ``minigrad.tensor`` (a function; the class is
+``minigrad.Tensor``, defined in ``minigrad._tensor``), ``minigrad.randn``, ``Tensor.backward``,
 ``minigrad.no_grad``. Chapter 01 of the course starts here.
 """
 
@@ -9,7 +10,7 @@ from minigrad.backend import (
     int64, manual_seed, set_default_device, set_default_dtype, uint8,
 )
 from minigrad.backend import device  # noqa: F401  (a function: minigrad.device("cuda"))
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 from minigrad import ops as _ops  # noqa: F401  (binds the operators on Tensor)
 from minigrad.autograd import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled
 from minigrad.creation import (

@@ -3,7 +3,7 @@ keeps small float16 gradients from flushing to zero (chapter 03).
 
 float16 halves the bytes an activation keeps for backward, but rounds coarsely and cannot
 represent magnitudes below 6e-8. So ``autocast`` (a ``Mode`` on the thread's stack) gives each op
-the precision its ``precision_policy`` names, and ``GradScaler`` scales the loss up before backward
+the precision its class declares (``autocast``), and ``GradScaler`` scales the loss up before backward
 so that small gradients survive, then scales them back down before the optimizer step.
 """
 
@@ -20,39 +20,12 @@ from minigrad import backend
 from minigrad.autograd import grad_mode
 from minigrad.autograd.mode import Mode, active, backward_depth, pop, push
 from minigrad.errors import DTypeError
-from minigrad.nn.functional import Standardize
-from minigrad.ops.activation import Softplus
-from minigrad.ops.conv import Conv2d, Conv2dWeight, ConvTranspose2d
-from minigrad.ops.elementwise import Cast, Exp, Log, Pow, Rsqrt, ToDevice, cast
-from minigrad.ops.linalg import Einsum, Linear, Matmul
-from minigrad.ops.reduce import Cumsum, Logsumexp, Mean, Prod, Sum, Var
-from minigrad.ops.softmax import LogSoftmax, Pick, Softmax
-from minigrad.tensor import Tensor
+from minigrad.ops.elementwise import cast
+from minigrad._tensor import Tensor
 
 __all__ = ["AutocastMode", "GradScaler", "OptState", "autocast", "is_autocast_enabled"]
 
-# -- the op lists (PyTorch's autocast lists, for the ops minigrad has) -----------------------------
-LOW_PRECISION = frozenset({  # matmul-like: most of the time and memory, rounding averages out
-    Matmul, Linear, Einsum, Conv2d, ConvTranspose2d, Conv2dWeight,
-})
-FLOAT32 = frozenset({  # sums of many terms, exponentials, and values outside float16's range
-    Exp, Log, Pow, Rsqrt, Softplus, Sum, Mean, Prod, Cumsum, Var, Logsumexp, Softmax, LogSoftmax, Pick,
-    Standardize,
-})
-_UNTOUCHED = (Cast, ToDevice)  # the casts autocast itself makes must not be cast again
 _SUPPORTED = (backend.float16,)
-
-
-def precision_policy(cls: type) -> str:
-    """How autocast treats op ``cls``: "lower" (the region's float16), "float32", "promote" (the
-    widest float dtype among its inputs) or "keep" (autocast's own casts)."""
-    if cls in _UNTOUCHED:
-        return "keep"
-    if cls in LOW_PRECISION:
-        return "lower"
-    if cls in FLOAT32:
-        return "float32"
-    return "promote"
 
 
 class _Region(NamedTuple):
@@ -75,9 +48,13 @@ class AutocastMode(Mode):
         return any(self.regions.values())
 
     def before_op(self, cls: type, args: tuple) -> tuple:
-        """``args`` with floating tensors cast to the dtype the op's policy asks for (unchanged
-        when the op needs no cast)."""
-        policy = precision_policy(cls)
+        """``args`` with floating tensors cast to the dtype the op's ``autocast`` declaration asks
+        for (unchanged when the op needs no cast): ``"low"`` matmul-like ops, where most of the time
+        and memory go and rounding averages out; ``"fp32"`` sums of many terms, exponentials, values
+        outside float16's range; ``"keep"`` the casts autocast itself makes; ``"promote"`` (the rest)
+        the widest input dtype. These are PyTorch's autocast lists, for the ops minigrad has
+        (``minigrad.ops.op``)."""
+        policy = getattr(cls, "autocast", "promote")
         if policy == "keep":
             return args
         dtypes = [a.data.dtype for a in args if isinstance(a, Tensor) and a.data.dtype.kind == "f"]
@@ -88,10 +65,10 @@ class AutocastMode(Mode):
         # they keep the dtypes their forward used
         if region is None or backward_depth() != region.depth:
             return args
-        if policy == "lower":
+        if policy == "low":
             target = region.dtype
             wanted = [d != target and d != backend.float64 for d in dtypes]  # float64 is left alone, as torch
-        elif policy == "float32":
+        elif policy == "fp32":
             target = backend.float32
             wanted = [d.itemsize < 4 for d in dtypes]
         else:

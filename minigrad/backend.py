@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import Any
+from typing import Any, Callable
 
 import numpy
 
@@ -173,10 +173,45 @@ def _array_module(dev: Device):
         raise DeviceError(f"device {dev}: cupy is installed but no CUDA GPU is usable ({e})") from None
     if dev.index >= count:
         raise DeviceError(f"device {dev}: only {count} CUDA device(s) present")
-    from minigrad import cuda  # cuda imports this module
-
-    cuda.watch_memory_pool(cupy)  # max_memory_allocated counts from the first cuda tensor on
+    watch_memory_pool(cupy)  # max_memory_allocated counts from the first cuda tensor on
     return cupy
+
+
+class PeakAllocator:
+    """The default pool's ``malloc`` with a high-water mark per GPU, and callbacks for trackers."""
+
+    def __init__(self, cupy: Any) -> None:
+        self.cupy, self.pool = cupy, cupy.get_default_memory_pool()
+        self.peak: dict[int, int] = {}  # GPU index -> most bytes in use at once
+        self.watchers: list[Callable[[int, int], None]] = []  # watcher(gpu index, bytes in use)
+
+    def __call__(self, nbytes: int) -> Any:
+        memory = self.pool.malloc(nbytes)
+        index, used = memory.device_id, self.pool.used_bytes()  # malloc ran on the current GPU
+        if used > self.peak.get(index, 0):
+            self.peak[index] = used
+        for watch in self.watchers:
+            watch(index, used)
+        return memory
+
+    def used(self, index: int) -> int:
+        with self.cupy.cuda.Device(index):  # the pool answers for the current GPU
+            return self.pool.used_bytes()
+
+
+_allocator: PeakAllocator | None = None
+
+
+def watch_memory_pool(cupy: Any) -> PeakAllocator:
+    """Route cupy's allocations through the peak-keeping allocator (once; the backend calls this
+    when the first cuda device is made). An allocator the user set is left in place; peaks are
+    then not recorded. Returns the peak-keeping allocator."""
+    global _allocator
+    if _allocator is None or _allocator.cupy is not cupy:
+        _allocator = PeakAllocator(cupy)
+        if cupy.cuda.get_allocator() == _allocator.pool.malloc:
+            cupy.cuda.set_allocator(_allocator)
+    return _allocator
 
 
 cpu = Device("cpu")

@@ -2,7 +2,7 @@
 
 Floating results default to float32 (``minigrad.get_default_dtype()``), integer ranges to int64,
 and tensors go to ``minigrad.get_default_device()`` (cpu unless changed) when no ``device`` is given.
-Random ones draw from the device's generator, seeded by ``minigrad.manual_seed``.
+Random ones draw from the device's generator, seeded by ``minigrad.manual_seed`` (chapter 01).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from minigrad import backend
 from minigrad.backend import Device
-from minigrad.tensor import Tensor, _shape_arg, _wrap
+from minigrad._tensor import Tensor, _shape_arg, _wrap
 
 
 # Each function allocates inside ``backend.selected(dev)``: cupy allocates on the current GPU,

@@ -4,16 +4,17 @@ The names follow ``torch.cuda``. A GPU is reached through CuPy, which is importe
 these functions asks for it, so ``import minigrad`` never needs cupy. Memory is CuPy's default
 memory pool: ``memory_allocated`` is what the pool has handed out and not taken back. CuPy keeps
 no high-water mark, so minigrad wraps the pool's allocator and notes the most in use after each
-allocation (memory only grows at an allocation); the memory tracker reads the same figures.
+allocation (memory only grows at an allocation: ``backend.watch_memory_pool``, installed when the
+first cuda device is made); the memory tracker reads the same figures.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from typing import Any
 
 from minigrad import backend
-from minigrad.backend import Device
+from minigrad.backend import Device, PeakAllocator, watch_memory_pool
 from minigrad.errors import DeviceError
 
 __all__ = [
@@ -68,44 +69,7 @@ def synchronize(device: int | str | Device | None = None) -> None:
 
 
 # -- memory ----------------------------------------------------------------------------------------
-class _PeakAllocator:
-    """The default pool's ``malloc`` with a high-water mark per GPU, and callbacks for trackers."""
-
-    def __init__(self, cupy: Any) -> None:
-        self.cupy, self.pool = cupy, cupy.get_default_memory_pool()
-        self.peak: dict[int, int] = {}  # GPU index -> most bytes in use at once
-        self.watchers: list[Callable[[int, int], None]] = []  # watcher(gpu index, bytes in use)
-
-    def __call__(self, nbytes: int) -> Any:
-        memory = self.pool.malloc(nbytes)
-        index, used = memory.device_id, self.pool.used_bytes()  # malloc ran on the current GPU
-        if used > self.peak.get(index, 0):
-            self.peak[index] = used
-        for watch in self.watchers:
-            watch(index, used)
-        return memory
-
-    def used(self, index: int) -> int:
-        with self.cupy.cuda.Device(index):  # the pool answers for the current GPU
-            return self.pool.used_bytes()
-
-
-_allocator: _PeakAllocator | None = None
-
-
-def watch_memory_pool(cupy: Any) -> _PeakAllocator:
-    """Route cupy's allocations through the peak-keeping allocator (once; the backend calls this
-    when the first cuda device is made). An allocator the user set is left in place; peaks are
-    then not recorded. Returns the peak-keeping allocator."""
-    global _allocator
-    if _allocator is None or _allocator.cupy is not cupy:
-        _allocator = _PeakAllocator(cupy)
-        if cupy.cuda.get_allocator() == _allocator.pool.malloc:
-            cupy.cuda.set_allocator(_allocator)
-    return _allocator
-
-
-def _pool(device: int | str | Device | None) -> tuple[_PeakAllocator, int]:
+def _pool(device: int | str | Device | None) -> tuple[PeakAllocator, int]:
     dev = _device(device)
     return watch_memory_pool(dev.xp), dev.index
 

@@ -20,7 +20,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from minigrad.autograd.mode import Mode, active, is_backward_running
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["Event", "EventAverage", "KeyAverages", "profile", "record_function"]
 

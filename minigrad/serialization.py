@@ -32,7 +32,7 @@ from typing import Any
 import numpy  # file I/O on host arrays: .npy encoding is numpy's format
 
 from minigrad import backend
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 FORMAT = "minigrad-checkpoint"
 VERSION = 1

@@ -275,7 +275,7 @@ def install(monkeypatch: Any) -> Any:
     def forget() -> None:
         for key in [k for k in minigrad.Device._cache if k.startswith("cuda")]:
             del minigrad.Device._cache[key]
-        minigrad.cuda._allocator = None
+        minigrad.backend._allocator = None
         _set_allocator(None)
 
     forget()

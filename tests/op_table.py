@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 import minigrad
+import minigrad.nn.functional as F
 import minigrad.ops as M
 
 try:  # the torch callables only run in the torch section of test_ops.py
@@ -103,6 +104,8 @@ IDX = np.array([0, 2, 0])  # a repeated index: gradients must accumulate
 MASK = np.array([[True, False, True, False], [False, False, True, True], [True, True, False, False]])
 COND = np.array([[True, False, False, True], [False, True, True, False], [True, True, False, True]])
 TARGET = np.array([1, 0, 4, 2])
+UNIQUE = np.array([2, 0])  # distinct indices, for writes that do not accumulate
+GATHER = np.array([[0, 2, 2, 1], [1, 0, 0, 2]])  # indices into dim 0 of a (3, 4) input
 
 
 def _mt(a: np.ndarray) -> minigrad.Tensor:
@@ -156,6 +159,7 @@ OPS: list[OpInfo] = [
     *rows("gelu_tanh", lambda x: M.gelu(x, approximate="tanh"), lambda x: TF.gelu(x, approximate="tanh"),
           *UNARY),
     *rows("silu", lambda x: M.silu(x), lambda x: TF.silu(x), *UNARY),
+    *rows("hardswish", lambda x: M.hardswish(x * 4), lambda x: TF.hardswish(x * 4), *UNARY),
     *rows("softplus", lambda x: M.softplus(x), lambda x: TF.softplus(x), *UNARY),
     *rows("softplus_beta", lambda x: M.softplus(x, beta=2.0), lambda x: TF.softplus(x, beta=2.0), ((3, 4),)),
     *rows("softplus_large", lambda x: M.softplus(x), lambda x: TF.softplus(x), ((3, 4),), domain="large"),
@@ -338,6 +342,86 @@ OPS: list[OpInfo] = [
           lambda a, b: torch.einsum("ij,kj->ki", a, b), ((3, 4), (5, 4)), reduction=True),
     *rows("einsum_implicit", lambda a, b: M.einsum("ij,jk", a, b), lambda a, b: torch.einsum("ij,jk", a, b),
           ((3, 4), (4, 5)), reduction=True),
+    # -- more elementwise, logic and reductions -------------------------------------------------
+    *rows("erf", lambda x: M.erf(x), lambda x: torch.erf(x), *UNARY),
+    *rows("clip", lambda x: M.clip(x, -0.5, 0.5), lambda x: torch.clip(x, -0.5, 0.5), ((3, 4),), domain="distinct"),
+    *rows("clone", lambda x: M.clone(x), lambda x: torch.clone(x), *UNARY),
+    *rows("contiguous", lambda x: M.contiguous(x.T), lambda x: x.T.contiguous(), ((3, 4),)),
+    *rows("cast", lambda x: M.cast(x > 0, x.dtype) * x, lambda x: (x > 0).to(x.dtype) * x, ((3, 4),),
+          domain="distinct"),
+    *rows("to_device", lambda x: M.to_device(x * 2, x.device), lambda x: (x * 2).to(x.device), ((3, 4),)),
+    *rows("dropout_p0", lambda x: M.dropout(x, 0.0), lambda x: TF.dropout(x, 0.0), ((3, 4),)),  # random masks
+    *rows("dropout_p1", lambda x: M.dropout(x, 1.0), lambda x: TF.dropout(x, 1.0), ((3, 4),)),  # never agree
+    *rows("logical_and", lambda a, b: M.logical_and(a > 0, b > 0), lambda a, b: torch.logical_and(a > 0, b > 0),
+          ((3, 4), (3, 4)), differentiable=False),
+    *rows("logical_or", lambda a, b: M.logical_or(a > 0, b > 0), lambda a, b: torch.logical_or(a > 0, b > 0),
+          ((3, 4), (3, 4)), differentiable=False),
+    *rows("logical_not", lambda a: M.logical_not(a > 0), lambda a: torch.logical_not(a > 0), ((3, 4),),
+          differentiable=False),
+    *rows("bitwise_and", lambda a, b: M.bitwise_and((a * 10).long(), (b * 10).long()),
+          lambda a, b: torch.bitwise_and((a * 10).long(), (b * 10).long()), ((3, 4), (3, 4)), differentiable=False),
+    *rows("bitwise_or", lambda a, b: M.bitwise_or((a * 10).long(), (b * 10).long()),
+          lambda a, b: torch.bitwise_or((a * 10).long(), (b * 10).long()), ((3, 4), (3, 4)), differentiable=False),
+    *rows("bitwise_not", lambda a: M.bitwise_not((a * 10).long()), lambda a: torch.bitwise_not((a * 10).long()),
+          ((3, 4),), differentiable=False),
+    *rows("all", lambda x: M.all(x > 0), lambda x: torch.all(x > 0), ((3, 4),), differentiable=False),
+    *rows("all_dim", lambda x: M.all(x > -1, dim=1), lambda x: torch.all(x > -1, dim=1), ((3, 4),),
+          differentiable=False),
+    *rows("any", lambda x: M.any(x > 1, dim=0, keepdim=True), lambda x: torch.any(x > 1, dim=0, keepdim=True),
+          ((3, 4),), differentiable=False),
+    *rows("cumsum", lambda x: M.cumsum(x, 1), lambda x: torch.cumsum(x, 1), ((3, 4, 5),), reduction=True),
+    *rows("cumsum_neg", lambda x: x.cumsum(-1), lambda x: x.cumsum(-1), ((3, 4),), reduction=True),
+    *rows("sum_to", lambda x: M.sum_to(x, (1, 4)), lambda x: x.sum(0, keepdim=True), ((3, 4),), reduction=True),
+    *rows("layer_norm", lambda x: F.layer_norm(x, (5,)), lambda x: TF.layer_norm(x, (5,)), ((3, 4, 5),),
+          reduction=True),
+    *rows("batch_norm", lambda x: F.batch_norm(x, None, None, training=True),
+          lambda x: TF.batch_norm(x, None, None, training=True), ((4, 3, 2, 2),), reduction=True),
+    *rows("nll_loss", lambda z: M.nll_loss(M.log_softmax(z, -1), _mt(TARGET)),
+          lambda z: TF.nll_loss(torch.log_softmax(z, -1), _tt(TARGET)), ((4, 5),), reduction=True),
+    *rows("nll_loss_sum", lambda z: M.nll_loss(z, _mt(TARGET), reduction="sum"),
+          lambda z: TF.nll_loss(z, _tt(TARGET), reduction="sum"), ((4, 5),)),
+    # -- more movement and indexing --------------------------------------------------------------
+    *rows("movedim", lambda x: M.movedim(x, 0, -1), lambda x: torch.movedim(x, 0, -1), ((2, 3, 4),)),
+    *rows("narrow", lambda x: M.narrow(x, 1, 1, 2), lambda x: torch.narrow(x, 1, 1, 2), ((3, 4),)),
+    *rows("gather", lambda x: M.gather(x, 0, _mt(GATHER)), lambda x: torch.gather(x, 0, _tt(GATHER)), ((3, 4),)),
+    *rows("index_select", lambda x: M.index_select(x, 0, _mt(IDX)), lambda x: torch.index_select(x, 0, _tt(IDX)),
+          ((3, 4),)),
+    *rows("index_select_dim1", lambda x: M.index_select(x, 1, _mt(IDX)),
+          lambda x: torch.index_select(x, 1, _tt(IDX)), ((2, 3),)),
+    *rows("index_add", lambda x, s: M.index_add(x, 0, _mt(IDX), s), lambda x, s: torch.index_add(x, 0, _tt(IDX), s),
+          ((3, 4), (3, 4))),
+    *rows("scatter_add", lambda x, s: M.scatter_add(x, 0, _mt(GATHER), s),
+          lambda x, s: torch.scatter_add(x, 0, _tt(GATHER), s), ((3, 4), (2, 4))),
+    *rows("index_put", lambda x, v: M.index_put(x, (_mt(UNIQUE),), v),
+          lambda x, v: torch.index_put(x, (_tt(UNIQUE),), v), ((3, 4), (2, 4))),
+    # -- linear algebra, convolution and pooling -------------------------------------------------
+    *rows("mm", lambda a, b: M.mm(a, b), lambda a, b: torch.mm(a, b), ((3, 4), (4, 5)), reduction=True),
+    *rows("bmm", lambda a, b: M.bmm(a, b), lambda a, b: torch.bmm(a, b), ((2, 3, 4), (2, 4, 5)), reduction=True),
+    *rows("dot", lambda a, b: M.dot(a, b), lambda a, b: torch.dot(a, b), ((4,), (4,)), reduction=True),
+    *rows("outer", lambda a, b: M.outer(a, b), lambda a, b: torch.outer(a, b), ((3,), (4,))),
+    *rows("conv2d", lambda x, w, b: M.conv2d(x, w, b), lambda x, w, b: TF.conv2d(x, w, b),
+          ((2, 3, 5, 5), (4, 3, 3, 3), (4,)), reduction=True),
+    *rows("conv2d_strided", lambda x, w: M.conv2d(x, w, stride=2, padding=1, dilation=(1, 2)),
+          lambda x, w: TF.conv2d(x, w, stride=2, padding=1, dilation=(1, 2)), ((1, 2, 6, 7), (3, 2, 3, 2)),
+          reduction=True),
+    *rows("conv2d_groups", lambda x, w: M.conv2d(x, w, groups=2), lambda x, w: TF.conv2d(x, w, groups=2),
+          ((1, 4, 4, 4), (6, 2, 2, 2)), reduction=True),
+    *rows("conv1d", lambda x, w, b: M.conv1d(x, w, b, padding=1), lambda x, w, b: TF.conv1d(x, w, b, padding=1),
+          ((2, 3, 6), (4, 3, 3), (4,)), reduction=True),
+    *rows("conv_transpose2d", lambda x, w, b: M.conv_transpose2d(x, w, b, stride=2),
+          lambda x, w, b: TF.conv_transpose2d(x, w, b, stride=2), ((1, 3, 3, 3), (3, 2, 2, 2), (2,)),
+          reduction=True),
+    *rows("max_pool2d", lambda x: M.max_pool2d(x, 2), lambda x: TF.max_pool2d(x, 2), ((2, 3, 4, 6),),
+          domain="distinct"),
+    *rows("max_pool2d_padded", lambda x: M.max_pool2d(x, 3, stride=2, padding=1),
+          lambda x: TF.max_pool2d(x, 3, stride=2, padding=1), ((1, 2, 5, 5),), domain="distinct"),
+    *rows("avg_pool2d", lambda x: M.avg_pool2d(x, 2), lambda x: TF.avg_pool2d(x, 2), ((2, 3, 4, 6),),
+          reduction=True),
+    *rows("avg_pool2d_padded", lambda x: M.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False),
+          lambda x: TF.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False), ((1, 2, 5, 5),),
+          reduction=True),
+    *rows("adaptive_avg_pool2d", lambda x: M.adaptive_avg_pool2d(x, (2, 3)),
+          lambda x: TF.adaptive_avg_pool2d(x, (2, 3)), ((2, 3, 4, 6),), ((1, 2, 5, 7),), reduction=True),
 ]
 
 assert len({op.name for op in OPS}) == len(OPS), "op names must be unique (they are the test ids)"

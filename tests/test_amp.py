@@ -92,6 +92,15 @@ def test_other_ops_follow_the_widest_input(name):
         assert fn().dtype == expected
 
 
+def test_a_new_op_autocasts_by_its_declaration():
+    """Hardswish declares no autocast policy, so it follows its input: float16 after a Linear,
+    float32 again in the sum that follows (amp reads the op's class, not a list of ops)."""
+    with autocast():
+        h = F.hardswish(F.linear(rand(4, 5), rand(3, 5)))
+        assert h.dtype == f16 and h.sum().dtype == f32
+    assert F.hardswish(rand(4, 5)).dtype == f32
+
+
 def test_float64_is_left_alone():
     with autocast():
         assert (rand(4, 5, dtype=f64) @ rand(5, 3, dtype=f64)).dtype == f64

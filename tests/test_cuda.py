@@ -30,7 +30,7 @@ def no_cuda_devices(monkeypatch):
     """Forget the cuda devices made so far, so the next one asks cupy again."""
     kept = {k: v for k, v in mg.Device._cache.items() if not k.startswith("cuda")}
     monkeypatch.setattr(mg.Device, "_cache", kept)
-    monkeypatch.setattr(mg.cuda, "_allocator", None)
+    monkeypatch.setattr(mg.backend, "_allocator", None)
     monkeypatch.setattr(backend, "_default_device", backend.cpu)
 
 

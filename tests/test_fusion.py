@@ -8,6 +8,7 @@ import pytest
 
 import minigrad as mg
 from minigrad import nn
+from minigrad.nn import functional as F
 from minigrad.graph import trace
 from minigrad.graph.passes import eliminate_dead_code, fuse_elementwise, fusion_groups
 from minigrad.graph.trace import run_graph
@@ -179,3 +180,21 @@ def test_no_group_means_no_change(kind):
     fn = (lambda x: x.exp()) if kind == "elementwise" else (lambda x: x.sum(0))
     graph = trace(fn, randn(3)).graph
     assert str(fuse_elementwise(graph)) == str(graph)
+
+
+def test_a_new_elementwise_op_fuses_from_its_declarations():
+    """Hardswish declares its kind and its CPU and CUDA code beside its forward; nothing in graph/ names it."""
+    def fn(x):
+        return F.hardswish(x * 2 + 1) * x
+
+    x = randn(64, 32) * 4
+    assert groups_of(fn, x) == [["Mul", "Add", "Hardswish", "Mul"]]
+    fused = fuse_elementwise(eliminate_dead_code(trace(fn, x).graph))
+    (node,) = [n for n in fused if n.op == "fused"]
+    on_gpu = node.meta["device"].type == "cuda"  # its declared code, not a call of its forward
+    assert ("? (float)6 : v2 + (float)3" if on_gpu else "clip(s") in node.fn.source
+    skip_if_kernels_cannot_run()
+    if on_gpu:
+        np.testing.assert_allclose(to_numpy(run_graph(fused, [x])[0]), to_numpy(fn(x)), rtol=1e-6, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(to_numpy(run_graph(fused, [x])[0]), to_numpy(fn(x)))  # bit for bit

@@ -196,3 +196,11 @@ def test_missing_onnx_says_what_to_install(monkeypatch, tmp_path):
 def test_importing_minigrad_does_not_import_onnx():
     code = "import sys, minigrad, minigrad.graph; minigrad.graph.export_onnx; assert 'onnx' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_a_new_op_exports_from_its_declaration(opset, tmp_path):
+    """Hardswish's class says how it exports (HardSwish from opset 14, x * HardSigmoid(x) before)."""
+    model = check_export(nn.Sequential(nn.Linear(4, 6), nn.Hardswish()), mg.randn(3, 4) * 4, tmp_path=tmp_path,
+                         opset=opset)
+    assert ("HardSwish" if opset >= 14 else "HardSigmoid") in op_types(model)

@@ -105,11 +105,12 @@ plt.show()
 # ## 2. autocast: each op in the precision it tolerates
 # Inside `minigrad.autocast()` matrix products and convolutions get float16 inputs, while
 # reductions, `exp`, `log`, softmax, the losses and the normalisations get float32 inputs; any
-# other op runs in the widest dtype among its inputs. The lists:
+# other op runs in the widest dtype among its inputs. Each op's class declares which (`autocast = "low"`
+# or `"fp32"`, beside its forward):
 
 # %%
-print("float16:", sorted(op.__name__ for op in amp.LOW_PRECISION))
-print("float32:", sorted(op.__name__ for op in amp.FLOAT32))
+print("float16:", sorted(op.__name__ for op in minigrad.ops.all_ops() if op.autocast == "low"))
+print("float32:", sorted(op.__name__ for op in minigrad.ops.all_ops() if op.autocast == "fp32"))
 
 # %% [markdown]
 # The parameters stay float32 (the "master weights"): autocast casts them to float16 on the way

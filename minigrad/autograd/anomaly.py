@@ -19,7 +19,7 @@ from typing import Any, Callable
 from minigrad.autograd.function import Function
 from minigrad.autograd.mode import Mode, active, is_backward_running, pop, push
 from minigrad.errors import AnomalyError
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["detect_anomaly", "is_anomaly_check_nan_enabled", "is_anomaly_enabled", "set_detect_anomaly"]
 

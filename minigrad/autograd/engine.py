@@ -20,7 +20,7 @@ from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.autograd.grad_mode import set_grad_enabled
 from minigrad.autograd.mode import backward_pass, current_modes
 from minigrad.errors import AutogradError, ShapeError
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 
 def topological_order(roots: Iterable[Function]) -> list[Function]:

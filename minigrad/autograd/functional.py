@@ -17,7 +17,7 @@ from minigrad.autograd.engine import grad
 from minigrad.autograd.grad_mode import enable_grad
 from minigrad.creation import zeros_like
 from minigrad.errors import AutogradError
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["hessian", "hvp", "jacobian", "jvp", "vhp", "vjp"]
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 from minigrad import backend
 from minigrad.autograd.engine import grad
 from minigrad.errors import DTypeError
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
 

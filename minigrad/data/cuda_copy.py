@@ -18,7 +18,7 @@ import numpy
 from minigrad import backend
 from minigrad.backend import Device
 from minigrad.data.workers import map_tensors
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["AsyncCopier", "is_pinned", "pin_memory"]
 

@@ -25,7 +25,7 @@ from minigrad.data.sampler import (
 )
 from minigrad.data.workers import WorkerPool
 from minigrad.errors import DeviceError, DTypeError, ShapeError
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["DataLoader", "default_collate", "default_convert"]
 

@@ -17,7 +17,7 @@ import numpy
 
 from minigrad.data.sampler import as_generator
 from minigrad.errors import ShapeError
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset",
            "ChainDataset", "random_split"]

@@ -20,7 +20,7 @@ from minigrad import backend
 from minigrad.data.dataloader import default_collate
 from minigrad.data.workers import BackgroundIterator, WorkerPool
 from minigrad.errors import ShapeError
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["Pipeline", "AUTOTUNE"]
 

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Iterator, Sequence, Sized
 import numpy
 
 from minigrad import backend
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
            "WeightedRandomSampler", "BatchSampler", "as_generator"]

@@ -16,7 +16,7 @@ import numpy
 
 from minigrad import backend
 from minigrad.errors import DTypeError, ShapeError
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["Compose", "ToTensor", "Normalize", "RandomCrop", "RandomHorizontalFlip",
            "RandomVerticalFlip", "RandomRotation", "Lambda"]

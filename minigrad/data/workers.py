@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy
 
 from minigrad import backend
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["WorkerInfo", "get_worker_info", "WorkerPool", "BackgroundIterator", "map_tensors", "pack",
            "unpack"]

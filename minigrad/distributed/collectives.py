@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 from minigrad import backend as _backend
 from minigrad.distributed.process_group import ProcessGroup, ReduceOp, Work, group
 from minigrad.errors import ShapeError
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = [
     "all_gather", "all_gather_into_tensor", "all_reduce", "broadcast", "irecv", "isend", "recv",

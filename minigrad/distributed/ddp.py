@@ -26,7 +26,7 @@ from minigrad.distributed.collectives import _buffer
 from minigrad.distributed.process_group import ReduceOp, Work, group
 from minigrad.errors import ShapeError
 from minigrad.nn.module import Module, Parameter
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["DistributedDataParallel"]
 

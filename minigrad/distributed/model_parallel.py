@@ -2,11 +2,11 @@
 
 ``y = x W^T`` splits two ways. *Column-parallel*: rank r holds rows r of W (a block of output
 features) and computes its block of y; an all-gather assembles y. *Row-parallel*: rank r holds a
-block of W's columns (input features), multiplies its block of x, and an all-reduce sums the
-partial products. Each communication has a mirror image in backward, so the four autograd ops
-below come in pairs: copy (identity forward, all-reduce backward) with reduce (all-reduce
-forward, identity backward), and gather with scatter. A column-parallel layer followed by a
-row-parallel one (an MLP) needs a single all-reduce each way.
+block of W's columns (input features), multiplies its block of x, and an all-reduce sums the partial
+products. Each communication has a mirror image in backward, so the four autograd ops
+(``minigrad.ops.parallel``, re-exported here) come in pairs: copy (identity forward, all-reduce
+backward) with reduce (all-reduce forward, identity backward), and gather with scatter. A
+column-parallel layer followed by a row-parallel one (an MLP) needs a single all-reduce each way.
 """
 
 from __future__ import annotations
@@ -15,82 +15,17 @@ import math
 from typing import Any
 
 from minigrad import creation
-from minigrad.distributed.process_group import ReduceOp, group
+from minigrad.distributed.process_group import group
 from minigrad.errors import ShapeError
 from minigrad.nn import functional as F
 from minigrad.nn import init
 from minigrad.nn.linear import Linear
 from minigrad.nn.module import Module, Parameter
-from minigrad.ops.elementwise import Op
-from minigrad.tensor import Tensor
+from minigrad.ops.parallel import copy_to_parallel, gather_from_parallel, reduce_from_parallel, scatter_to_parallel
+from minigrad._tensor import Tensor
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "copy_to_parallel", "gather_from_parallel",
            "reduce_from_parallel", "scatter_to_parallel"]
-
-
-class CopyToParallel(Op):
-    @staticmethod
-    def forward(ctx, x): return x
-    @staticmethod
-    def backward(ctx, g): return reduce_from_parallel(g)
-
-
-class ReduceFromParallel(Op):
-    @staticmethod
-    def forward(ctx, x):
-        out = ctx.xp.array(x, order="C")
-        group().backend.all_reduce(out, ReduceOp.SUM, False).wait()
-        return out
-
-    @staticmethod
-    def backward(ctx, g): return copy_to_parallel(g)
-
-
-class GatherFromParallel(Op):
-    @staticmethod
-    def forward(ctx, x):
-        pg = group()
-        every = ctx.xp.empty((pg.size(),) + x.shape, dtype=x.dtype)
-        pg.backend.all_gather(every, ctx.xp.ascontiguousarray(x), False).wait()
-        return ctx.xp.concatenate(list(every), axis=-1)
-
-    @staticmethod
-    def backward(ctx, g): return scatter_to_parallel(g)
-
-
-class ScatterToParallel(Op):
-    @staticmethod
-    def forward(ctx, x):
-        pg = group()
-        k = x.shape[-1] // pg.size()
-        return ctx.xp.ascontiguousarray(x[..., pg.rank() * k:(pg.rank() + 1) * k])
-
-    @staticmethod
-    def backward(ctx, g): return gather_from_parallel(g)
-
-
-def copy_to_parallel(x: Tensor) -> Tensor:
-    """``x`` unchanged; in backward, the ranks' gradients of it are summed (each rank used x)."""
-    return CopyToParallel.apply(x)
-
-
-def reduce_from_parallel(x: Tensor) -> Tensor:
-    """The sum over ranks of their ``x``; in backward, the gradient passes unchanged."""
-    return ReduceFromParallel.apply(x)
-
-
-def gather_from_parallel(x: Tensor) -> Tensor:
-    """The ranks' ``x`` concatenated along the last dim; in backward, each keeps its block."""
-    return GatherFromParallel.apply(x)
-
-
-def scatter_to_parallel(x: Tensor) -> Tensor:
-    """This rank's block of ``x``'s last dim; in backward, the blocks' gradients are gathered."""
-    n = group().size()
-    if x.shape[-1] % n:
-        raise ShapeError(f"scatter_to_parallel: the last dim ({x.shape[-1]}) of shape {tuple(x.shape)} "
-                         f"does not split evenly across {n} ranks")
-    return ScatterToParallel.apply(x)
 
 
 def _shard_size(features: int, what: str) -> int:

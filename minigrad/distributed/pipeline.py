@@ -20,7 +20,7 @@ from minigrad.errors import ShapeError
 from minigrad.nn.containers import Sequential
 from minigrad.nn.module import Module
 from minigrad.ops import cat
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["PipelineStage", "ScheduleGPipe", "gpipe_bubble", "split_sequential"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from minigrad.distributed.collectives import _buffer, check_same
 from minigrad.distributed.process_group import ReduceOp, group
 from minigrad.errors import DTypeError
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["ring_all_reduce"]
 

@@ -23,7 +23,7 @@ from minigrad.graph.ir import Graph
 from minigrad.graph.passes import PassManager, default_passes
 from minigrad.graph.passes.fusion import MAX_GROUP_SIZE, fuse_elementwise
 from minigrad.graph.trace import Tracer, TraceWarning
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["CompileWarning", "CompiledFunction", "compile"]
 

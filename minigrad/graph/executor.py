@@ -16,15 +16,14 @@ from typing import Any, Callable, Sequence
 
 from minigrad.autograd import mode
 from minigrad.graph.interpret import EFFECT_OPS, apply_effect, keeps_ctx, node_step, run_node, source_tensor
-from minigrad.graph.ir import Graph, Node
-from minigrad.graph.writeback import UFUNCS, plan_writes, ufunc_args
-from minigrad.tensor import Tensor
+from minigrad.graph.ir import SOURCE_OPS, Graph, Node
+from minigrad.graph.writeback import plan_writes, ufunc_args
+from minigrad._tensor import Tensor
 
 __all__ = ["Executor"]
 
-VIEW_OPS = frozenset({"Reshape", "Permute", "BroadcastTo"})  # results that share their input's buffer
-_FROM_OUTSIDE = frozenset({"placeholder", "constant", "parameter", "grad"})  # memory the graph does not own
-_STRUCTURAL = frozenset({"constant", "parameter", "grad", "getitem", "saved"})  # values looked up, not computed
+_FROM_OUTSIDE = SOURCE_OPS  # memory the graph does not own
+_STRUCTURAL = (SOURCE_OPS - {"placeholder"}) | {"getitem", "saved"}  # values looked up, not computed
 
 
 class Executor:
@@ -65,7 +64,7 @@ class Executor:
                               e in self.writes.absorbed, e in self.writes.own_grads) for e in self.effects]
         self.planned_live = self._plan_memory()
         self.planned_peak = max(self.planned_live, default=0)
-        owned = [n for n in self.schedule if n.op not in _FROM_OUTSIDE and n.op not in VIEW_OPS]
+        owned = [n for n in self.schedule if n.op not in _FROM_OUTSIDE and not _is_view(n)]
         self.planned_total = sum(_nbytes(n) for n in owned)
         self.measured_peak: int | None = None
 
@@ -186,7 +185,7 @@ class Executor:
         if n.op == "fused":
             kernel = n.fn
             return lambda arrays: (kernel(*arrays, out=t.data if self._in_place else None), None)
-        ufunc = getattr(n.meta["ctx_device"].xp, UFUNCS[n.op])
+        ufunc = getattr(n.meta["ctx_device"].xp, n.fn.ufunc)
         return lambda arrays: (ufunc(*ufunc_args(n, arrays), out=t.data if self._in_place else None), None)
 
     def _plan_memory(self) -> list[int]:
@@ -201,7 +200,7 @@ class Executor:
             if n.op in _FROM_OUTSIDE or n.op in EFFECT_OPS or n in self.writes.into:
                 owner[n] = None
                 continue
-            if n.op in VIEW_OPS:
+            if _is_view(n):
                 owner[n] = owner[n.inputs[0]]
             else:
                 owner[n] = n
@@ -258,3 +257,8 @@ def _fmt(nbytes: int) -> str:
         if nbytes >= size:
             return f"{nbytes / size:.2f} {unit}"
     return f"{nbytes} B"
+
+
+def _is_view(n: Node) -> bool:
+    """Whether the node's value shares its input's buffer (its op declares ``returns_view``)."""
+    return getattr(n.fn, "returns_view", False)

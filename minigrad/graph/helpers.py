@@ -12,7 +12,7 @@ import inspect
 from typing import Any, Callable
 
 from minigrad.errors import TraceError
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["flatten", "positional_names", "unflatten"]
 

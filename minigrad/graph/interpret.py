@@ -18,7 +18,7 @@ from minigrad.autograd import grad_mode
 from minigrad.backend import cpu
 from minigrad.errors import TraceError
 from minigrad.graph.ir import Graph, Node
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["ARRAY_ARG", "EFFECT_OPS", "TENSOR_ARG", "apply_effect", "keeps_ctx", "node_step", "run_graph", "run_node",
            "saved_value", "source_tensor"]

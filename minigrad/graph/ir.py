@@ -1,12 +1,14 @@
 """The graph IR: a static computational graph as nodes with in-edges and out-edges (chapter 01).
 
 A ``Graph`` holds ``Node``s in insertion order. A node names its ``op`` (an op class such as
-``"Mul"``, or a structural op from ``OPS`` below), its ``inputs`` (in-edges) and ``users``
-(out-edges, kept in sync by the graph), the op's non-tensor arguments ``attrs``, and the ``shape``
-and ``dtype`` of its value. The topological order, the order in which the graph can execute, is
-cached and recomputed after any mutation; ``levels()`` groups the nodes that depend on nothing
-in their own group, which is what could run in parallel. ``minigrad.graph.trace`` builds graphs
-and the passes of chapter 03 rewrite them.
+``"Mul"``, the class itself in ``fn``, or a structural op from ``OPS`` below), its ``inputs``
+(in-edges) and ``users`` (out-edges, kept in sync by the graph), the op's non-tensor arguments
+``attrs``, and the ``shape`` and ``dtype`` of its value. The topological order, the order in which
+the graph can execute, is cached and recomputed after any mutation; ``levels()`` groups the nodes
+that depend on nothing in their own group, which is what could run in parallel.
+``minigrad.graph.trace`` builds graphs and the passes of chapter 03 rewrite them; what they need to
+know about an op they read from its class (``node.fn``; ``minigrad.ops.op`` lists the declarations),
+never from a table of names.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Iterable, Iterator
 
-__all__ = ["Graph", "GraphError", "Node", "OPS", "SIDE_EFFECT_OPS", "SOURCE_OPS", "op_kind"]
+__all__ = ["EFFECT_OPS", "Graph", "GraphError", "Node", "OPS", "SIDE_EFFECT_OPS", "SOURCE_OPS", "op_kind"]
 
 # The structural ops; every other op is the name of the Function class in ``node.fn``.
 OPS = {
@@ -31,21 +33,11 @@ OPS = {
 }
 SOURCE_OPS = frozenset({"placeholder", "constant", "parameter", "grad"})
 SIDE_EFFECT_OPS = frozenset({"copy_", "set_grad", "output"})
+EFFECT_OPS = frozenset({"copy_", "set_grad"})  # the side effects that write a tensor
+# the kinds of the structural ops and of ``fused``, a group merged into one generated kernel (passes/fusion.py)
+STRUCTURAL_KINDS = {"getitem": "movement", "saved": "movement", "copy_": "effect", "set_grad": "effect",
+                    "fused": "fused"}
 
-# Op kinds by op name (fusion rules, chapter 03, and the colours of a drawing go by kind).
-_KINDS = {
-    "elementwise": "Add Sub Mul Div Neg Pow Exp Log Sqrt Rsqrt Abs Sign Sin Cos Tanh TanhBackward Sigmoid "
-                   "SigmoidBackward Relu LeakyRelu Softplus Clamp Maximum Minimum Where Cast Clone Gelu Erf "
-                   "Equal NotEqual Less LessEqual Greater GreaterEqual LogicalAnd LogicalOr LogicalNot",
-    "reduction": "Sum SumTo Mean Prod Cumsum Amax Amin MaxDim MinDim Argmax Argmin Var Logsumexp Softmax "
-                 "LogSoftmax Standardize MaxPool2d WindowSum",
-    "matmul": "Matmul Linear Einsum Conv2d ConvTranspose2d Conv2dWeight",
-    "movement": "Reshape BroadcastTo Permute Cat Flip Repeat Pad GetItem ScatterIndex IndexPut Contiguous "
-                "ToDevice WindowGather WindowScatter WindowSpread Pick Place getitem saved",
-    "effect": "copy_ set_grad",
-    "fused": "fused",  # a group of ops merged into one generated kernel (passes/fusion.py)
-}
-_KIND_OF = {op: kind for kind, ops in _KINDS.items() for op in ops.split()}
 _KIND_COLOR = {
     "placeholder": "#9ecae1", "parameter": "#fdd49e", "grad": "#fdd49e", "constant": "#d9d9d9",
     "elementwise": "#c7e9c0", "reduction": "#fcbba1", "matmul": "#dadaeb", "movement": "#f0f0f0",
@@ -53,12 +45,15 @@ _KIND_COLOR = {
 }
 
 
-def op_kind(op: str) -> str:
-    """The kind of an op: a source op's own name, elementwise, reduction, matmul (and conv),
-    movement, effect, output, or other."""
-    if op in SOURCE_OPS or op == "output":
-        return op
-    return _KIND_OF.get(op, "other")
+def op_kind(node: Node) -> str:
+    """The kind of a node's op: a source op's own name, output, effect (``copy_``, ``set_grad``),
+    movement (``getitem``, ``saved``), fused, or else what its op class declares (``minigrad.ops.op``):
+    elementwise, reduction, matmul (and conv), movement or other."""
+    if node.op in SOURCE_OPS or node.op == "output":
+        return node.op
+    if node.op in STRUCTURAL_KINDS:
+        return STRUCTURAL_KINDS[node.op]
+    return getattr(node.fn, "kind", "other")
 
 
 class GraphError(RuntimeError):
@@ -92,7 +87,7 @@ class Node:
 
     @property
     def kind(self) -> str:
-        return op_kind(self.op)
+        return op_kind(self)
 
     @property
     def has_side_effects(self) -> bool:

@@ -4,14 +4,13 @@ ONNX describes a model as a graph of standard ops plus its weights (initializers
 trained here runs in onnxruntime, TensorRT or a browser. ``export_onnx`` traces a Module in eval
 mode under ``no_grad`` (or takes a graph already traced), freezes the parameters and folds what
 depends on them alone (``fold_constants(freeze=True)``: BatchNorm's scale and shift become two
-arrays), then walks the graph in topological order and emits every op with the small function
-``EMITTERS`` lists for it. The ``onnx`` package is an optional extra, imported only when exporting.
+arrays), then walks the graph in topological order and emits every op as its class declares (``onnx``: the
+ONNX op type, or a small emitter beside forward that calls the ``_Builder`` below). The ``onnx``
+package is an optional extra, imported only when exporting.
 """
 
 from __future__ import annotations
 
-import math
-import operator
 import os
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -25,12 +24,13 @@ from minigrad.graph.passes.rewrite import reaching
 from minigrad.graph.helpers import positional_names
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, TracedFunction, trace
 from minigrad.nn.module import Module
-from minigrad.tensor import Tensor
+from minigrad.ops import all_ops
+from minigrad._tensor import Tensor
 
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["EMITTERS", "OnnxExporterError", "UnsupportedOperatorError", "export_onnx"]
+__all__ = ["OnnxExporterError", "UnsupportedOperatorError", "export_onnx"]
 
 MIN_OPSET = 13  # Softmax over one axis and ReduceSum's axes as an input start here
 
@@ -224,6 +224,25 @@ class _Builder:
             return self.add(op_type, [x, self.ints(dims)], keepdims=int(keepdim))
         return self.add(op_type, [x], axes=list(dims), keepdims=int(keepdim))
 
+    def compare(self, op_type: str, x: Any, y: Any, negate: bool = False) -> str:
+        """A comparison of ``x`` and ``y`` in their common dtype (``Not`` of it when ``negate``)."""
+        dtype = backend.numpy.result_type(*[self.dtypes[v] for v in (x, y) if isinstance(v, str)])
+        out = self.add(op_type, [self.operand(x, dtype), self.operand(y, dtype)])
+        return self.add("Not", [out]) if negate else out
+
+    def window(self, g: Any, dilation: bool = True) -> dict:
+        """ONNX window attributes from a conv/pool ``Geometry``; pads are all begins, then all ends."""
+        (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw) = g
+        attrs = {"kernel_shape": [kh, kw], "strides": [sh, sw], "pads": [pt, pl, pb, pr]}
+        return {**attrs, "dilations": [dh, dw]} if dilation else attrs
+
+    def onnx_dtype(self, dtype: Any) -> int:
+        return _onnx_dtype(self.onnx, dtype)
+
+    def unsupported(self, message: str) -> UnsupportedOperatorError:
+        """The error an emitter raises for a form of its op that ONNX cannot express."""
+        return UnsupportedOperatorError(f"export_onnx: {message}")
+
     def name_output(self, value: str, name: str) -> None:
         """Give a graph output its name: rename the value where an op here made it, or else (an
         input, an initializer, a value returned twice) copy it with an Identity."""
@@ -239,7 +258,7 @@ class _Builder:
         self._renamed[value] = name
 
 
-# -- one emitter per op: (builder, node, *the op's forward arguments) -> ONNX value(s) ------------
+# -- emitting a node: what its op class declares (``onnx``: an ONNX op type, or an emitter) --------
 def _emit(b: _Builder, node: Node) -> Any:
     op = node.op
     if op in ("constant", "parameter"):
@@ -250,161 +269,13 @@ def _emit(b: _Builder, node: Node) -> Any:
             raise UnsupportedOperatorError(f"export_onnx: output {node.attrs['index']} of {node.inputs[0].op} "
                                            f"({node.inputs[0].name}) has no ONNX equivalent")
         return value
-    emit = EMITTERS.get(op)
+    emit = getattr(node.fn, "onnx", None)
     if emit is None:
+        supported = sorted(op.__name__ for op in all_ops() if op.onnx is not None)
         raise UnsupportedOperatorError(f"export_onnx: op {op} ({node.name}) has no ONNX translation; supported ops: "
-                                       f"{', '.join(sorted(EMITTERS))}")
+                                       f"{', '.join(supported)}")
     values = iter([b.values[i] for i in node.inputs])
     args = [next(values) if k in (TENSOR_ARG, ARRAY_ARG) else node.attrs[k] for k in node.meta["args"]]
+    if isinstance(emit, str):  # the ONNX op of that name computes it from the same operands
+        return b.add(emit, [b.operand(x, node.dtype) for x in args])
     return emit(b, node, *args, **{k: node.attrs[k] for k in node.meta["kwargs"]})
-
-
-def _unary(op_type: str) -> Callable:
-    return lambda b, node, a: b.add(op_type, [a])
-
-
-def _binary(op_type: str) -> Callable:
-    return lambda b, node, x, y: b.add(op_type, [b.operand(x, node.dtype), b.operand(y, node.dtype)])
-
-
-def _compare(op_type: str, negate: bool = False) -> Callable:
-    def emit(b: _Builder, node: Node, x: Any, y: Any) -> str:
-        dtype = backend.numpy.result_type(*[b.dtypes[v] for v in (x, y) if isinstance(v, str)])
-        out = b.add(op_type, [b.operand(x, dtype), b.operand(y, dtype)])
-        return b.add("Not", [out]) if negate else out
-    return emit
-
-
-def _reduction(op_type: str) -> Callable:
-    return lambda b, node, a, dims, keepdim: b.reduce(op_type, a, dims, keepdim)
-
-
-def _window(g: Any, dilation: bool = True) -> dict:
-    """ONNX window attributes from a conv/pool ``Geometry``; pads are all begins, then all ends."""
-    (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw) = g
-    attrs = {"kernel_shape": [kh, kw], "strides": [sh, sw], "pads": [pt, pl, pb, pr]}
-    return {**attrs, "dilations": [dh, dw]} if dilation else attrs
-
-
-def _linear(b: _Builder, node: Node, x: str, w: str, bias: str | None) -> str:
-    if len(node.shape) == 2:  # one GEMM with the weight transposed in place and the bias added
-        return b.add("Gemm", [x, w] + ([bias] if bias is not None else []), transB=1)
-    y = b.add("MatMul", [x, b.add("Transpose", [w], perm=[1, 0])])
-    return y if bias is None else b.add("Add", [y, bias])
-
-
-def _conv(b: _Builder, node: Node, x: str, w: str, bias: str | None, g: Any, groups: int) -> str:
-    return b.add("Conv", [x, w] + ([bias] if bias is not None else []), group=groups, **_window(g))
-
-
-def _window_sum(b: _Builder, node: Node, x: str, g: Any, out_hw: Any) -> str:
-    # the sum of a window is its mean (padding counted) times its size; avg_pool2d has no dilation
-    mean = b.add("AveragePool", [x], count_include_pad=1, **_window(g, dilation=False))
-    return b.add("Mul", [mean, b.scalar(g.kernel[0] * g.kernel[1], node.dtype)])
-
-
-def _row_column_map(b: _Builder, node: Node, x: str, rows: str, cols: str) -> str:
-    return b.add("MatMul", [b.add("MatMul", [rows, x]), b.add("Transpose", [cols], perm=[1, 0])])  # A @ x @ B.T
-
-
-def _standardize(b: _Builder, node: Node, x: str, dims: tuple, eps: float) -> list:
-    """LayerNormalization (its scale of ones: the graph's own Mul and Add apply the affine part)
-    when it normalises the trailing dims and only the result is read; else the formula."""
-    shape, dtype = node.inputs[0].shape, node.inputs[0].dtype
-    used = {u.attrs["index"] for u in node.users if u in b.live}
-    if b.opset >= 17 and tuple(dims) == tuple(range(len(shape) - len(dims), len(shape))) and used <= {0}:
-        ones = b.initializer(backend.numpy.ones(shape[dims[0]:], dtype=dtype))
-        return [b.add("LayerNormalization", [x, ones], axis=dims[0], epsilon=float(eps)), None, None]
-    mean = b.reduce("ReduceMean", x, dims, True)
-    d = b.add("Sub", [x, mean])
-    var = b.reduce("ReduceMean", b.add("Mul", [d, d]), dims, True)
-    return [b.add("Div", [d, b.add("Sqrt", [b.add("Add", [var, b.scalar(eps, dtype)])])]), mean, var]
-
-
-def _gelu(b: _Builder, node: Node, a: str) -> str:
-    if b.opset >= 20:
-        return b.add("Gelu", [a])
-    cdf = b.add("Add", [b.add("Erf", [b.add("Mul", [a, b.scalar(1 / math.sqrt(2), node.dtype)])]),
-                        b.scalar(1.0, node.dtype)])
-    return b.add("Mul", [b.add("Mul", [a, b.scalar(0.5, node.dtype)]), cdf])  # x * (1 + erf(x / sqrt 2)) / 2
-
-
-def _softplus(b: _Builder, node: Node, a: str, beta: float, threshold: float) -> str:
-    ba = b.add("Mul", [a, b.scalar(beta, node.dtype)])
-    soft = b.add("Div", [b.add("Softplus", [ba]), b.scalar(beta, node.dtype)])
-    return b.add("Where", [b.add("Greater", [ba, b.scalar(threshold, node.dtype)]), a, soft])
-
-
-def _clamp(b: _Builder, node: Node, a: str, lo: float | None, hi: float | None) -> str:
-    return b.add("Clip", [a] + ["" if v is None else b.scalar(v, node.dtype) for v in (lo, hi)])
-
-
-def _getitem(b: _Builder, node: Node, a: str, index: tuple) -> str:
-    """Basic indexing: one Slice for the ints and slices, then a Reshape drops the int dims and
-    adds the None ones."""
-    basic, advanced = index
-    if advanced is not None:
-        raise UnsupportedOperatorError(f"export_onnx: {node.name} (GetItem) indexes with integer or boolean "
-                                       "tensors; only ints, slices, None and ... export")
-    shape = node.inputs[0].shape
-    items = basic if isinstance(basic, tuple) else (basic,)
-    used = sum(i is not None and i is not Ellipsis for i in items)
-    items = tuple(x for i in items for x in ((slice(None),) * (len(shape) - used) if i is Ellipsis else (i,)))
-    starts, ends, axes, steps, axis = [], [], [], [], 0
-    for item in items:
-        if item is None:
-            continue
-        n = shape[axis]
-        if isinstance(item, slice):
-            start, stop, step = item.indices(n)
-            if (start, stop, step) != (0, n, 1):  # a stop before 0 (a backward slice) is -n-1 in ONNX
-                starts, ends, axes, steps = starts + [start], ends + [stop if stop >= 0 else -n - 1], \
-                    axes + [axis], steps + [step]
-        else:
-            i = operator.index(item) % n
-            starts, ends, axes, steps = starts + [i], ends + [i + 1], axes + [axis], steps + [1]
-        axis += 1
-    out = b.add("Slice", [a, b.ints(starts), b.ints(ends), b.ints(axes), b.ints(steps)]) if axes else a
-    if all(isinstance(i, slice) for i in items):
-        return out
-    return b.add("Reshape", [out, b.ints(node.shape)])
-
-
-def _pad(b: _Builder, node: Node, a: str, pairs: tuple, value: float) -> str:
-    pads = [lo for lo, _ in pairs] + [hi for _, hi in pairs]
-    return b.add("Pad", [a, b.ints(pads), b.scalar(value, node.dtype)], mode="constant")
-
-
-def _identity(b: _Builder, node: Node, a: str, *_: Any) -> str:
-    return a  # the node's value is its input's (Dropout's p is ignored)
-
-
-# Op name (the Function class) -> emitter. Dropout is the identity: an exported graph is for inference.
-EMITTERS: dict[str, Callable] = {
-    **{op: _unary(op) for op in "Neg Exp Log Sqrt Abs Sign Sin Cos Tanh Sigmoid Relu Erf".split()},
-    **{op: _binary(op) for op in "Add Sub Mul Div Pow".split()},
-    "Maximum": _binary("Max"), "Minimum": _binary("Min"),
-    **{op: _compare(op) for op in "Equal Less LessEqual Greater GreaterEqual".split()},
-    "NotEqual": _compare("Equal", negate=True), "LogicalAnd": _binary("And"), "LogicalOr": _binary("Or"),
-    "LogicalNot": _unary("Not"),
-    "Rsqrt": lambda b, node, a: b.add("Reciprocal", [b.add("Sqrt", [a])]),
-    "Clone": _identity, "Contiguous": _identity, "Dropout": _identity,
-    "LeakyRelu": lambda b, node, a, slope: b.add("LeakyRelu", [a], alpha=float(slope)),
-    "Gelu": _gelu, "Softplus": _softplus, "Clamp": _clamp,
-    "Where": lambda b, node, c, x, y: b.add("Where", [c, b.operand(x, node.dtype), b.operand(y, node.dtype)]),
-    "Cast": lambda b, node, a, dtype: b.add("Cast", [a], to=_onnx_dtype(b.onnx, node.dtype)),
-    "Softmax": lambda b, node, a, dim: b.add("Softmax", [a], axis=dim),
-    "LogSoftmax": lambda b, node, a, dim: b.add("LogSoftmax", [a], axis=dim),
-    "Sum": _reduction("ReduceSum"), "Mean": _reduction("ReduceMean"), "Prod": _reduction("ReduceProd"),
-    "Amax": _reduction("ReduceMax"), "Amin": _reduction("ReduceMin"), "Logsumexp": _reduction("ReduceLogSumExp"),
-    "Standardize": _standardize,
-    "Reshape": lambda b, node, a, shape: b.add("Reshape", [a, b.ints(node.shape)]),
-    "BroadcastTo": lambda b, node, a, shape: b.add("Expand", [a, b.ints(node.shape)]),
-    "Permute": lambda b, node, a, dims: b.add("Transpose", [a], perm=list(dims)),
-    "Cat": lambda b, node, dim, *xs: b.add("Concat", list(xs), axis=dim),
-    "Pad": _pad, "GetItem": _getitem,
-    "Linear": _linear, "Matmul": lambda b, node, x, y: b.add("MatMul", [x, y]),
-    "Einsum": lambda b, node, equation, *xs: b.add("Einsum", list(xs), equation=equation),
-    "Conv2d": _conv, "MaxPool2d": lambda b, node, x, g, out_hw: [b.add("MaxPool", [x], **_window(g)), None],
-    "WindowSum": _window_sum, "RowColumnMap": _row_column_map,
-}

@@ -21,7 +21,7 @@ from minigrad.errors import DeviceError, DTypeError, ShapeError, TraceError
 from minigrad.graph.helpers import flatten, positional_names, unflatten
 from minigrad.graph.interpret import ARRAY_ARG, TENSOR_ARG, run_graph, run_node
 from minigrad.graph.ir import SOURCE_OPS, Graph, Node
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["ARRAY_ARG", "TENSOR_ARG", "TraceError", "TraceWarning", "TracedFunction", "Tracer", "run_graph",
            "run_node", "trace"]

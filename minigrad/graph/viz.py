@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 from minigrad.autograd.engine import topological_order
 from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.graph.ir import Graph
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 try:
     import graphviz

@@ -1,28 +1,26 @@
 """Updates in place: compute a traced step's new values straight into the tensors they update (chapter 03).
 
-A traced optimizer step ends in ``copy_`` effects: ``buf.mul_(0.9).add_(g)`` and ``p.sub_(lr * buf)``
-record ``copy_(buf, m)``, ``copy_(buf, a)`` and ``copy_(p, u)``, applied once the whole graph has
-run, so each new value is computed into a fresh array and then copied. A tensor's buffer is like a
-register: a new value may move in once every reader of the value it holds has run. ``plan_writes``
+A traced optimizer step ends in ``copy_`` effects: ``buf.mul_(0.9).add_(g)`` and ``p.sub_(lr *
+buf)`` record ``copy_(buf, m)``, ``copy_(buf, a)`` and ``copy_(p, u)``, applied once the whole graph
+has run, so each new value is computed into a fresh array and then copied. A tensor's buffer is like
+a register: a new value may move in once every reader of the value it holds has run. ``plan_writes``
 finds, before anything runs, the values that can be computed into their tensor's buffer (a ufunc's
-or a generated kernel's ``out=``), so that their copies have nothing left to do, the copies that a
-later copy into the same tensor overwrites anyway, and the new gradients that may become ``.grad``
-without a copy (as eager's engine keeps a gradient no one else holds).
+``out=``, for ops that declare their ``ufunc``, or a generated kernel's), so that their copies have
+nothing left to do, the copies that a later copy into the same tensor overwrites anyway, and the new
+gradients that may become ``.grad`` without a copy (as eager's engine keeps a gradient no one else
+holds).
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from minigrad.graph.codegen import ANCHOR_OPS
+from minigrad.graph.codegen import is_anchor
 from minigrad.graph.codegen.cpu import CpuKernel, one_ufunc
-from minigrad.graph.ir import Node, op_kind
+from minigrad.graph.ir import EFFECT_OPS, SIDE_EFFECT_OPS, SOURCE_OPS, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 
-__all__ = ["UFUNCS", "WritePlan", "plan_writes"]
-
-UFUNCS = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide"}  # forward: one ufunc call
-_EFFECTS = frozenset({"copy_", "set_grad", "output"})
+__all__ = ["WritePlan", "plan_writes", "ufunc_args"]
 
 
 class WritePlan(NamedTuple):
@@ -94,7 +92,7 @@ def _moves_in_after(v: Node, occupant: Node, step_of: dict[Node, int]) -> bool:
         if a is not occupant and step_of[a] >= s:
             return False
         for u in a.users:
-            if u.op in _EFFECTS:
+            if u.op in SIDE_EFFECT_OPS:
                 continue
             if u is v:
                 if v.op == "fused" and not (a is occupant and _kernel_overwrites(v, a)):
@@ -108,7 +106,7 @@ def _writes_out(v: Node, keep_ctx: set[Node]) -> bool:
     """Whether the executor can have ``v`` computed into a given array."""
     if v.op == "fused":
         return isinstance(v.fn, CpuKernel)
-    return (v.op in UFUNCS and getattr(v.fn, "array_forward", False) and not v.meta.get("kwargs")
+    return (getattr(v.fn, "ufunc", None) is not None and not v.meta.get("kwargs")
             and v not in keep_ctx)  # a ctx must hold what forward saves: forward has to run
 
 
@@ -130,7 +128,7 @@ def _aliases(x: Node) -> set[Node]:
     found, stack = {x}, [x]
     while stack:
         for u in stack.pop().users:
-            if u in found or u.op in _EFFECTS:
+            if u in found or u.op in SIDE_EFFECT_OPS:
                 continue
             new = [u] if not _fresh(u) else [s for s in u.users if s.op == "saved" and s not in found]
             found.update(new)
@@ -140,13 +138,13 @@ def _aliases(x: Node) -> set[Node]:
 
 def _fresh(n: Node) -> bool:
     return n.op == "fused" or (getattr(n.fn, "array_forward", False)
-                               and (op_kind(n.op) == "elementwise" or n.op in ANCHOR_OPS))
+                               and (op_kind(n) == "elementwise" or is_anchor(n)))
 
 
 def _end_readers(nodes: set[Node]) -> set[Node]:
     """The effects and the output that read one of ``nodes`` (as a value, not as the target)."""
     return {u for n in nodes for u in n.users
-            if u.op == "output" or (u.op in ("copy_", "set_grad") and n in u.inputs[1:])}
+            if u.op == "output" or (u.op in EFFECT_OPS and n in u.inputs[1:])}
 
 
 def _own_grads(effects: list[Node], outputs: list[Node], into: dict[Node, Node]) -> frozenset[Node]:
@@ -168,17 +166,18 @@ def _overlaps(into: dict[Node, Node], copies: dict[Node, list[Node]], step_of: d
     first: dict[Node, int] = {}
     for v, t in into.items():
         first[t] = min(first.get(t, end), step_of[v])
-    sources = [n for n in step_of if n.op in ("placeholder", "constant", "parameter", "grad")]
+    sources = [n for n in step_of if n.op in SOURCE_OPS]
     pairs = []
     for s in sources:
         aliases = _aliases(s)
         late = end if s in copies or _end_readers(aliases) else max(
-            [step_of[u] for a in aliases for u in a.users if u.op not in _EFFECTS] + [step_of[a] for a in aliases])
+            [step_of[u] for a in aliases for u in a.users if u.op not in SIDE_EFFECT_OPS]
+            + [step_of[a] for a in aliases])
         pairs += [(t, s) for t, k in first.items() if t is not s and late >= k]
     return tuple(pairs)
 
 
 def ufunc_args(node: Node, arrays: list[Any]) -> list[Any]:
-    """The arguments of a ``UFUNCS`` op's forward: its input arrays with its recorded attributes."""
+    """The arguments of a ``ufunc`` op's forward: its input arrays with its recorded attributes."""
     it = iter(arrays)
     return [next(it) if k in (TENSOR_ARG, ARRAY_ARG) else node.attrs[k] for k in node.meta["args"]]

@@ -1,12 +1,12 @@
 """Gradient checkpointing: keep a segment's inputs instead of its activations, and recompute them
 during backward (chapter 03).
 
-A checkpointed segment becomes one graph node, ``CheckpointFunction``. Its forward keeps only the
-segment's inputs; its backward runs the segment again, this time recording the graph, and
-backpropagates through that fresh graph. Activation memory falls from every layer's to one
-segment's plus the segment boundaries, for the price of a second forward pass; with sqrt(n)
-segments of n layers both are about sqrt(n) layers. The random state saved at forward makes
-dropout draw the same masks when the segment is recomputed.
+A checkpointed segment becomes one graph node, ``CheckpointFunction`` (``minigrad.ops.checkpoint``,
+re-exported here). Its forward keeps only the segment's inputs; its backward runs the segment again,
+this time recording the graph, and backpropagates through that fresh graph. Activation memory falls
+from every layer's to one segment's plus the segment boundaries, for the price of a second forward
+pass; with sqrt(n) segments of n layers both are about sqrt(n) layers. The random state saved at
+forward makes dropout draw the same masks when the segment is recomputed.
 
 Two variants, as in PyTorch (``use_reentrant``):
 
@@ -37,56 +37,14 @@ from typing import Any, Callable, Iterator, Sequence
 
 from minigrad import backend
 from minigrad.autograd import engine
-from minigrad.autograd.function import AccumulateGrad, Function
-from minigrad.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad
+from minigrad.autograd.function import AccumulateGrad
+from minigrad.autograd.grad_mode import is_grad_enabled
 from minigrad.backend import cpu
-from minigrad.errors import AutogradError
-from minigrad.memory.tracker import recomputation
 from minigrad.nn.module import Module
-from minigrad.ops import reshape
-from minigrad.tensor import Tensor, _wrap
+from minigrad.ops.checkpoint import CheckpointFunction, as_outputs, detached
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential"]
-
-
-class CheckpointFunction(Function):
-    """One graph node standing for a whole checkpointed segment.
-
-    ``forward(ctx, segment, *inputs)``: ``inputs`` are the segment's tensor arguments followed (in
-    the default variant) by the tensors it reads, such as parameters. ``backward`` recomputes the
-    segment with grad enabled and returns one gradient per input.
-    """
-
-    @staticmethod
-    def forward(ctx, segment: _Segment, *inputs: Tensor) -> Any:
-        ctx.segment = segment
-        ctx.save_for_backward(*inputs[:len(segment.call.slots)])
-        if segment.outputs is not None:  # computed already while looking for the parameters
-            outputs, segment.outputs = segment.outputs, None
-            return outputs
-        return segment.call(inputs)  # use_reentrant=True: apply runs this under no_grad
-
-    @staticmethod
-    def backward(ctx, *grad_outputs: Tensor) -> tuple:
-        seg = ctx.segment
-        create_graph = is_grad_enabled()  # the engine records backward only for create_graph=True
-        if create_graph and seg.reentrant:
-            raise AutogradError("checkpoint(use_reentrant=True) does not support create_graph=True; "
-                                "use use_reentrant=False")
-        saved = ctx.saved_tensors
-        with _replayed_rng(seg.rng_states), _buffers_kept(seg.modules), recomputation(), enable_grad():
-            replay = [_replay_input(t, create_graph, seg.reentrant) for t in saved]
-            outputs = _as_tuple(seg.call(replay))
-        pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if o.requires_grad and g is not None]
-        if seg.reentrant:  # as PyTorch: a nested backward fills the .grad of every leaf it reaches
-            for i, (o, g) in enumerate(pairs):
-                engine.backward(o, g, retain_graph=i < len(pairs) - 1)
-            return (None, *[t.grad if t.requires_grad else None for t in replay])
-        _check_no_outside_nodes(seg, outputs)
-        wanted = [t for t in replay + seg.params if t.requires_grad]
-        grads = iter(engine.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                 create_graph=create_graph, allow_unused=True) if pairs else [None] * len(wanted))
-        return (None, *[next(grads) if t.requires_grad else None for t in replay + seg.params])
 
 
 def checkpoint(function: Callable, *args: Any, use_reentrant: bool = False, preserve_rng_state: bool = True,
@@ -105,11 +63,11 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool = False, pres
         return CheckpointFunction.apply(seg, *inputs)
     # Run the segment once recording its graph, only to learn which tensors it reads (the leaves
     # of that graph), then let the graph go: its activations are what checkpointing does not keep.
-    detached = [_detached(t) for t in inputs]
-    result = call(detached)
-    outputs = _as_tuple(result)
+    cut = [detached(t) for t in inputs]
+    result = call(cut)
+    outputs = as_outputs(result)
     nodes = engine.topological_order([o.grad_fn for o in outputs if o.grad_fn is not None])
-    own = {id(d) for d in detached}
+    own = {id(d) for d in cut}
     seg.params = [n.variable for n in nodes if type(n) is AccumulateGrad and id(n.variable) not in own]
     seg.inner = weakref.WeakSet([n for n in nodes if type(n) is not AccumulateGrad])
     fresh = tuple([_wrap(o.data, o.device) for o in outputs])  # the same data, without the graph
@@ -195,70 +153,3 @@ def _modules_of(function: Callable) -> list[Module]:
     a segment's layers."""
     found = function.layers if isinstance(function, _Layers) else [function, getattr(function, "__self__", None)]
     return [m for m in found if isinstance(m, Module)]
-
-
-@contextmanager
-def _replayed_rng(states: dict | None) -> Iterator[None]:
-    """Run a block from the random state saved at forward, then put back the current one, so the
-    recomputation draws the same dropout masks and the random stream goes on as without it."""
-    if states is None:
-        yield
-        return
-    now = {d: backend.get_rng_state(d) for d in states}
-    for d, state in states.items():
-        backend.set_rng_state(state, d)
-    try:
-        yield
-    finally:
-        for d, state in now.items():
-            backend.set_rng_state(state, d)
-
-
-@contextmanager
-def _buffers_kept(modules: list[Module]) -> Iterator[None]:
-    """Undo what a recomputation writes into the buffers of modules in training mode (BatchNorm's
-    running statistics), so that the step updates them once."""
-    with no_grad():
-        kept = [(b, b.clone()) for m in modules for sub in m.modules() if sub.training
-                for b in sub.buffers(recurse=False)]
-    try:
-        yield
-    finally:
-        with no_grad():
-            for b, value in kept:
-                b.copy_(value)
-
-
-def _as_tuple(result: Any) -> tuple:
-    outputs = (result,) if isinstance(result, Tensor) else result
-    if not isinstance(outputs, tuple) or not all(isinstance(o, Tensor) for o in outputs):
-        raise TypeError(f"checkpoint: the function must return a Tensor or a tuple of Tensors, "
-                        f"got {type(result).__name__}")
-    return outputs
-
-
-def _detached(t: Tensor) -> Tensor:
-    d = t.detach()
-    return d.requires_grad_() if t.requires_grad else d
-
-
-def _replay_input(t: Tensor, create_graph: bool, reentrant: bool) -> Tensor:
-    """The tensor the recomputation starts from. A leaf serves as itself (its gradient is caught at
-    its own node); a computed tensor is cut from the graph before it, or, for create_graph=True,
-    aliased so that the gradients returned stay differentiable with respect to it. The reentrant
-    variant always cuts, since it reads the gradients from the cut tensors' ``.grad``."""
-    if reentrant or (t.grad_fn is not None and not create_graph):
-        return _detached(t)
-    return t if t.grad_fn is None else reshape(t, t.shape)
-
-
-def _check_no_outside_nodes(seg: _Segment, outputs: tuple) -> None:
-    """A node of the graph recorded at forward that turns up again in the recomputed graph was made
-    outside the segment (the recomputation makes fresh nodes): the segment read a computed tensor it
-    was not given as an argument, and its gradient could not reach that tensor's graph."""
-    for node in engine.topological_order([o.grad_fn for o in outputs if o.grad_fn is not None]):
-        if node in seg.inner:
-            raise AutogradError(
-                f"checkpoint: the function read a tensor computed outside it (by {node.name()}) without "
-                "receiving it as an argument, so its gradient cannot flow back; pass it to checkpoint() "
-                "as an argument")

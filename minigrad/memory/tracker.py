@@ -20,7 +20,7 @@ from minigrad.autograd.mode import Mode, backward_depth
 from minigrad.backend import Device
 from minigrad.errors import DeviceError
 from minigrad.nn.module import Parameter
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["LiveTensor", "MemoryTracker", "recomputation", "snapshot", "summary", "track"]
 

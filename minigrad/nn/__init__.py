@@ -11,7 +11,9 @@ from minigrad.nn.containers import ModuleDict, ModuleList, Sequential  # noqa: F
 
 # -- layers, losses, functional, init, utils (nn core) ---------------------------------------------
 from minigrad.nn import functional, init, utils  # noqa: F401
-from minigrad.nn.activation import GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh  # noqa: F401
+from minigrad.nn.activation import (  # noqa: F401
+    GELU, Hardswish, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh,
+)
 from minigrad.nn.dropout import Dropout  # noqa: F401
 from minigrad.nn.linear import Embedding, Flatten, Identity, Linear  # noqa: F401
 from minigrad.nn.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss  # noqa: F401

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
-__all__ = ["GELU", "LeakyReLU", "LogSoftmax", "ReLU", "SiLU", "Sigmoid", "Softmax", "Tanh"]
+__all__ = ["GELU", "Hardswish", "LeakyReLU", "LogSoftmax", "ReLU", "SiLU", "Sigmoid", "Softmax", "Tanh"]
 
 
 class ReLU(Module):
@@ -53,6 +53,20 @@ class GELU(Module):
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
+
+
+class Hardswish(Module):
+    """``x * relu6(x + 3) / 6``, a cheap swish (MobileNetV3)."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.hardswish(input, self.inplace)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class SiLU(Module):

@@ -21,7 +21,7 @@ from minigrad.nn.dropout import Dropout
 from minigrad.nn.linear import Linear
 from minigrad.nn.module import Module, Parameter
 from minigrad.nn.normalization import LayerNorm
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer", "scaled_dot_product_attention"]
 

@@ -15,7 +15,7 @@ from minigrad.nn import init
 from minigrad.nn.module import Module, Parameter
 from minigrad.ops.conv import IntPair, _pair, conv2d
 from minigrad.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "Conv2d", "MaxPool2d"]
 

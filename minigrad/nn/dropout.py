@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["Dropout"]
 

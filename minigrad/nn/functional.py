@@ -1,11 +1,11 @@
 """``minigrad.nn.functional``: the layers' math as plain functions, as ``torch.nn.functional``.
 
 A layer (``nn.Linear``) owns its parameters and calls one of these (``F.linear``) in ``forward``.
-Everything here is built from differentiable minigrad ops (normalisation from one fused op whose
-backward is minigrad ops too), so second derivatives flow through normalisation and losses
-(chapter 02 takes a Hessian-vector product through a whole MLP).
-Cross-entropy and NLL delegate to the fused ops in ``minigrad.ops``; the convolution and pooling
-functions are re-exported from ``minigrad.ops.conv`` and ``minigrad.ops.pool``.
+Everything here is built from differentiable minigrad ops (normalisation from one fused op,
+``minigrad.ops.normalize.Standardize``, whose backward is minigrad ops too), so second derivatives
+flow through normalisation and losses (chapter 02 takes a Hessian-vector product through a whole
+MLP). Cross-entropy and NLL delegate to the fused ops in ``minigrad.ops``; the convolution and
+pooling functions are re-exported from ``minigrad.ops.conv`` and ``minigrad.ops.pool``.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from minigrad.autograd.grad_mode import no_grad
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.conv import conv1d, conv2d, conv_transpose2d  # noqa: F401  (they live with the ops)
 from minigrad.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
-from minigrad.ops.elementwise import Op
-from minigrad.tensor import Tensor, _wrap
+from minigrad.ops.normalize import Standardize
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = [
     "adaptive_avg_pool2d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose2d", "max_pool2d",
     "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
-    "dropout", "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax",
+    "dropout", "embedding", "gelu", "hardswish", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax",
     "mse_loss", "nll_loss", "one_hot", "pad", "relu", "sigmoid", "silu", "softmax", "tanh",
 ]
 
@@ -54,6 +54,10 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
 
 def silu(input: Tensor, inplace: bool = False) -> Tensor:
     return _ops.inplace(input, _ops.silu) if inplace else _ops.silu(input)
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    return _ops.inplace(input, _ops.hardswish) if inplace else _ops.hardswish(input)
 
 
 def tanh(input: Tensor) -> Tensor:
@@ -148,38 +152,6 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
 
 
 # -- normalisation ------------------------------------------------------------------------------------
-class Standardize(Op):
-    """``(x - mean) / sqrt(var + eps)`` over ``dims``, also returning the mean and the biased
-    variance (keepdim shapes): batch norm and layer norm in one fused op.
-
-    Composed from single ops this records nine nodes and makes about twice as many passes over
-    the data. The backward still uses only minigrad ops on the op's own outputs (``xhat`` and
-    ``var``), so second derivatives flow. With ``inv = 1 / sqrt(var + eps)`` and ``n`` elements
-    per group: ``dx = inv * g_xhat + c0 + xhat * c1``, where the per-group constants ``c0`` and
-    ``c1`` gather the mean and variance terms (including gradients arriving at ``mean``/``var``).
-    """
-
-    @staticmethod
-    def forward(ctx, x, dims, eps):
-        xp = ctx.xp
-        mean = x.mean(axis=dims, keepdims=True)
-        xhat = x - mean
-        var = xp.square(xhat).mean(axis=dims, keepdims=True)
-        xhat *= 1 / xp.sqrt(var + eps)
-        ctx.dims, ctx.eps, ctx.n = dims, eps, x.size // max(mean.size, 1)
-        ctx.save_for_backward(xhat, var)
-        return xhat, mean, var
-
-    @staticmethod
-    def backward(ctx, g_xhat, g_mean, g_var):
-        xhat, var = ctx.saved_tensors
-        dims, n = ctx.dims, ctx.n
-        inv = (var + ctx.eps).rsqrt()
-        c0 = g_mean / n - inv * g_xhat.mean(dims, keepdim=True)
-        c1 = g_var * 2 / (n * inv) - inv * (g_xhat * xhat).mean(dims, keepdim=True)
-        return g_xhat * inv + c0 + xhat * c1, None, None
-
-
 def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
                weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = [
     "calculate_gain", "constant_", "kaiming_normal_", "kaiming_uniform_", "layer_default_", "normal_", "ones_",

@@ -2,14 +2,15 @@
 
 Each holds its options (``reduction``, class ``weight``, ``ignore_index``, ``label_smoothing``,
 ``pos_weight``) and calls the function of the same name in ``nn.functional``. ``reduction`` is
-``'mean'`` (the default), ``'sum'`` or ``'none'`` (one loss per element or sample).
+``'mean'`` (the default), ``'sum'`` or ``'none'`` (one loss per element or sample). Chapter 02
+trains with them.
 """
 
 from __future__ import annotations
 
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "MSELoss", "NLLLoss"]
 

@@ -19,7 +19,7 @@ from minigrad.autograd.grad_mode import no_grad
 from minigrad.backend import Device
 from minigrad.errors import DTypeError
 from minigrad.hooks import RemovableHandle, add_hook
-from minigrad.tensor import Tensor, _init, parse_to_args
+from minigrad._tensor import Tensor, _init, parse_to_args
 
 __all__ = ["Module", "Parameter", "RemovableHandle"]
 

@@ -14,7 +14,7 @@ from minigrad import backend, creation
 from minigrad.nn import functional as F
 from minigrad.nn import init
 from minigrad.nn.module import Module, Parameter
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "LayerNorm"]
 

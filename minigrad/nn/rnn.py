@@ -21,7 +21,7 @@ from minigrad.nn import functional as F
 from minigrad.nn import init
 from minigrad.nn.module import Module, Parameter
 from minigrad.ops import cat, sigmoid, stack, tanh
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["LSTM", "LSTMCell", "lstm_cell"]
 

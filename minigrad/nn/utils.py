@@ -13,7 +13,7 @@ from typing import Iterable
 
 from minigrad import ops as _ops
 from minigrad.autograd.grad_mode import no_grad
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
 

@@ -1,6 +1,14 @@
-"""The built-in ops, one ``Function`` each, grouped by kind (see each module's docstring)."""
+"""The built-in ops, one ``Op`` class each, grouped by kind (see each module's docstring; chapter 02).
+
+An op's class holds everything about it: forward, backward, and the declarations that fusion,
+code generation, ONNX export and autocast read (``minigrad.ops.op`` lists them). Adding an op is
+its class, its wrapper function, and one row of ``tests/op_table.py``.
+"""
+
+from minigrad.ops.op import Op, all_ops  # noqa: F401
 
 from minigrad.ops.elementwise import *  # noqa: F401,F403
+from minigrad.ops.compare import *  # noqa: F401,F403
 from minigrad.ops.activation import *  # noqa: F401,F403
 from minigrad.ops.movement import *  # noqa: F401,F403
 from minigrad.ops.reduce import *  # noqa: F401,F403
@@ -10,3 +18,4 @@ from minigrad.ops.indexing import *  # noqa: F401,F403
 from minigrad.ops.inplace import copy_from, fill_, inplace  # noqa: F401
 from minigrad.ops.conv import *  # noqa: F401,F403
 from minigrad.ops.pool import *  # noqa: F401,F403
+from minigrad.ops import normalize  # noqa: F401,E402  (Standardize, which nn.functional applies)

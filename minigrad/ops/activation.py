@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import math
 
-from minigrad.ops.elementwise import Op, _floating, _not_bool, exp, sigmoid, tanh, where
+from minigrad.ops.elementwise import _floating, _not_bool, exp, sigmoid, tanh, where
+from minigrad.ops.op import Op, same_value
 from minigrad.ops.special import erf as _erf
 
-__all__ = ["dropout", "erf", "gelu", "leaky_relu", "relu", "silu", "softplus"]
+__all__ = ["dropout", "erf", "gelu", "hardswish", "leaky_relu", "relu", "silu", "softplus"]
 
 
 class Relu(Op):
+    kind = "elementwise"
+    cpu = "maximum({0}, 0, out={o})"
+    cuda = "({0} > ({T})0 || {0} != {0}) ? {0} : ({T})0"
+    onnx = "Relu"
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a > 0)
@@ -27,6 +33,12 @@ class Relu(Op):
 
 
 class LeakyRelu(Op):
+    kind = "elementwise"
+    cuda = "{0} > ({T})0 ? {0} : ({T})({0} * {1})"
+
+    @staticmethod
+    def onnx(b, node, a, slope): return b.add("LeakyRelu", [a], alpha=float(slope))
+
     @staticmethod
     def forward(ctx, a, negative_slope):
         mask = a > 0
@@ -38,6 +50,16 @@ class LeakyRelu(Op):
 
 
 class Softplus(Op):
+    kind = "elementwise"
+    cuda = "{0} * {1} > {2} ? {0} : ({T})(log1p(exp({0} * {1})) / {1})"
+    autocast = "fp32"
+
+    @staticmethod
+    def onnx(b, node, a, beta, threshold):
+        ba = b.add("Mul", [a, b.scalar(beta, node.dtype)])
+        soft = b.add("Div", [b.add("Softplus", [ba]), b.scalar(beta, node.dtype)])
+        return b.add("Where", [b.add("Greater", [ba, b.scalar(threshold, node.dtype)]), a, soft])
+
     @staticmethod
     def forward(ctx, a, beta, threshold):
         ctx.save_for_backward(a)
@@ -58,6 +80,9 @@ class Dropout(Op):
     """Inverted dropout: keep each element with probability 1 - p and scale it by 1 / (1 - p).
     The mask is drawn inside forward, so a traced step draws a fresh one on every replay."""
 
+    random = True
+    onnx = staticmethod(same_value)  # an exported graph is for inference
+
     @staticmethod
     def forward(ctx, a, p):
         if p == 1.0:
@@ -72,7 +97,32 @@ class Dropout(Op):
     def backward(ctx, g): return g * ctx.saved_tensors[0], None
 
 
+class Hardswish(Op):
+    """``x * relu6(x + 3) / 6``: MobileNetV3's swish, made of a clip instead of a sigmoid."""
+
+    kind = "elementwise"
+    cpu = "add({0}, 3, out={o}); clip({o}, 0, 6, out={o}); multiply({0}, {o}, out={o}); divide({o}, 6, out={o})"
+    cuda = "{0} * ({0} + ({T})3 < ({T})0 ? ({T})0 : {0} + ({T})3 > ({T})6 ? ({T})6 : {0} + ({T})3) / ({T})6"
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return a * ctx.xp.clip(a + 3, 0, 6) / 6
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * where(a < -3, 0.0, where(a > 3, 1.0, (2 * a + 3) / 6))
+
+    @staticmethod
+    def onnx(b, node, a):  # HardSwish came in opset 14; HardSigmoid(x) = relu6(x + 3) / 6 is older
+        if b.opset >= 14:
+            return b.add("HardSwish", [a])
+        return b.add("Mul", [a, b.add("HardSigmoid", [a], alpha=1 / 6, beta=0.5)])
+
+
 def relu(x): return Relu.apply(_not_bool(x, "relu"))
+def hardswish(x): return Hardswish.apply(x)
 def leaky_relu(x, negative_slope=0.01): return LeakyRelu.apply(x, negative_slope)
 def softplus(x, beta=1.0, threshold=20.0): return Softplus.apply(x, beta, threshold)
 def silu(x): return x * sigmoid(x)
@@ -89,6 +139,17 @@ def gelu(x, approximate: str = "none"):
 
 
 class Gelu(Op):
+    kind = "elementwise"
+    cuda = "({T})0.5 * {0} * (({T})1 + erf({0} * ({T})0.7071067811865476))"
+
+    @staticmethod
+    def onnx(b, node, a):
+        if b.opset >= 20:
+            return b.add("Gelu", [a])
+        cdf = b.add("Add", [b.add("Erf", [b.add("Mul", [a, b.scalar(1 / math.sqrt(2), node.dtype)])]),
+                            b.scalar(1.0, node.dtype)])
+        return b.add("Mul", [b.add("Mul", [a, b.scalar(0.5, node.dtype)]), cdf])  # x * (1 + erf(x / sqrt 2)) / 2
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -103,6 +164,10 @@ class Gelu(Op):
 
 
 class Erf(Op):
+    kind = "elementwise"
+    cuda = "erf({0})"
+    onnx = "Erf"
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)

@@ -18,7 +18,7 @@ from typing import NamedTuple, Sequence
 from minigrad.autograd import mode  # autocast casts mixed dtypes itself
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.elementwise import Op
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["conv2d", "conv1d", "conv_transpose2d"]
 
@@ -105,6 +105,15 @@ def _channels_first(y, groups: int):
 class Conv2d(Op):
     """y[n, o] = sum over c, u, v of w[o, c, u, v] * x[n, c, window]; one matmul over im2col."""
 
+    kind = "matmul"
+    epilogue = True
+    channel_axis = 1
+    autocast = "low"
+
+    @staticmethod
+    def onnx(b, node, x, w, bias, g, groups):
+        return b.add("Conv", [x, w] + ([bias] if bias is not None else []), group=groups, **b.window(g))
+
     @staticmethod
     def forward(ctx, x, w, b, g, groups):
         need_x, need_w = ctx.needs_input_grad[:2]
@@ -132,6 +141,9 @@ class Conv2d(Op):
 class ConvTranspose2d(Op):
     """The input gradient of ``Conv2d``: multiply by the transposed weight, then col2im."""
 
+    kind = "matmul"
+    autocast = "low"
+
     @staticmethod
     def forward(ctx, y, w, g, groups, hw):
         need_y, need_w = ctx.needs_input_grad[:2]
@@ -154,6 +166,9 @@ class ConvTranspose2d(Op):
 
 class Conv2dWeight(Op):
     """The weight gradient of ``Conv2d``: correlate the input's windows with the output gradient."""
+
+    kind = "matmul"
+    autocast = "low"
 
     @staticmethod
     def forward(ctx, x, y, g, groups, kernel, cols=None):

@@ -15,20 +15,14 @@ from typing import Any
 from minigrad import backend
 from minigrad.autograd.function import Function
 from minigrad.errors import ArgumentError, DTypeError
-from minigrad.tensor import Tensor, _wrap
+from minigrad.ops.op import Op, same_value
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = [
-    "Op", "abs", "add", "bitwise_and", "bitwise_not", "bitwise_or", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "eq", "exp",
-    "ge", "gt", "le", "log", "logical_and", "logical_not", "logical_or", "lt",
-    "maximum", "minimum", "mul", "ne", "neg", "pow", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "sub",
+    "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "exp", "log",
+    "maximum", "minimum", "mul", "neg", "pow", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "sub",
     "tanh", "to_device", "where",
 ]
-
-
-class Op(Function):
-    """A built-in op: forward receives and returns raw ``xp`` arrays."""
-
-    array_forward = True
 
 
 def _save_other(ctx: Function, a: Any, b: Any) -> None:
@@ -39,6 +33,12 @@ def _save_other(ctx: Function, a: Any, b: Any) -> None:
 
 # -- arithmetic ------------------------------------------------------------------------------------
 class Add(Op):
+    kind = "elementwise"
+    ufunc = "add"
+    cuda = "{0} + {1}"
+    onnx = "Add"
+    unit = (0, (0, 1))
+
     @staticmethod
     def forward(ctx, a, b): return a + b
     @staticmethod
@@ -46,6 +46,12 @@ class Add(Op):
 
 
 class Sub(Op):
+    kind = "elementwise"
+    ufunc = "subtract"
+    cuda = "{0} - {1}"
+    onnx = "Sub"
+    unit = (0, (1,))
+
     @staticmethod
     def forward(ctx, a, b): return a - b
     @staticmethod
@@ -53,6 +59,12 @@ class Sub(Op):
 
 
 class Mul(Op):
+    kind = "elementwise"
+    ufunc = "multiply"
+    cuda = "{0} * {1}"
+    onnx = "Mul"
+    unit = (1, (0, 1))
+
     @staticmethod
     def forward(ctx, a, b):
         _save_other(ctx, a, b)
@@ -65,6 +77,12 @@ class Mul(Op):
 
 
 class Div(Op):
+    kind = "elementwise"
+    ufunc = "divide"
+    cuda = "{0} / {1}"
+    onnx = "Div"
+    unit = (1, (1,))
+
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b)
@@ -77,6 +95,12 @@ class Div(Op):
 
 
 class Neg(Op):
+    kind = "elementwise"
+    cpu = "negative({0}, out={o})"
+    cuda = "-{0}"
+    onnx = "Neg"
+    involution = True
+
     @staticmethod
     def forward(ctx, a): return -a
     @staticmethod
@@ -84,6 +108,14 @@ class Neg(Op):
 
 
 class Pow(Op):
+    kind = "elementwise"
+    cpu = "power({0}, {1}, out={o})"
+    cuda = "pow({0}, {1})"
+    cuda_kinds = "f"  # C has no integer pow: integer powers run as their own op
+    onnx = "Pow"
+    autocast = "fp32"
+    unit = (1, (1,))
+
     @staticmethod
     def forward(ctx, a, b):
         out = a ** b
@@ -101,6 +133,12 @@ class Pow(Op):
 
 # -- math functions ----------------------------------------------------------------------------------
 class Exp(Op):
+    kind = "elementwise"
+    cpu = "exp({0}, out={o})"
+    cuda = "exp({0})"
+    onnx = "Exp"
+    autocast = "fp32"
+
     @staticmethod
     def forward(ctx, a):
         out = ctx.xp.exp(a)
@@ -112,6 +150,12 @@ class Exp(Op):
 
 
 class Log(Op):
+    kind = "elementwise"
+    cpu = "log({0}, out={o})"
+    cuda = "log({0})"
+    onnx = "Log"
+    autocast = "fp32"
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -122,6 +166,11 @@ class Log(Op):
 
 
 class Sqrt(Op):
+    kind = "elementwise"
+    cpu = "sqrt({0}, out={o})"
+    cuda = "sqrt({0})"
+    onnx = "Sqrt"
+
     @staticmethod
     def forward(ctx, a):
         out = ctx.xp.sqrt(a)
@@ -133,6 +182,14 @@ class Sqrt(Op):
 
 
 class Rsqrt(Op):
+    kind = "elementwise"
+    cpu = "sqrt({0}, out={o}); divide(1, {o}, out={o})"
+    cuda = "({T})1 / sqrt({0})"
+    autocast = "fp32"
+
+    @staticmethod
+    def onnx(b, node, a): return b.add("Reciprocal", [b.add("Sqrt", [a])])
+
     @staticmethod
     def forward(ctx, a):
         out = 1 / ctx.xp.sqrt(a)
@@ -144,6 +201,13 @@ class Rsqrt(Op):
 
 
 class Abs(Op):
+    kind = "elementwise"
+    cpu = "absolute({0}, out={o})"
+    onnx = "Abs"
+
+    @staticmethod
+    def cuda(args, T, out_type): return f"{'fabs' if T in ('float', 'double', 'float16') else 'abs'}({args[0]})"
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -154,6 +218,11 @@ class Abs(Op):
 
 
 class Sign(Op):
+    kind = "elementwise"
+    cpu = "sign({0}, out={o})"
+    cuda = "({T})(({0} > ({T})0) - ({0} < ({T})0))"
+    onnx = "Sign"
+
     @staticmethod
     def forward(ctx, a): return a.copy() if a.dtype.kind == "b" else ctx.xp.sign(a)
     @staticmethod
@@ -161,6 +230,11 @@ class Sign(Op):
 
 
 class Sin(Op):
+    kind = "elementwise"
+    cpu = "sin({0}, out={o})"
+    cuda = "sin({0})"
+    onnx = "Sin"
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -171,6 +245,11 @@ class Sin(Op):
 
 
 class Cos(Op):
+    kind = "elementwise"
+    cpu = "cos({0}, out={o})"
+    cuda = "cos({0})"
+    onnx = "Cos"
+
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -181,6 +260,11 @@ class Cos(Op):
 
 
 class Tanh(Op):
+    kind = "elementwise"
+    cpu = "tanh({0}, out={o})"
+    cuda = "tanh({0})"
+    onnx = "Tanh"
+
     @staticmethod
     def forward(ctx, a):
         out = ctx.xp.tanh(a)
@@ -194,6 +278,10 @@ class Tanh(Op):
 class TanhBackward(Op):
     """``g * (1 - y*y)`` in one op instead of three; differentiable again for higher orders."""
 
+    kind = "elementwise"
+    cpu = "multiply({1}, {1}, out={o}); subtract(1, {o}, out={o}); multiply({0}, {o}, out={o})"
+    cuda = "{0} * (({T})1 - {1} * {1})"
+
     @staticmethod
     def forward(ctx, g, y):
         ctx.save_for_backward(g, y)
@@ -206,6 +294,11 @@ class TanhBackward(Op):
 
 
 class Sigmoid(Op):
+    kind = "elementwise"
+    cpu = "multiply(0.5, {0}, out={o}); tanh({o}, out={o}); multiply(0.5, {o}, out={o}); add(0.5, {o}, out={o})"
+    cuda = "({T})0.5 + ({T})0.5 * tanh(({T})0.5 * {0})"
+    onnx = "Sigmoid"
+
     @staticmethod
     def forward(ctx, a):
         # 0.5 * (1 + tanh(a / 2)) never overflows, unlike 1 / (1 + exp(-a)) for a << 0
@@ -220,6 +313,10 @@ class Sigmoid(Op):
 class SigmoidBackward(Op):
     """``g * y * (1 - y)`` in one op; differentiable again for higher orders."""
 
+    kind = "elementwise"
+    cpu = "multiply({0}, {1}, out={o}); subtract(1, {1}, out={t}); multiply({o}, {t}, out={o})"
+    cuda = "{0} * {1} * (({T})1 - {1})"
+
     @staticmethod
     def forward(ctx, g, y):
         ctx.save_for_backward(g, y)
@@ -232,6 +329,19 @@ class SigmoidBackward(Op):
 
 
 class Clamp(Op):
+    kind = "elementwise"
+    cpu = "clip({0}, {1}, {2}, out={o})"
+
+    @staticmethod
+    def cuda(args, T, out_type):  # either bound may be absent; NaN stays NaN, as in numpy (CUDA's fmax drops it)
+        x, lo, hi = args
+        x = x if lo == "None" else f"({x} < {lo} ? {lo} : {x})"
+        return x if hi == "None" else f"({x} > {hi} ? {hi} : {x})"
+
+    @staticmethod
+    def onnx(b, node, a, lo, hi):
+        return b.add("Clip", [a] + ["" if v is None else b.scalar(v, node.dtype) for v in (lo, hi)])
+
     @staticmethod
     def forward(ctx, a, lo, hi):
         ctx.save_for_backward(((a >= lo) if lo is not None else True) & ((a <= hi) if hi is not None else True))
@@ -242,6 +352,11 @@ class Clamp(Op):
 
 
 class Maximum(Op):
+    kind = "elementwise"
+    cpu = "maximum({0}, {1}, out={o})"
+    cuda = "({0} > {1} || {0} != {0}) ? {0} : {1}"  # NaN propagates, as in numpy
+    onnx = "Max"
+
     @staticmethod
     def forward(ctx, a, b):
         # ties split the gradient evenly, as PyTorch does
@@ -256,6 +371,11 @@ class Maximum(Op):
 
 
 class Minimum(Op):
+    kind = "elementwise"
+    cpu = "minimum({0}, {1}, out={o})"
+    cuda = "({0} < {1} || {0} != {0}) ? {0} : {1}"
+    onnx = "Min"
+
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward((a < b) + 0.5 * (a == b))
@@ -269,6 +389,13 @@ class Minimum(Op):
 
 
 class Where(Op):
+    kind = "elementwise"
+    cpu = "copyto({o}, {2}); copyto({o}, {1}, where={0})"
+    cuda = "{0} ? {1} : {2}"
+
+    @staticmethod
+    def onnx(b, node, c, x, y): return b.add("Where", [c, b.operand(x, node.dtype), b.operand(y, node.dtype)])
+
     @staticmethod
     def forward(ctx, cond, a, b):
         ctx.save_for_backward(cond)
@@ -284,6 +411,18 @@ class Where(Op):
 class Cast(Op):
     """A dtype change; differentiable, so float16 compute still gives float32 master gradients."""
 
+    kind = "elementwise"
+    cpu = "copyto({o}, {0}, casting='unsafe')"
+    autocast = "keep"  # autocast's own casts
+
+    @staticmethod
+    def cuda(args, T, out_type): return f"({out_type}){args[0]}"
+
+    @staticmethod
+    def onnx(b, node, a, dtype): return b.add("Cast", [a], to=b.onnx_dtype(node.dtype))
+
+    is_identity = True  # whenever the dtype stays
+
     @staticmethod
     def forward(ctx, a, dtype):
         ctx.src = a.dtype
@@ -294,6 +433,11 @@ class Cast(Op):
 
 
 class Clone(Op):
+    kind = "elementwise"
+    cpu = "copyto({o}, {0})"
+    cuda = "{0}"
+    onnx = staticmethod(same_value)
+
     @staticmethod
     def forward(ctx, a): return a.copy()
     @staticmethod
@@ -301,6 +445,9 @@ class Clone(Op):
 
 
 class Contiguous(Op):
+    kind = "movement"
+    onnx = staticmethod(same_value)
+
     @staticmethod
     def forward(ctx, a): return ctx.xp.ascontiguousarray(a)
     @staticmethod
@@ -311,6 +458,9 @@ class ToDevice(Function):
     """A copy on another device. Its forward takes and returns Tensors, unlike the other ops here:
     an array-level op's output is put on its input's device."""
 
+    kind = "movement"
+    autocast = "keep"
+
     @staticmethod
     def forward(ctx, x, device):
         ctx.src = x.device
@@ -318,42 +468,6 @@ class ToDevice(Function):
 
     @staticmethod
     def backward(ctx, g): return to_device(g, ctx.src), None
-
-
-# -- comparisons and logic: results are bool, nothing flows back -----------------------------------
-def _compare(ufunc_name: str):
-    class Compare(Op):
-        @staticmethod
-        def forward(ctx, a, b): return getattr(ctx.xp, ufunc_name)(a, b)
-
-    Compare.__name__ = Compare.__qualname__ = ufunc_name.title().replace("_", "")
-    return Compare
-
-
-Equal, NotEqual, Less, LessEqual, Greater, GreaterEqual = map(
-    _compare, ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal"]
-)
-LogicalAnd, LogicalOr = _compare("logical_and"), _compare("logical_or")
-
-
-class LogicalNot(Op):
-    @staticmethod
-    def forward(ctx, a): return ctx.xp.logical_not(a)
-
-
-class BitwiseAnd(Op):
-    @staticmethod
-    def forward(ctx, a, b): return ctx.xp.bitwise_and(a, b)
-
-
-class BitwiseOr(Op):
-    @staticmethod
-    def forward(ctx, a, b): return ctx.xp.bitwise_or(a, b)
-
-
-class BitwiseNot(Op):
-    @staticmethod
-    def forward(ctx, a): return ctx.xp.invert(a)
 
 
 # -- the functions users call ---------------------------------------------------------------------
@@ -409,15 +523,6 @@ def sub(a, b):
 def mul(a, b): return _binary(Mul, a, b)
 def maximum(a, b): return _binary(Maximum, a, b)
 def minimum(a, b): return _binary(Minimum, a, b)
-def eq(a, b): return _binary(Equal, a, b)
-def ne(a, b): return _binary(NotEqual, a, b)
-def lt(a, b): return _binary(Less, a, b)
-def le(a, b): return _binary(LessEqual, a, b)
-def gt(a, b): return _binary(Greater, a, b)
-def ge(a, b): return _binary(GreaterEqual, a, b)
-def logical_and(a, b): return _binary(LogicalAnd, a, b)
-def logical_or(a, b): return _binary(LogicalOr, a, b)
-def logical_not(a): return LogicalNot.apply(a)
 
 
 def _is_bool(v: Any) -> bool:
@@ -442,26 +547,6 @@ def pow(a, b):
     if isinstance(a, Tensor) and a.dtype == backend.float16 and type(b) in (int, float) and builtins.abs(b) > 65504:
         raise DTypeError(f"pow: exponent {b} cannot be converted to float16 without overflow")
     return _binary(Pow, a, b)
-
-
-def _bitwise(cls: type[Function], logical: type[Function], a: Any, b: Any, op: str) -> Tensor:
-    """``&``, ``|`` on integer or bool operands (bool with bool stays the logical op)."""
-    for v in (a, b):
-        if isinstance(v, float) or (isinstance(v, Tensor) and v.dtype.kind == "f"):
-            raise DTypeError(f"{op}: bitwise ops take integer or bool tensors, got "
-                             f"{v.dtype if isinstance(v, Tensor) else 'a float'}")
-    return _binary(logical if _is_bool(a) and _is_bool(b) else cls, a, b)
-
-
-def bitwise_and(a, b): return _bitwise(BitwiseAnd, LogicalAnd, a, b, "bitwise_and")
-def bitwise_or(a, b): return _bitwise(BitwiseOr, LogicalOr, a, b, "bitwise_or")
-
-
-def bitwise_not(x):
-    """``~x``: logical not of a bool tensor, bitwise not (``-x - 1``) of an integer one."""
-    if x.dtype.kind == "f":
-        raise DTypeError(f"bitwise_not: ~ takes integer or bool tensors, got {x.dtype}")
-    return LogicalNot.apply(x) if x.dtype.kind == "b" else BitwiseNot.apply(x)
 
 
 def div(a, b):

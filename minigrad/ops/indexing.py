@@ -18,7 +18,7 @@ from minigrad.autograd import grad_mode
 from minigrad.errors import DeviceError, ShapeError
 from minigrad.ops.elementwise import Op, cast
 from minigrad.ops.inplace import inplace
-from minigrad.tensor import Tensor, _dim
+from minigrad._tensor import Tensor, _dim
 
 __all__ = ["gather", "getitem", "index_add", "index_put", "index_select", "scatter_add", "setitem"]
 
@@ -54,6 +54,8 @@ def _put(xp: Any, out: Any, index: tuple, values: Any, accumulate: bool = False)
 
 # -- the ops ---------------------------------------------------------------------------------------
 class GetItem(Op):
+    kind = "movement"
+
     @staticmethod
     def forward(ctx, a, index):
         ctx.shape, ctx.index = a.shape, index
@@ -62,9 +64,42 @@ class GetItem(Op):
     @staticmethod
     def backward(ctx, g): return ScatterIndex.apply(g, ctx.shape, ctx.index), None
 
+    @staticmethod
+    def onnx(b, node, a, index):
+        """Basic indexing only: one Slice for the ints and slices, then a Reshape drops the int
+        dims and adds the None ones."""
+        basic, advanced = index
+        if advanced is not None:
+            raise b.unsupported(f"{node.name} (GetItem) indexes with integer or boolean tensors; only ints, "
+                                "slices, None and ... export")
+        shape = node.inputs[0].shape
+        items = basic if isinstance(basic, tuple) else (basic,)
+        used = sum(i is not None and i is not Ellipsis for i in items)
+        items = tuple(x for i in items for x in ((slice(None),) * (len(shape) - used) if i is Ellipsis else (i,)))
+        starts, ends, axes, steps, axis = [], [], [], [], 0
+        for item in items:
+            if item is None:
+                continue
+            n = shape[axis]
+            if isinstance(item, slice):
+                start, stop, step = item.indices(n)
+                if (start, stop, step) != (0, n, 1):  # a stop before 0 (a backward slice) is -n-1 in ONNX
+                    starts, ends, axes, steps = starts + [start], ends + [stop if stop >= 0 else -n - 1], \
+                        axes + [axis], steps + [step]
+            else:
+                i = operator.index(item) % n
+                starts, ends, axes, steps = starts + [i], ends + [i + 1], axes + [axis], steps + [1]
+            axis += 1
+        out = b.add("Slice", [a, b.ints(starts), b.ints(ends), b.ints(axes), b.ints(steps)]) if axes else a
+        if all(isinstance(i, slice) for i in items):
+            return out
+        return b.add("Reshape", [out, b.ints(node.shape)])
+
 
 class ScatterIndex(Op):
     """zeros(shape) with ``g`` added at ``index``: GetItem's backward (and GetItem is its own)."""
+
+    kind = "movement"
 
     @staticmethod
     def forward(ctx, g, shape, index):
@@ -79,6 +114,8 @@ class ScatterIndex(Op):
 
 class IndexPut(Op):
     """A copy of ``a`` with ``v`` written at ``index`` (``x[index] = v`` when autograd records it)."""
+
+    kind = "movement"
 
     @staticmethod
     def forward(ctx, a, index, v):

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from minigrad import backend
 from minigrad.autograd import grad_mode, mode
 from minigrad.errors import AutogradError, DTypeError, ShapeError
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 
 def _check_target(t: Tensor, op: str, recording: bool) -> None:

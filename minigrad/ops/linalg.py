@@ -17,7 +17,7 @@ from minigrad.autograd import mode
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, cast
 from minigrad.ops.movement import broadcast_to, reshape
-from minigrad.tensor import Tensor, _wrap
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["bmm", "dot", "einsum", "linear", "matmul", "mm", "outer"]
 
@@ -25,6 +25,18 @@ __all__ = ["bmm", "dot", "einsum", "linear", "matmul", "mm", "outer"]
 class Linear(Op):
     """``x @ w.T + b`` in one op, as PyTorch's ``F.linear`` (a GEMM with a bias epilogue). Batch
     dims of x fold into the rows; the weight gradient comes out in the weight's own layout."""
+
+    kind = "matmul"
+    epilogue = True
+    channel_axis = -1
+    autocast = "low"
+
+    @staticmethod
+    def onnx(b, node, x, w, bias):
+        if len(node.shape) == 2:  # one GEMM with the weight transposed in place and the bias added
+            return b.add("Gemm", [x, w] + ([bias] if bias is not None else []), transB=1)
+        y = b.add("MatMul", [x, b.add("Transpose", [w], perm=[1, 0])])
+        return y if bias is None else b.add("Add", [y, bias])
 
     @staticmethod
     def forward(ctx, x, w, b):
@@ -62,6 +74,11 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
 
 
 class Matmul(Op):
+    kind = "matmul"
+    epilogue = True
+    onnx = "MatMul"
+    autocast = "low"
+
     @staticmethod
     def forward(ctx, a, b):
         need_a, need_b = ctx.needs_input_grad
@@ -190,6 +207,12 @@ def outer(a: Tensor, b: Tensor) -> Tensor:
 # -- einsum ------------------------------------------------------------------------------------------
 class Einsum(Op):
     """``forward(ctx, equation, *operands)``: the equation is explicit, one letter per axis."""
+
+    kind = "matmul"
+    autocast = "low"
+
+    @staticmethod
+    def onnx(b, node, equation, *xs): return b.add("Einsum", list(xs), equation=equation)
 
     @staticmethod
     def forward(ctx, equation, *operands):

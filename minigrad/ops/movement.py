@@ -16,7 +16,7 @@ from minigrad import backend
 from minigrad.errors import DeviceError, ShapeError
 from minigrad.ops.elementwise import Op, cast, clone
 from minigrad.ops.indexing import _as_view, _dim_of, getitem, index_select
-from minigrad.tensor import Tensor, _dim
+from minigrad._tensor import Tensor, _dim
 
 __all__ = [
     "broadcast_to", "cat", "chunk", "expand", "flatten", "flip", "movedim", "narrow", "pad", "permute",
@@ -26,6 +26,17 @@ __all__ = [
 
 # -- primitives ----------------------------------------------------------------------------------------
 class Reshape(Op):
+    kind = "movement"
+    returns_view = True
+
+    @staticmethod
+    def onnx(b, node, a, shape): return b.add("Reshape", [a, b.ints(node.shape)])
+
+    is_identity = True  # whenever the shape stays
+
+    @staticmethod
+    def compose(inner, outer): return outer
+
     @staticmethod
     def forward(ctx, a, shape):
         ctx.shape = a.shape
@@ -36,6 +47,14 @@ class Reshape(Op):
 
 
 class BroadcastTo(Op):
+    kind = "movement"
+    returns_view = True
+
+    @staticmethod
+    def onnx(b, node, a, shape): return b.add("Expand", [a, b.ints(node.shape)])
+
+    is_identity = True  # whenever the shape stays
+
     @staticmethod
     def forward(ctx, a, shape):
         ctx.shape = a.shape
@@ -49,6 +68,18 @@ class BroadcastTo(Op):
 
 
 class Permute(Op):
+    kind = "movement"
+    returns_view = True
+
+    @staticmethod
+    def onnx(b, node, a, dims): return b.add("Transpose", [a], perm=list(dims))
+
+    @staticmethod
+    def is_identity(attrs): return tuple(attrs["dims"]) == tuple(range(len(attrs["dims"])))
+
+    @staticmethod
+    def compose(inner, outer): return dict(outer, dims=tuple(inner["dims"][d] for d in outer["dims"]))
+
     @staticmethod
     def forward(ctx, a, dims):
         ctx.dims = dims
@@ -63,6 +94,11 @@ class Permute(Op):
 
 
 class Cat(Op):
+    kind = "movement"
+
+    @staticmethod
+    def onnx(b, node, dim, *xs): return b.add("Concat", list(xs), axis=dim)
+
     @staticmethod
     def forward(ctx, dim, *arrays):
         ctx.dim, ctx.sizes = dim, [a.shape[dim] for a in arrays]
@@ -78,6 +114,8 @@ class Cat(Op):
 
 
 class Flip(Op):
+    kind = "movement"
+
     @staticmethod
     def forward(ctx, a, dims):
         ctx.dims = dims
@@ -88,6 +126,8 @@ class Flip(Op):
 
 
 class Repeat(Op):
+    kind = "movement"
+
     @staticmethod
     def forward(ctx, a, sizes):
         ctx.shape, ctx.sizes = a.shape, sizes
@@ -106,6 +146,13 @@ class Repeat(Op):
 
 class Pad(Op):
     """Constant padding; ``pairs`` holds (before, after) for every dim."""
+
+    kind = "movement"
+
+    @staticmethod
+    def onnx(b, node, a, pairs, value):
+        pads = [lo for lo, _ in pairs] + [hi for _, hi in pairs]
+        return b.add("Pad", [a, b.ints(pads), b.scalar(value, node.dtype)], mode="constant")
 
     @staticmethod
     def forward(ctx, a, pairs, value):

@@ -13,7 +13,7 @@ import math
 from minigrad.errors import ShapeError
 from minigrad.ops.conv import Geometry, IntPair, _check_image, _offsets, _pad, _pair, _windows
 from minigrad.ops.elementwise import Op
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "max_pool2d"]
 
@@ -21,6 +21,11 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "max_pool2d"]
 class MaxPool2d(Op):
     """The largest element of each window. The second output says which kernel offset it came
     from (0..KH*KW-1), so backward can route the gradient there and nowhere else."""
+
+    kind = "reduction"
+
+    @staticmethod
+    def onnx(b, node, x, g, out_hw): return [b.add("MaxPool", [x], **b.window(g)), None]
 
     @staticmethod
     def forward(ctx, x, g, out_hw):
@@ -50,6 +55,8 @@ class MaxPool2d(Op):
 class WindowScatter(Op):
     """Send each value to the element ``idx`` of its window (overlapping windows add up)."""
 
+    kind = "movement"
+
     @staticmethod
     def forward(ctx, y, idx, g, hw):
         ctx.save_for_backward(idx)
@@ -70,6 +77,8 @@ class WindowScatter(Op):
 class WindowGather(Op):
     """The adjoint of ``WindowScatter``: out[n, c, i, j] = element ``idx`` of window (i, j)."""
 
+    kind = "movement"
+
     @staticmethod
     def forward(ctx, x, idx, g):
         ctx.save_for_backward(idx)
@@ -89,6 +98,14 @@ class WindowGather(Op):
 class WindowSum(Op):
     """out[n, c, i, j] = the sum of window (i, j): average pooling before the division."""
 
+    kind = "reduction"
+
+    @staticmethod
+    def onnx(b, node, x, g, out_hw):
+        # the sum of a window is its mean (padding counted) times its size; avg_pool2d has no dilation
+        mean = b.add("AveragePool", [x], count_include_pad=1, **b.window(g, dilation=False))
+        return b.add("Mul", [mean, b.scalar(g.kernel[0] * g.kernel[1], node.dtype)])
+
     @staticmethod
     def forward(ctx, x, g, out_hw):
         ctx.geometry, ctx.hw = g, x.shape[2:]
@@ -105,6 +122,8 @@ class WindowSum(Op):
 
 class WindowSpread(Op):
     """The adjoint of ``WindowSum``: add each value to every element of its window."""
+
+    kind = "movement"
 
     @staticmethod
     def forward(ctx, y, g, hw):
@@ -125,6 +144,11 @@ class RowColumnMap(Op):
     """out = A @ x @ B.T on every (H, W) plane, for constant matrices A and B: adaptive average
     pooling is this with averaging matrices. It is linear, so its backward is itself with the
     matrices transposed."""
+
+
+    @staticmethod
+    def onnx(b, node, x, rows, cols):  # rows @ x @ cols.T
+        return b.add("MatMul", [b.add("MatMul", [rows, x]), b.add("Transpose", [cols], perm=[1, 0])])
 
     @staticmethod
     def forward(ctx, x, a, b):

@@ -16,7 +16,7 @@ from minigrad import backend
 from minigrad.errors import DeviceError, DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, _floating, _not_bool, cast, exp, sqrt, where
 from minigrad.ops.movement import broadcast_to, reshape
-from minigrad.tensor import Tensor, _dim, _wrap
+from minigrad._tensor import Tensor, _dim, _wrap
 
 __all__ = [
     "ValuesIndices", "all", "allclose", "amax", "amin", "any", "argmax", "argmin", "cumsum", "equal",
@@ -90,6 +90,14 @@ def _nonempty(x: Tensor, dims: tuple | None, op: str) -> None:
 
 # -- sums and products --------------------------------------------------------------------------
 class Sum(Op):
+    kind = "reduction"
+    by_rows = True
+    cuda_reduce = ("a + b", "0", "y = a")
+    autocast = "fp32"
+
+    @staticmethod
+    def onnx(b, node, a, dims, keepdim): return b.reduce("ReduceSum", a, dims, keepdim)
+
     @staticmethod
     def forward(ctx, a, dims, keepdim):
         ctx.shape, ctx.dims, ctx.keepdim = a.shape, dims, keepdim
@@ -100,6 +108,8 @@ class Sum(Op):
 
 
 class SumTo(Op):
+    kind = "reduction"
+
     @staticmethod
     def forward(ctx, a, shape):
         ctx.shape = a.shape
@@ -113,6 +123,15 @@ class SumTo(Op):
 
 
 class Mean(Op):
+    kind = "reduction"
+    by_rows = True
+    cpu = "mean({0}, axis={1}, keepdims={2}, out={o})"  # inside a kernel by rows
+    cuda_reduce = ("a + b", "0", "y = a / ({T})(_in_ind.size() / _out_ind.size())")
+    autocast = "fp32"
+
+    @staticmethod
+    def onnx(b, node, a, dims, keepdim): return b.reduce("ReduceMean", a, dims, keepdim)
+
     @staticmethod
     def forward(ctx, a, dims, keepdim):
         ctx.shape, ctx.dims, ctx.keepdim = a.shape, dims, keepdim
@@ -123,6 +142,13 @@ class Mean(Op):
 
 
 class Prod(Op):
+    kind = "reduction"
+    by_rows = True
+    autocast = "fp32"
+
+    @staticmethod
+    def onnx(b, node, a, dims, keepdim): return b.reduce("ReduceProd", a, dims, keepdim)
+
     @staticmethod
     def forward(ctx, a, dims, keepdim):
         ctx.shape, ctx.dims, ctx.keepdim = a.shape, dims, keepdim
@@ -153,6 +179,10 @@ def _prod_of_others(x: Tensor, dims: tuple | None) -> Tensor:
 
 
 class Cumsum(Op):
+    kind = "reduction"
+    by_rows = True
+    autocast = "fp32"
+
     @staticmethod
     def forward(ctx, a, dim):
         ctx.dim = dim
@@ -220,6 +250,13 @@ class ValuesIndices(NamedTuple):
 class Amax(Op):
     """The largest element over ``dims``; ties share the gradient evenly, as in PyTorch."""
 
+    kind = "reduction"
+    by_rows = True
+    cuda_reduce = ("(a > b || a != a) ? a : b", "{lowest}", "y = a")
+
+    @staticmethod
+    def onnx(b, node, a, dims, keepdim): return b.reduce("ReduceMax", a, dims, keepdim)
+
     pick = "max"
 
     @staticmethod
@@ -236,11 +273,18 @@ class Amax(Op):
 
 
 class Amin(Amax):
+    cuda_reduce = ("(a < b || a != a) ? a : b", "{highest}", "y = a")
+
+    @staticmethod
+    def onnx(b, node, a, dims, keepdim): return b.reduce("ReduceMin", a, dims, keepdim)
+
     pick = "min"
 
 
 class MaxDim(Op):
     """The largest element along one dim and its index; the gradient goes to that index."""
+
+    kind = "reduction"
 
     pick = "argmax"
 
@@ -270,6 +314,9 @@ class MinDim(MaxDim):
 
 
 class Argmax(Op):
+    kind = "reduction"
+    by_rows = True
+
     pick = "argmax"
 
     @staticmethod
@@ -384,6 +431,10 @@ def argmin(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
 
 # -- statistics ---------------------------------------------------------------------------------------
 class Var(Op):
+    kind = "reduction"
+    by_rows = True
+    autocast = "fp32"
+
     @staticmethod
     def forward(ctx, a, dims, correction, keepdim):
         ctx.shape, ctx.dims, ctx.keepdim = a.shape, dims, keepdim
@@ -413,6 +464,13 @@ def std(x: Tensor, dim=None, correction: float = 1, keepdim: bool = False) -> Te
 
 
 class Logsumexp(Op):
+    kind = "reduction"
+    by_rows = True
+    autocast = "fp32"
+
+    @staticmethod
+    def onnx(b, node, a, dims, keepdim): return b.reduce("ReduceLogSumExp", a, dims, keepdim)
+
     @staticmethod
     def forward(ctx, a, dims, keepdim):
         xp = ctx.xp

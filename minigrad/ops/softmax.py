@@ -13,10 +13,11 @@ from typing import Any
 
 from minigrad import backend
 from minigrad.errors import DTypeError, ShapeError
-from minigrad.ops.elementwise import Op, cast, exp, ne, where
+from minigrad.ops.compare import ne
+from minigrad.ops.elementwise import Op, cast, exp, where
 from minigrad.ops.movement import broadcast_to, reshape
 from minigrad.ops.reduce import _axes, sum
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["cross_entropy", "log_softmax", "nll_loss", "softmax"]
 
@@ -29,6 +30,13 @@ def _shifted(xp, a, dim):
 
 
 class Softmax(Op):
+    kind = "reduction"
+    by_rows = True
+    autocast = "fp32"
+
+    @staticmethod
+    def onnx(b, node, a, dim): return b.add("Softmax", [a], axis=dim)
+
     @staticmethod
     def forward(ctx, a, dim):
         ctx.dim = dim
@@ -45,6 +53,13 @@ class Softmax(Op):
 
 
 class LogSoftmax(Op):
+    kind = "reduction"
+    by_rows = True
+    autocast = "fp32"
+
+    @staticmethod
+    def onnx(b, node, a, dim): return b.add("LogSoftmax", [a], axis=dim)
+
     @staticmethod
     def forward(ctx, a, dim):
         xp = ctx.xp
@@ -89,6 +104,9 @@ class Pick(Op):
     """``x[n, t[n, ...], ...]``: the entry of each sample's class along dim 1 (the NLL's gather).
     The targets are an input, not a constant, so a traced training step replays new targets."""
 
+    kind = "movement"
+    autocast = "fp32"
+
     @staticmethod
     def forward(ctx, x, t):
         ctx.classes = x.shape[1]
@@ -101,6 +119,8 @@ class Pick(Op):
 
 class Place(Op):
     """The adjoint of ``Pick``: zeros of shape (N, C, ...) holding ``g[n, ...]`` at class ``t[n, ...]``."""
+
+    kind = "movement"
 
     @staticmethod
     def forward(ctx, g, t, classes):

@@ -15,7 +15,7 @@ from minigrad.autograd.grad_mode import no_grad
 from minigrad.creation import zeros_like
 from minigrad.ops import maximum
 from minigrad.optim.optimizer import Optimizer
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 
 class Adam(Optimizer):

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 from minigrad.autograd.grad_mode import enable_grad, no_grad
 from minigrad.ops import cat
 from minigrad.optim.optimizer import Optimizer
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 
 def _dot(a: Tensor, b: Tensor) -> float:

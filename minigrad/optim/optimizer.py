@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 from minigrad.autograd.grad_mode import enable_grad
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 
 class Optimizer:

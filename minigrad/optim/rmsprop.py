@@ -2,7 +2,7 @@
 
 ``v = alpha v + (1 - alpha) g^2``; centered RMSprop also tracks the mean ``a`` of g and uses the
 variance ``v - a^2``; the step is ``p -= lr * g / (sqrt(v) + eps)``, optionally through a momentum
-buffer. PyTorch's defaults: lr=1e-2, alpha=0.99, eps=1e-8.
+buffer. PyTorch's defaults: lr=1e-2, alpha=0.99, eps=1e-8. Chapter 02 compares the optimisers.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.creation import zeros_like
 from minigrad.optim.optimizer import Optimizer
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 
 class RMSprop(Optimizer):

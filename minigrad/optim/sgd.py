@@ -2,7 +2,7 @@
 
 The update is PyTorch's: ``g = grad + wd * p``; with momentum, ``buf = mu * buf + (1 - dampening) * g``
 (the first step sets ``buf = g``) and ``g = g + mu * buf`` (Nesterov) or ``g = buf``; then
-``p -= lr * g``.
+``p -= lr * g``. Chapter 02 trains its first models with it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.optim.optimizer import Optimizer
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 
 class SGD(Optimizer):

@@ -11,29 +11,13 @@ block alike. A group that holds a reduction keeping axis 0 (a row's mean, a soft
 blocks of whole rows instead (``run_rows``): the reduction sees complete rows, and its per-row
 result, shape ``(rows, 1)``, broadcasts back over them in the same block, so a LayerNorm-style
 normalise fused with what feeds it reads its input once. Blocks are shared among ``NUM_THREADS``
-threads (numpy releases the GIL in ufunc loops). Each template below mirrors its op's ``forward``
-ufunc for ufunc, so fused and eager results agree bit for bit; ops without a template run their
-own ``forward`` on each block.
+threads (numpy releases the GIL in ufunc loops). The ufunc calls for each op are what its class
+declares (``ufunc`` or ``cpu``, ``minigrad.ops.op``), mirroring its ``forward`` ufunc for ufunc, so
+fused and eager results agree bit for bit; an op that declares none runs its own ``forward`` on
+each block.
 
-Measured here (2 shared AMD EPYC cores with AVX-512, 1 MB of L2 each; numpy 2.4) with
-``python benchmarks/bench_fusion.py --sweep``: the whole GELU-gate-normalise chain on 4M float32,
-one kernel by rows, ms per call, best of 7 interleaved rounds while other work kept the load
-average between 1 and 2 (eager minigrad: ~41 ms; torch.compile on two threads: ~11 ms):
-
-    =================  ====  ====  ====  ====  ====  ====
-    block (elements)    32K   64K  128K  256K  512K    1M
-    1 thread             18    16    15    18    15    16
-    2 threads            19    21    13    11    16    14
-    =================  ====  ====  ====  ====  ====  ====
-
-One ufunc call costs ~1 us of Python, and every call hands the GIL to the other thread and back,
-so two threads only gain with large blocks; on one thread blocks from 64K up are within the noise
-of each other (an L2-sized 64K block of float32 computes at ~0.1 ns a value for a multiply, ~0.4
-ns for ``tanh``), so 256K, the best on two threads. The chain's ~25 ufunc passes then cost ~3.5 ns
-a value on one core: blocking removes the memory traffic, threads split the rest. Splitting pays
-only for large calls (``PARALLEL_MIN_SIZE``), and blocks are handed out on demand, so a busy
-second core costs little. numexpr (no VML: a scalar tanh) and numba (no SVML) ran such chains
-slower than plain numpy, which is why kernels are plain numpy.
+``BLOCK_SIZE``, ``NUM_THREADS`` and ``PARALLEL_MIN_SIZE`` come from the block-size and thread sweep
+of ``benchmarks/bench_fusion.py --sweep``; benchmarks/README.md keeps the figures and why plain numpy.
 """
 
 from __future__ import annotations
@@ -47,60 +31,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from minigrad.backend import cpu as _cpu_device
-from minigrad.graph.codegen import Program, program, reduces_rows
+from minigrad.graph.codegen.program import Program, program, reduces_rows
 from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, run_node
 
-__all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "PARALLEL_MIN_SIZE", "generate", "one_ufunc", "run_blocked",
-           "run_rows"]
+__all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "NodeForward", "PARALLEL_MIN_SIZE", "generate", "one_ufunc",
+           "run_blocked", "run_rows", "statements"]
 
 xp = _cpu_device.xp
-BLOCK_SIZE = 262144  # elements per block (see the measurements above)
+BLOCK_SIZE = 262144  # elements per block (benchmarks/README.md: the sweep)
 NUM_THREADS = min(2, os.cpu_count() or 1)  # threads sharing the blocks of one large kernel call
 PARALLEL_MIN_SIZE = 1 << 20  # elements; below, waking a second thread costs more than it saves
-
-# One ufunc call per line, each as the op's forward computes it: {o} is the op's output block,
-# {t} a scratch block of its dtype, {0}, {1}, ... its arguments in the order forward takes them.
-_TEMPLATES = {
-    "Add": "add({0}, {1}, out={o})",
-    "Sub": "subtract({0}, {1}, out={o})",
-    "Mul": "multiply({0}, {1}, out={o})",
-    "Div": "divide({0}, {1}, out={o})",
-    "Pow": "power({0}, {1}, out={o})",
-    "Neg": "negative({0}, out={o})",
-    "Exp": "exp({0}, out={o})",
-    "Log": "log({0}, out={o})",
-    "Sqrt": "sqrt({0}, out={o})",
-    "Rsqrt": "sqrt({0}, out={o}); divide(1, {o}, out={o})",
-    "Abs": "absolute({0}, out={o})",
-    "Sign": "sign({0}, out={o})",
-    "Sin": "sin({0}, out={o})",
-    "Cos": "cos({0}, out={o})",
-    "Tanh": "tanh({0}, out={o})",
-    "TanhBackward": "multiply({1}, {1}, out={o}); subtract(1, {o}, out={o}); multiply({0}, {o}, out={o})",
-    "Sigmoid": "multiply(0.5, {0}, out={o}); tanh({o}, out={o}); multiply(0.5, {o}, out={o}); add(0.5, {o}, out={o})",
-    "SigmoidBackward": "multiply({0}, {1}, out={o}); subtract(1, {1}, out={t}); multiply({o}, {t}, out={o})",
-    "Relu": "maximum({0}, 0, out={o})",
-    "Clamp": "clip({0}, {1}, {2}, out={o})",
-    "Maximum": "maximum({0}, {1}, out={o})",
-    "Minimum": "minimum({0}, {1}, out={o})",
-    "Where": "copyto({o}, {2}); copyto({o}, {1}, where={0})",
-    "Cast": "copyto({o}, {0}, casting='unsafe')",
-    "Clone": "copyto({o}, {0})",
-    "Contiguous": "copyto({o}, {0})",
-    "Equal": "equal({0}, {1}, out={o})",
-    "NotEqual": "not_equal({0}, {1}, out={o})",
-    "Less": "less({0}, {1}, out={o})",
-    "LessEqual": "less_equal({0}, {1}, out={o})",
-    "Greater": "greater({0}, {1}, out={o})",
-    "GreaterEqual": "greater_equal({0}, {1}, out={o})",
-    "LogicalAnd": "logical_and({0}, {1}, out={o})",
-    "LogicalOr": "logical_or({0}, {1}, out={o})",
-    "LogicalNot": "logical_not({0}, out={o})",
-    "Mean": "mean({0}, axis={1}, keepdims={2}, out={o})",  # inside a kernel by rows: a row's mean
-}
-_NUMPY_NAMES = sorted({line.split("(")[0] for t in _TEMPLATES.values() for line in t.split("; ")} | {"empty"})
-
 
 class CpuKernel:
     """A fused group compiled to a Python function: ``kernel(*arrays, out=None) -> array`` (into
@@ -124,7 +65,7 @@ def generate(group: Graph) -> CpuKernel:
     if rows:  # the root reduction is one more step of each block of rows
         prog = prog._replace(ops=prog.ops + [prog.reduction] * (prog.reduction is not None), reduction=None, shape=rows)
     names = {p: f"x{k}" for k, p in enumerate(prog.inputs)}
-    env: dict[str, Any] = {name: getattr(xp, name) for name in _NUMPY_NAMES}
+    env: dict[str, Any] = {"empty": xp.empty, "copyto": xp.copyto}  # and the ufuncs the ops' statements call
     env.update(run_blocked=run_blocked, run_rows=run_rows, reuse_or_empty=reuse_or_empty)
     head = []
     if prog.anchor is not None:  # the product first: the block function is its epilogue
@@ -152,7 +93,7 @@ def _by_rows(prog: Program) -> tuple | None:
     """The shape a group's blocks of rows cover when it runs by rows: when it holds a reduction that
     keeps axis 0 (inside it or at its end) or values of several row shapes, (N, C) and (N, 1).
     ``None``: it runs over flat blocks."""
-    reductions = [n for n in prog.ops if op_kind(n.op) == "reduction"]
+    reductions = [n for n in prog.ops if op_kind(n) == "reduction"]
     if prog.reduction is not None and reduces_rows(prog.reduction):
         reductions.append(prog.reduction)
     shapes = {tuple(n.shape) for n in prog.ops} | {tuple(r.inputs[0].shape) for r in reductions}
@@ -205,7 +146,7 @@ def _block_code(prog: Program, names: dict[Node, str], env: dict[str, Any],
     lines = []
     for k, n in enumerate(prog.ops):
         args = _operands(n, value, env)
-        template = _TEMPLATES[n.op].split("; ") if n.op in _TEMPLATES and not n.meta.get("kwargs") else None
+        template = None if n.meta.get("kwargs") else statements(n)
         kind = (str(n.dtype), tuple(n.shape[1:])) if rows else str(n.dtype)
         dying = [value[i] for i in dict.fromkeys(n.inputs) if last_use.get(i) == k and value[i].startswith("s")]
         if k == len(prog.ops) - 1:
@@ -220,6 +161,7 @@ def _block_code(prog: Program, names: dict[Node, str], env: dict[str, Any],
             template = [f"copyto({{o}}, {fname}({', '.join(value[i] for i in n.inputs)}))"]
         temp = take(kind) if any("{t}" in line for line in template) else None
         for j, line in enumerate(template):
+            env.setdefault(line.split("(")[0], getattr(xp, line.split("(")[0], None))
             lines.append(line.format(*args, o=dest, t=temp) + (f"  # {n.name} = {n.op}" if j == 0 else ""))
         for s in dying + ([temp] if temp else []):
             free.setdefault(slots[int(s[1:])], []).append(s)
@@ -227,10 +169,20 @@ def _block_code(prog: Program, names: dict[Node, str], env: dict[str, Any],
     return lines, slots
 
 
+def statements(node: Node) -> list[str] | None:
+    """The op's ufunc calls for one block, as its class declares them: ``ufunc`` (one call on
+    its arguments) or ``cpu`` (calls separated by ``"; "``); None when it declares neither."""
+    ufunc = getattr(node.fn, "ufunc", None)
+    if ufunc is not None:
+        return [f"{ufunc}({', '.join('{%d}' % k for k in range(len(node.meta['args'])))}, out={{o}})"]
+    template = getattr(node.fn, "cpu", None)
+    return template.split("; ") if template is not None else None
+
+
 def one_ufunc(node: Node) -> bool:
     """Whether the op is one ufunc call (or a copy of forward's result), which may write over
     its own input: an op of several calls writes its output before it has read every input."""
-    return "; " not in _TEMPLATES.get(node.op, "")
+    return len(statements(node) or ()) <= 1
 
 
 def _operands(node: Node, value: dict[Node, str], env: dict[str, Any]) -> list[str]:
@@ -257,11 +209,11 @@ def _literal(v: Any, env: dict[str, Any]) -> str:
 def _bind(env: dict[str, Any], node: Node) -> str:
     """Put a call of ``node``'s own forward into the kernel's namespace; returns its name."""
     name = node.op.lower() + "_" + re.sub(r"\W", "_", node.name.lstrip("%"))
-    env[name] = _Forward(node)
+    env[name] = NodeForward(node)
     return name
 
 
-class _Forward:
+class NodeForward:
     """``node``'s op forward as a function of its input arrays (attributes as the trace saw them)."""
 
     def __init__(self, node: Node) -> None:

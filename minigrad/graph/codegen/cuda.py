@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from minigrad.graph.codegen import Program, program
-from minigrad.graph.codegen.cpu import _Forward
+from minigrad.graph.codegen.program import Program, program
+from minigrad.graph.codegen.cpu import NodeForward
 from minigrad.graph.ir import Graph, GraphError, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 
@@ -24,48 +24,22 @@ __all__ = ["CudaKernel", "generate", "supports"]
 _C_TYPES = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
             "uint8": "unsigned char", "float16": "float16", "float32": "float", "float64": "double"}
 
-# Each op as a C expression of its arguments {0}, {1}, ... (in forward's order); {T} is the C type
-# the op computes in (``_compute_type``), so constants stay in that precision ((float)0.5, not a
-# double). A branch of ``?:`` that computes a new value is cast back to {T}: cupy's float16
-# converts to and from float implicitly, which would make ``c ? half : float`` ambiguous.
-_C_EXPR = {
-    "Add": "{0} + {1}", "Sub": "{0} - {1}", "Mul": "{0} * {1}", "Div": "{0} / {1}", "Neg": "-{0}",
-    "Pow": "pow({0}, {1})", "Exp": "exp({0})", "Log": "log({0})", "Sqrt": "sqrt({0})", "Rsqrt": "({T})1 / sqrt({0})",
-    "Sin": "sin({0})", "Cos": "cos({0})", "Tanh": "tanh({0})", "Erf": "erf({0})",
-    "Sign": "({T})(({0} > ({T})0) - ({0} < ({T})0))",
-    "TanhBackward": "{0} * (({T})1 - {1} * {1})",
-    "Sigmoid": "({T})0.5 + ({T})0.5 * tanh(({T})0.5 * {0})",
-    "SigmoidBackward": "{0} * {1} * (({T})1 - {1})",
-    # comparisons written so that NaN propagates, as numpy's maximum and minimum do
-    "Relu": "({0} > ({T})0 || {0} != {0}) ? {0} : ({T})0",
-    "Maximum": "({0} > {1} || {0} != {0}) ? {0} : {1}",
-    "Minimum": "({0} < {1} || {0} != {0}) ? {0} : {1}",
-    "LeakyRelu": "{0} > ({T})0 ? {0} : ({T})({0} * {1})",
-    "Gelu": "({T})0.5 * {0} * (({T})1 + erf({0} * ({T})0.7071067811865476))",
-    "Softplus": "{0} * {1} > {2} ? {0} : ({T})(log1p(exp({0} * {1})) / {1})",
-    "Where": "{0} ? {1} : {2}",
-    "Clone": "{0}", "Contiguous": "{0}",
-    "Equal": "{0} == {1}", "NotEqual": "{0} != {1}", "Less": "{0} < {1}", "LessEqual": "{0} <= {1}",
-    "Greater": "{0} > {1}", "GreaterEqual": "{0} >= {1}",
-    "LogicalAnd": "{0} && {1}", "LogicalOr": "{0} || {1}", "LogicalNot": "!{0}",
-}
-# ReductionKernel pieces per reduction: (reduce_expr, identity, post_map_expr); {T} as above
-_C_REDUCE = {
-    "Sum": ("a + b", "0", "y = a"),
-    "Mean": ("a + b", "0", "y = a / ({T})(_in_ind.size() / _out_ind.size())"),
-    "Amax": ("(a > b || a != a) ? a : b", "{lowest}", "y = a"),
-    "Amin": ("(a < b || a != a) ? a : b", "{highest}", "y = a"),
-}
+# An op's C expression is its class's ``cuda`` declaration: a format string of its arguments {0},
+# {1}, ... (in forward's order) and {T}, the C type the op computes in (``_compute_type``), so that
+# constants stay in that precision ((float)0.5, not a double); or a function of (args, T, out_type).
+# A branch of ``?:`` that computes a new value is cast back to {T}: cupy's float16 converts to and
+# from float implicitly, which would make ``c ? half : float`` ambiguous. A reduction declares its
+# ReductionKernel pieces in ``cuda_reduce``: (reduce_expr, identity, post_map_expr).
 _INFINITY = {"float": "__int_as_float(0x7f800000)", "double": "__longlong_as_double(0x7ff0000000000000LL)"}
 
 
 def supports(node: Node) -> bool:
-    """Whether a GPU group can evaluate this elementwise op inside its kernel (C has no integer
-    ``pow``: integer powers run as their own op)."""
-    known = node.op in _C_EXPR or node.op in ("Abs", "Cast", "Clamp")
-    if node.op == "Pow" and node.dtype.kind != "f":
+    """Whether a GPU group can evaluate this elementwise op inside its kernel: its class declares
+    a ``cuda`` expression for the dtype kinds at hand (``cuda_kinds``)."""
+    kinds = getattr(node.fn, "cuda_kinds", None)
+    if getattr(node.fn, "cuda", None) is None or (kinds is not None and node.dtype.kind not in kinds):
         return False
-    return known and not node.meta.get("kwargs") and all(str(n.dtype) in _C_TYPES for n in (node, *node.inputs))
+    return not node.meta.get("kwargs") and all(str(n.dtype) in _C_TYPES for n in (node, *node.inputs))
 
 
 class CudaKernel:
@@ -74,8 +48,8 @@ class CudaKernel:
 
     def __init__(self, prog: Program, kind: str, params: dict[str, str], leaves: list[int]) -> None:
         self.name, self.kind, self.params, self._prog, self._leaves = prog.name, kind, params, prog, leaves
-        self._anchor = _Forward(prog.anchor) if prog.anchor is not None else None
-        self._reduce = _Forward(prog.reduction) if prog.reduction is not None else None
+        self._anchor = NodeForward(prog.anchor) if prog.anchor is not None else None
+        self._reduce = NodeForward(prog.reduction) if prog.reduction is not None else None
         self._kernel: Any = None
         args = ",\n".join(f"    {k}={_quote(v)}" for k, v in params.items())
         self.source = f"cupy.{kind}(\n{args},\n)\n"
@@ -103,7 +77,7 @@ class CudaKernel:
 def generate(group: Graph) -> CudaKernel:
     """The CUDA kernel of a fused group's sub-graph (source now, compiled by cupy on first call)."""
     prog = program(group)
-    inner = [n.op for n in prog.ops if op_kind(n.op) == "reduction"]
+    inner = [n.op for n in prog.ops if op_kind(n) == "reduction"]
     if inner:  # the fusion pass makes such groups only for the CPU (codegen.fuses_rows)
         raise GraphError(f"{prog.name}: {', '.join(inner)} inside the group needs whole rows per block, which only "
                          "CPU kernels have; on cuda a reduction ends its group")
@@ -121,9 +95,10 @@ def generate(group: Graph) -> CudaKernel:
         lines.append(f"{decl}{value[n]} = {_expression(n, value)};  // {n.name} {n.op}")
     red = prog.reduction
     ctype = _ctype(prog.ops[-1])
-    if red is not None and red.op in _C_REDUCE and ctype in ("float", "double") and red.dtype == prog.ops[-1].dtype:
+    pieces = getattr(red.fn, "cuda_reduce", None) if red is not None else None
+    if pieces is not None and ctype in ("float", "double") and red.dtype == prog.ops[-1].dtype:
         reduce_expr, identity, post = (s.format(T=ctype, lowest="-" + _INFINITY[ctype], highest=_INFINITY[ctype])
-                                       for s in _C_REDUCE[red.op])
+                                       for s in pieces)
         args = ", ".join(f"{_ctype(p)} {names[p]}" for p in params_of)
         body = "\n".join("    " + line.replace("y = ", "return ", 1) if line.startswith("y = ") else "    " + line
                          for line in lines)
@@ -143,15 +118,8 @@ def _expression(node: Node, value: dict[Node, str]) -> str:
     args = []
     for k in node.meta["args"]:
         args.append(value[next(inputs)] if k in (TENSOR_ARG, ARRAY_ARG) else _literal(node.attrs[k], ctype))
-    if node.op == "Cast":
-        return f"({_ctype(node)}){args[0]}"
-    if node.op == "Abs":
-        return f"{'fabs' if ctype in ('float', 'double', 'float16') else 'abs'}({args[0]})"
-    if node.op == "Clamp":  # either bound may be absent; a NaN stays NaN, as in numpy's clip (CUDA's fmax drops it)
-        x, lo, hi = args
-        x = x if lo == "None" else f"({x} < {lo} ? {lo} : {x})"
-        return x if hi == "None" else f"({x} > {hi} ? {hi} : {x})"
-    return _C_EXPR[node.op].format(*args, T=ctype)
+    expr = node.fn.cuda
+    return expr.format(*args, T=ctype) if isinstance(expr, str) else expr(args, ctype, _ctype(node))
 
 
 def _compute_type(node: Node) -> str:

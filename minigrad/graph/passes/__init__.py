@@ -12,11 +12,11 @@ from minigrad.graph.passes.dce import eliminate_dead_code
 from minigrad.graph.passes.fusion import MAX_GROUP_SIZE, fuse_elementwise, fusion_groups
 from minigrad.graph.passes.fold_bn import fold_batch_norm, fold_conv_bn, fuse_conv_bn_eval, fuse_linear_bn_eval
 from minigrad.graph.passes.manager import PassManager, PassRecord, default_passes, pass_name
-from minigrad.graph.passes.rewrite import DROP, RANDOM_OPS, Rewriter, is_pure, live_nodes, rewrite
+from minigrad.graph.passes.rewrite import DROP, Rewriter, is_pure, is_random, live_nodes, rewrite
 from minigrad.graph.passes.simplify import simplify
 
 __all__ = [
-    "DROP", "PassManager", "PassRecord", "RANDOM_OPS", "Rewriter", "default_passes",
+    "DROP", "PassManager", "PassRecord", "Rewriter", "default_passes", "is_random",
     "eliminate_common_subexpressions", "eliminate_dead_code", "fold_batch_norm", "fold_constants",
     "fold_conv_bn", "frozen_parameters", "fuse_conv_bn_eval", "fuse_linear_bn_eval", "is_pure",
     "live_nodes", "pass_name", "rewrite", "simplify",

@@ -23,11 +23,9 @@ from minigrad.graph.passes.rewrite import DROP, Rewriter, rewrite
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 from minigrad.nn import BatchNorm1d, BatchNorm2d, Conv2d, Identity, Linear, Module, Sequential
 from minigrad.nn.module import Parameter
-from minigrad.tensor import Tensor
+from minigrad._tensor import Tensor
 
 __all__ = ["fold_batch_norm", "fold_conv_bn", "fuse_conv_bn_eval", "fuse_linear_bn_eval"]
-
-_LAYERS = {"Conv2d": 1, "Linear": -1}  # op -> the axis of its output channels
 
 
 # -- modules ----------------------------------------------------------------------------------------
@@ -116,7 +114,7 @@ def fold_batch_norm(graph: Graph) -> Graph:
 def _match(layer: Node) -> tuple[list[Node], Any, Any] | None:
     """For a conv or linear node with constant weights that only a per-channel ``Mul`` (then maybe
     an ``Add``/``Sub``) by constants reads: (the Mul and Add nodes, scale, shift)."""
-    if layer.op not in _LAYERS or not all(i.op == "constant" for i in layer.inputs[1:]):
+    if _channel_axis(layer) is None or not all(i.op == "constant" for i in layer.inputs[1:]):
         return None
     chain, scale, shift = [], None, None
     for op in ("Mul", "Add"):
@@ -156,11 +154,16 @@ def _per_channel(node: Node, x: Node, layer: Node) -> Any:
         return None
     xp = device_of(layer.inputs[1].attrs["value"]).xp
     value = xp.asarray(other, dtype="float64")
-    channels, axis = x.shape[_LAYERS[layer.op]], _LAYERS[layer.op] % len(x.shape)
+    channels, axis = x.shape[_channel_axis(layer)], _channel_axis(layer) % len(x.shape)
     full = (1,) * (len(x.shape) - value.ndim) + tuple(value.shape)
     if len(full) != len(x.shape) or any(n != 1 for i, n in enumerate(full) if i != axis):
         return None
     return xp.broadcast_to(value.reshape(-1), (channels,))
+
+
+def _channel_axis(layer: Node) -> int | None:
+    """The axis of a conv's or linear layer's output channels, as its op declares (None: another op)."""
+    return getattr(layer.fn, "channel_axis", None)
 
 
 def _fold(last: Node, layer: Node, scale: Any, shift: Any, rw: Rewriter) -> Node:

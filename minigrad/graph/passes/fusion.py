@@ -1,10 +1,11 @@
 """Operator fusion: merge chains of elementwise ops into one node that runs a generated kernel (chapter 03).
 
 Eager execution runs ``0.5 * x * (1 + tanh(...))`` as a dozen ops, each reading its inputs from
-memory and writing a full-size result back; fused, the chain reads ``x`` once and writes the
-result once. The rules rank ops by kind, as TVM's ``fuse_ops`` does. A node joins the group of its
-consumers when *all* of its consumers are in that one group (then every path from it meets again
-inside the group, so the group has one way out, its root) and its kind allows it:
+memory and writing a full-size result back; fused, the chain reads ``x`` once and writes the result
+once. The rules rank ops by kind, as TVM's ``fuse_ops`` does; an op's kind, and whether it takes an
+epilogue or draws random numbers, are what its class declares (``minigrad.ops.op``). A node joins
+the group of its consumers when *all* of its consumers are in that one group (then every path from
+it meets again inside the group, so the group has one way out, its root) and its kind allows it:
 
 - an elementwise op joins a group of elementwise ops of its shape (broadcast operands stay outside,
   as inputs), or the prologue of a reduction over its shape; a reduction ends its group, except
@@ -27,9 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 from minigrad.graph import codegen
-from minigrad.graph.codegen import ANCHOR_OPS
+from minigrad.graph.codegen import is_anchor
 from minigrad.graph.ir import Graph, Node, op_kind
-from minigrad.graph.passes.rewrite import DROP, RANDOM_OPS, Rewriter, rewrite
+from minigrad.graph.passes.rewrite import DROP, Rewriter, rewrite
 from minigrad.graph.trace import TENSOR_ARG
 
 __all__ = ["MAX_GROUP_SIZE", "fuse_elementwise", "fusion_groups"]
@@ -107,13 +108,13 @@ def fuse_elementwise(graph: Graph, max_group_size: int = MAX_GROUP_SIZE) -> Grap
 
 def _role(node: Node) -> str | None:
     """How a node may take part in fusion: elementwise, reduction, anchor, or not at all."""
-    if node.shape is None or not getattr(node.fn, "array_forward", False) or node.op in RANDOM_OPS:
+    if node.shape is None or not getattr(node.fn, "array_forward", False) or getattr(node.fn, "random", False):
         return None
     if any(u.op in ("saved", "getitem") for u in node.users):  # backward reads its ctx
         return None
-    if node.op in ANCHOR_OPS:
+    if is_anchor(node):
         return "anchor"
-    kind = op_kind(node.op)
+    kind = op_kind(node)
     if kind == "elementwise" and codegen.supports(node):
         return "elementwise"
     if kind == "reduction" and len(node.inputs) == 1:
@@ -135,8 +136,8 @@ def _fused_node(members: list[Node], rw: Rewriter) -> Node:
         twin[m] = sub.add_node(m.op, [twin[i] for i in m.inputs], m.attrs, shape=m.shape, dtype=m.dtype,
                                fn=m.fn, name=m.name, meta=meta)
     sub.set_outputs([twin[root]])
-    kind = ("reduction" if op_kind(root.op) == "reduction"
-            else "matmul" if any(m.op in ANCHOR_OPS for m in members) else "elementwise")
+    kind = ("reduction" if op_kind(root) == "reduction"
+            else "matmul" if any(is_anchor(m) for m in members) else "elementwise")
     meta = {"device": root.meta.get("device"), "ctx_device": root.meta.get("ctx_device"),
             "args": (TENSOR_ARG,) * len(inputs), "kwargs": (), "group": sub, "kind": kind}
     return rw.new.add_node("fused", [rw[i] for i in inputs], {"ops": tuple(m.op for m in members)},

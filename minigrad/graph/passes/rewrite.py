@@ -15,24 +15,27 @@ from typing import Any, Callable, Iterable
 from minigrad.graph.ir import OPS as STRUCTURAL_OPS
 from minigrad.graph.ir import Graph, GraphError, Node
 
-__all__ = ["DROP", "RANDOM_OPS", "Rewriter", "is_pure", "live_nodes", "reaching", "rewrite"]
-
-RANDOM_OPS = frozenset({"Dropout"})  # ops that draw from the device's random generator
+__all__ = ["DROP", "Rewriter", "is_pure", "is_random", "live_nodes", "reaching", "rewrite"]
 
 DROP = object()  # what ``visit`` returns for a node the new graph leaves out
+
+
+def is_random(node: Node) -> bool:
+    """Whether the node's op draws from the device's random generator (its class declares ``random``)."""
+    return getattr(node.fn, "random", False)
 
 
 def is_pure(node: Node) -> bool:
     """True for an op node whose value depends on its inputs and attributes alone: a built-in op
     that draws no random numbers (a user ``Function`` might do anything, so it is not)."""
-    return node.op not in STRUCTURAL_OPS and node.op not in RANDOM_OPS and getattr(node.fn, "array_forward", False)
+    return node.op not in STRUCTURAL_OPS and not is_random(node) and getattr(node.fn, "array_forward", False)
 
 
 def live_nodes(graph: Graph) -> set[Node]:
     """The nodes whose values reach the output or a side effect. Placeholders count (they are the
     graph's signature), and so do random ops: a draw from the random generator is itself an
     effect, and removing one would shift every later draw."""
-    return reaching(n for n in graph.nodes if n.has_side_effects or n.op == "placeholder" or n.op in RANDOM_OPS)
+    return reaching(n for n in graph.nodes if n.has_side_effects or n.op == "placeholder" or is_random(n))
 
 
 def reaching(roots: Iterable[Node]) -> set[Node]:

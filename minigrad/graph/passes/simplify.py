@@ -9,6 +9,8 @@ and ``int_tensor*1.0`` promotes it, so neither is ``x``. (``x+0`` turns ``-0.0``
 value that compares equal.) A value the graph returns is never replaced by an existing one, so
 the caller never receives an input's buffer, or one buffer twice, where eager gave new memory.
 The rules see the already simplified inputs, so chains (``x.T.T.T``) collapse in one walk.
+Which rule applies to an op is what its class declares (``unit``, ``involution``, ``is_identity``,
+``compose``: ``minigrad.ops.op``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,6 @@ from minigrad.graph.passes.rewrite import Rewriter, rewrite
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 
 __all__ = ["simplify"]
-
-# op -> (identity element, positions where it may stand: 0 = left operand, 1 = right operand)
-_IDENTITIES = {"Mul": (1, (0, 1)), "Add": (0, (0, 1)), "Sub": (0, (1,)), "Div": (1, (1,)), "Pow": (1, (1,))}
 
 
 def simplify(graph: Graph) -> Graph:
@@ -43,40 +42,39 @@ def simplify(graph: Graph) -> Graph:
 
 
 def _same_as(node: Node, rw: Rewriter) -> Node | None:
-    """The (new) node whose value ``node`` equals, if a rule says so."""
-    op, ins = node.op, [rw[i] for i in node.inputs]
-    if op in _IDENTITIES:
-        unit, sides = _IDENTITIES[op]
+    """The (new) node whose value ``node`` equals, if a rule its op declares says so: ``unit``
+    (``x*1``), ``involution`` (``-(-x)``) or ``is_identity`` (a cast or reshape that changes nothing)."""
+    fn, ins = node.fn, [rw[i] for i in node.inputs]
+    if getattr(fn, "unit", None) is not None:
+        unit, sides = fn.unit
         operands = _operands(node, ins)
         for side in sides:
             other = operands[1 - side]
             if isinstance(other, Node) and _is_constant(operands[side], unit):
                 return other
-    elif op == "Neg" and ins[0].op == "Neg":
+    elif getattr(fn, "involution", False) and ins[0].op == node.op:
         return ins[0].inputs[0]
-    elif op == "Cast":
+    elif _is_identity(node.fn, node.attrs) and _keeps_type(node, ins[0]):
         return ins[0]
-    elif op in ("Reshape", "BroadcastTo"):
-        return ins[0] if ins[0].shape == node.shape else None
-    elif op == "Permute":
-        return ins[0] if tuple(node.attrs["dims"]) == tuple(range(len(node.attrs["dims"]))) else None
     return None
 
 
 def _combined(node: Node, rw: Rewriter) -> Node | None:
-    """One node for two stacked reshapes or permutations (the inner one may stay for other users)."""
+    """One node for two stacked ops that ``compose`` (reshapes, permutations); the inner one may
+    stay for other users."""
     inner = rw[node.inputs[0]] if node.inputs else None
-    if inner is None or inner.op != node.op or node.op not in ("Reshape", "Permute"):
+    if inner is None or inner.op != node.op or getattr(node.fn, "compose", None) is None:
         return None
     source = inner.inputs[0]
-    if node.op == "Reshape":
-        if source.shape == node.shape and not any(u.op == "output" for u in node.users):
-            return source
-        return rw.copy(node, [source])
-    dims = tuple(inner.attrs["dims"][d] for d in node.attrs["dims"])  # output dim i reads source dim
-    if dims == tuple(range(len(dims))):
+    attrs = node.fn.compose(inner.attrs, node.attrs)
+    if _is_identity(node.fn, attrs) and _keeps_type(node, source):
         return None if any(u.op == "output" for u in node.users) else source
-    return rw.copy(node, [source], attrs=dict(node.attrs, dims=dims))
+    return rw.copy(node, [source], attrs=attrs)
+
+
+def _is_identity(fn: Any, attrs: dict) -> bool:
+    identity = getattr(fn, "is_identity", False)
+    return identity is True or (callable(identity) and identity(attrs))
 
 
 def _operands(node: Node, ins: list[Node]) -> list[Any]:

@@ -5,6 +5,11 @@ node that produced it, ``None`` for a leaf). Every operator and method below is 
 applies a ``Function`` from ``minigrad.ops``; the graph is recorded there (chapter 01 draws it,
 chapter 02 walks it backwards). Views share memory with their base and its version counter, so
 an in-place change to either is seen by autograd's saved-tensor check.
+
+The module is ``minigrad._tensor`` so that ``minigrad.tensor`` is one thing, the function that
+makes a tensor (as ``torch.tensor``); ``minigrad.Tensor`` is the class. Tensor and the ops import
+each other, the one import circle in the package (``tools/import_graph.py``): the ops build on
+Tensor, and Tensor's operators call the ops, bound by the import at the end of this module.
 """
 
 from __future__ import annotations

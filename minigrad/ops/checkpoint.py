@@ -1,0 +1,132 @@
+"""``CheckpointFunction``: one graph node standing for a whole checkpointed segment (chapter 03).
+
+Its forward keeps only the segment's inputs; its backward runs the segment again with grad
+enabled, from the random state saved at forward and leaving BatchNorm's buffers as they were, and
+backpropagates through the fresh graph. ``minigrad.memory.checkpoint`` builds the segment and
+applies it (``checkpoint``, ``checkpoint_sequential``) and explains the two variants.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from minigrad import backend
+from minigrad.autograd import engine
+from minigrad.autograd.function import Function
+from minigrad.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad
+from minigrad.errors import AutogradError
+from minigrad.memory.tracker import recomputation
+from minigrad.ops.movement import reshape
+from minigrad._tensor import Tensor
+
+__all__ = ["CheckpointFunction", "as_outputs", "detached"]
+
+
+class CheckpointFunction(Function):
+    """One graph node standing for a whole checkpointed segment.
+
+    ``forward(ctx, segment, *inputs)``: ``inputs`` are the segment's tensor arguments followed (in
+    the default variant) by the tensors it reads, such as parameters. ``backward`` recomputes the
+    segment with grad enabled and returns one gradient per input.
+    """
+
+    @staticmethod
+    def forward(ctx, segment: Any, *inputs: Tensor) -> Any:  # memory.checkpoint builds the segment
+        ctx.segment = segment
+        ctx.save_for_backward(*inputs[:len(segment.call.slots)])
+        if segment.outputs is not None:  # computed already while looking for the parameters
+            outputs, segment.outputs = segment.outputs, None
+            return outputs
+        return segment.call(inputs)  # use_reentrant=True: apply runs this under no_grad
+
+    @staticmethod
+    def backward(ctx, *grad_outputs: Tensor) -> tuple:
+        seg = ctx.segment
+        create_graph = is_grad_enabled()  # the engine records backward only for create_graph=True
+        if create_graph and seg.reentrant:
+            raise AutogradError("checkpoint(use_reentrant=True) does not support create_graph=True; "
+                                "use use_reentrant=False")
+        saved = ctx.saved_tensors
+        with _replayed_rng(seg.rng_states), _buffers_kept(seg.modules), recomputation(), enable_grad():
+            replay = [_replay_input(t, create_graph, seg.reentrant) for t in saved]
+            outputs = as_outputs(seg.call(replay))
+        pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if o.requires_grad and g is not None]
+        if seg.reentrant:  # as PyTorch: a nested backward fills the .grad of every leaf it reaches
+            for i, (o, g) in enumerate(pairs):
+                engine.backward(o, g, retain_graph=i < len(pairs) - 1)
+            return (None, *[t.grad if t.requires_grad else None for t in replay])
+        _check_no_outside_nodes(seg, outputs)
+        wanted = [t for t in replay + seg.params if t.requires_grad]
+        grads = iter(engine.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                 create_graph=create_graph, allow_unused=True) if pairs else [None] * len(wanted))
+        return (None, *[next(grads) if t.requires_grad else None for t in replay + seg.params])
+
+
+@contextmanager
+def _replayed_rng(states: dict | None) -> Iterator[None]:
+    """Run a block from the random state saved at forward, then put back the current one, so the
+    recomputation draws the same dropout masks and the random stream goes on as without it."""
+    if states is None:
+        yield
+        return
+    now = {d: backend.get_rng_state(d) for d in states}
+    for d, state in states.items():
+        backend.set_rng_state(state, d)
+    try:
+        yield
+    finally:
+        for d, state in now.items():
+            backend.set_rng_state(state, d)
+
+
+@contextmanager
+def _buffers_kept(modules: list) -> Iterator[None]:
+    """Undo what a recomputation writes into the buffers of modules in training mode (BatchNorm's
+    running statistics), so that the step updates them once."""
+    with no_grad():
+        kept = [(b, b.clone()) for m in modules for sub in m.modules() if sub.training
+                for b in sub.buffers(recurse=False)]
+    try:
+        yield
+    finally:
+        with no_grad():
+            for b, value in kept:
+                b.copy_(value)
+
+
+def _replay_input(t: Tensor, create_graph: bool, reentrant: bool) -> Tensor:
+    """The tensor the recomputation starts from. A leaf serves as itself (its gradient is caught at
+    its own node); a computed tensor is cut from the graph before it, or, for create_graph=True,
+    aliased so that the gradients returned stay differentiable with respect to it. The reentrant
+    variant always cuts, since it reads the gradients from the cut tensors' ``.grad``."""
+    if reentrant or (t.grad_fn is not None and not create_graph):
+        return detached(t)
+    return t if t.grad_fn is None else reshape(t, t.shape)
+
+
+def _check_no_outside_nodes(seg: Any, outputs: tuple) -> None:
+    """A node of the graph recorded at forward that turns up again in the recomputed graph was made
+    outside the segment (the recomputation makes fresh nodes): the segment read a computed tensor it
+    was not given as an argument, and its gradient could not reach that tensor's graph."""
+    for node in engine.topological_order([o.grad_fn for o in outputs if o.grad_fn is not None]):
+        if node in seg.inner:
+            raise AutogradError(
+                f"checkpoint: the function read a tensor computed outside it (by {node.name()}) without "
+                "receiving it as an argument, so its gradient cannot flow back; pass it to checkpoint() "
+                "as an argument")
+
+
+def as_outputs(result: Any) -> tuple:
+    """A segment's result as a tuple of Tensors (it must return a Tensor or a tuple of them)."""
+    outputs = (result,) if isinstance(result, Tensor) else result
+    if not isinstance(outputs, tuple) or not all(isinstance(o, Tensor) for o in outputs):
+        raise TypeError(f"checkpoint: the function must return a Tensor or a tuple of Tensors, "
+                        f"got {type(result).__name__}")
+    return outputs
+
+
+def detached(t: Tensor) -> Tensor:
+    """``t`` cut from its graph, still requiring grad if it did."""
+    d = t.detach()
+    return d.requires_grad_() if t.requires_grad else d

@@ -1,0 +1,86 @@
+"""``Op``: the base class of the built-in ops, and what an op declares about itself (chapters 02 and 03).
+
+An op is one class: ``forward`` on raw ``xp`` arrays, ``backward`` with minigrad ops (chapter 02),
+and beside them a few class attributes that tell the rest of the system what it needs to know, so
+that the graph passes, the code generators, ONNX export and autocast read the op's class
+(``node.fn`` in a traced graph) and keep no table of op names (chapter 03). Every declaration is
+optional; the defaults below mean "nothing special": the op is a fusion boundary, runs its own
+forward inside a generated kernel, has no ONNX translation and autocasts as ``"promote"``.
+``Hardswish`` in ``minigrad.ops.activation`` is a complete example: declared there, it fuses,
+exports and autocasts with no edit anywhere else.
+
+``kind``
+    ``"elementwise"``, ``"reduction"``, ``"matmul"`` (and conv), ``"movement"`` or ``"other"``: the
+    fusion rules and the colours of a drawing go by kind.
+``ufunc``
+    For ops whose forward is exactly one numpy ufunc on its arguments (``"add"``): the CPU kernel
+    calls ``ufunc(*args, out=block)``, and a compiled step may compute the op straight into the
+    tensor it updates.
+``cpu``
+    Otherwise, the CPU kernel's statements for one block (``"tanh({0}, out={o})"``): ufunc calls
+    separated by ``"; "``, ``{0}, {1}, ...`` the arguments in forward's order, ``{o}`` the output
+    block, ``{t}`` a scratch block. Each mirrors forward ufunc for ufunc, so fused and eager agree.
+``cuda``
+    The CUDA expression of the op (``"tanh({0})"``), ``{T}`` the C type it computes in; or a
+    function ``(args, T, out_type) -> str``. ``cuda_reduce``: a reduction's ``ReductionKernel``
+    pieces ``(reduce_expr, identity, post_map_expr)``.
+``onnx``
+    The ONNX op type that computes it from the same arguments (``"Tanh"``; numbers and operands
+    of another dtype are cast to the result's), or ``onnx(builder, node, *args)`` returning the
+    ONNX value(s); see ``minigrad.graph.onnx_export``.
+``autocast``
+    Under ``minigrad.autocast``: ``"low"`` runs in float16 (matmul-like ops), ``"fp32"`` in
+    float32 (sums, exponentials), ``"keep"`` is never cast (the casts themselves), ``"promote"``
+    casts mixed float inputs to the widest.
+``epilogue``, ``by_rows``, ``random``, ``returns_view``, ``channel_axis``, ``involution``, ``unit``,
+``is_identity``, ``compose``
+    What the fusion pass, the executor, BN folding and the simplifier need to know (see each below).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from minigrad.autograd.function import Function
+
+__all__ = ["Op", "all_ops", "same_value"]
+
+
+class Op(Function):
+    """A built-in op: forward receives and returns raw ``xp`` arrays; class attributes declare the rest."""
+
+    array_forward = True
+    kind = "other"
+    ufunc: str | None = None
+    cpu: str | None = None
+    cuda: str | Callable[..., str] | None = None
+    cuda_kinds: str | None = None  # the dtype kinds the CUDA expression handles ("f": floats only); None: all
+    cuda_reduce: tuple[str, str, str] | None = None
+    onnx: str | Callable[..., Any] | None = None
+    autocast = "promote"
+    epilogue = False  # a matmul or conv that may start a fused group (GEMM + bias + ReLU)
+    by_rows = False  # a reduction whose forward on a block of rows gives those rows of its result
+    random = False  # draws from the device's random generator: never fused, folded or removed
+    returns_view = False  # its result shares its input's buffer
+    channel_axis: int | None = None  # a conv or linear layer: the axis of its output channels
+    involution = False  # applied twice it gives its input back: -(-x) is x
+    # ``(u, sides)``: the op returns its other operand when the number ``u`` is one of ``sides`` (0: left)
+    unit: tuple[Any, tuple[int, ...]] | None = None
+    # returns its input unchanged whenever shape and dtype stay: True, or a function of the attrs that says when
+    is_identity: bool | Callable[[dict], bool] = False
+    compose: Callable[[dict, dict], dict] | None = None  # (inner attrs, outer attrs) -> one op's attrs
+
+
+def same_value(b: Any, node: Any, a: Any, *_: Any) -> Any:
+    """An ONNX emitter for ops whose value is their input's in an inference graph (a copy, dropout)."""
+    return a
+
+
+def all_ops() -> list[type[Op]]:
+    """Every built-in op class (the subclasses of ``Op``, depth first), for tests and listings."""
+    found, stack = [], list(Op.__subclasses__())
+    while stack:
+        cls = stack.pop(0)
+        found.append(cls)
+        stack[:0] = cls.__subclasses__()
+    return found
