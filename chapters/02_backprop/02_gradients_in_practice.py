@@ -20,7 +20,7 @@
 #
 # **You will:** derive why a broadcast input's gradient is summed, check gradients with finite
 # differences and choose their step, catch a wrong backward rule with `gradcheck`, and accumulate
-# gradients over micro-batches. **Time:** about 20 minutes (15 reading, 3 s running).
+# gradients over micro-batches. **Time:** about 15 minutes (14 reading, 3 s running).
 
 # %%
 

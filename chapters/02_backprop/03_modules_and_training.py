@@ -19,7 +19,7 @@
 # **You will:** see how `nn.Module` finds a model's parameters, moves them and saves them; derive
 # the gradient of softmax + cross-entropy and check it against minigrad; write SGD with momentum
 # and Adam by hand and check them against `minigrad.optim`; train an MLP on the 8x8 digits.
-# **Time:** about 30 minutes (25 reading, 10 s running).
+# **Time:** about 25 minutes (23 reading, 10 s running).
 
 # %%
 from collections import OrderedDict

@@ -22,7 +22,7 @@
 #
 # **You will:** compute Hessians and Hessian-vector products by double backward, compare Newton's
 # method, gradient descent and L-BFGS, and meta-train a model with MAML's exact gradient and its
-# first-order approximation. **Time:** about 30 minutes (25 reading, 12 s running).
+# first-order approximation. **Time:** about 30 minutes (28 reading, 15 s running).
 
 # %%
 import matplotlib.pyplot as plt

@@ -24,7 +24,7 @@
 #
 # **You will:** split a linear layer by columns and by rows, cut a layer stack into pipeline
 # stages, draw the GPipe schedule, and compare the measured bubble with $(P-1)/(M+P-1)$.
-# **Time:** about 20 minutes (15 reading, 6 s running).
+# **Time:** about 15 minutes (13 reading, 6 s running).
 
 # %%
 import json
