@@ -73,7 +73,7 @@ class Affine(nn.Module):
         super().__init__()
         self.scale = nn.Parameter(minigrad.ones(3))     # registered
         self.offset = minigrad.zeros(3)                 # a plain tensor: not a parameter
-        self.register_buffer("calls", minigrad.zeros(1))  # saved with the model, not trained
+        self.register_buffer("running_mean", minigrad.zeros(3))  # saved, not trained (as in BatchNorm)
 
     def forward(self, x):
         return x * self.scale + self.offset
@@ -114,7 +114,7 @@ net = MLP()
 before = [id(p) for p in net.parameters()]
 net.to(device).double()
 print("same Parameter objects:", before == [id(p) for p in net.parameters()])
-print("fc1.weight:", net.fc1.weight.dtype, net.fc1.weight.device.type)
+print("fc1.weight:", net.fc1.weight.dtype, "| on the chosen device:", net.fc1.weight.device == minigrad.device(device))
 
 # %% [markdown]
 # ## The data
@@ -179,7 +179,8 @@ print("every row sums to 0:", np.allclose(by_hand.sum(1), 0, atol=1e-15))
 # $$m \leftarrow \beta_1 m + (1-\beta_1) g, \quad v \leftarrow \beta_2 v + (1-\beta_2) g^2, \quad
 # \theta \leftarrow \theta - \eta \frac{m / (1-\beta_1^t)}{\sqrt{v / (1-\beta_2^t)} + \epsilon}.$$
 #
-# Below, both are written on numpy arrays and run side by side with `minigrad.optim` on two copies of
+# Below, both are written on the parameters' raw arrays (`p.data`, `p.grad.data`: numpy on the CPU,
+# cupy on a GPU) and run side by side with `minigrad.optim` on two copies of
 # the same model and the same batches.
 
 # %%
@@ -190,7 +191,7 @@ class HandSGD:
 
     def step(self):
         for i, p in enumerate(self.params):
-            g = p.grad.numpy()
+            g = p.grad.data
             self.buf[i] = g.copy() if self.buf[i] is None else self.mu * self.buf[i] + g
             p.data -= self.lr * self.buf[i]
 
@@ -198,18 +199,18 @@ class HandSGD:
 class HandAdam:
     def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
         self.params, self.lr, (self.b1, self.b2), self.eps = list(params), lr, betas, eps
-        self.m = [np.zeros(p.shape) for p in self.params]
-        self.v = [np.zeros(p.shape) for p in self.params]
+        self.m = [p.data * 0 for p in self.params]
+        self.v = [p.data * 0 for p in self.params]
         self.t = 0
 
     def step(self):
         self.t += 1
         for p, m, v in zip(self.params, self.m, self.v):
-            g = p.grad.numpy()
+            g = p.grad.data
             m[:] = self.b1 * m + (1 - self.b1) * g
             v[:] = self.b2 * v + (1 - self.b2) * g * g
             m_hat, v_hat = m / (1 - self.b1 ** self.t), v / (1 - self.b2 ** self.t)
-            p.data -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+            p.data -= self.lr * m_hat / (v_hat ** 0.5 + self.eps)
 
 
 def run_side_by_side(make_hand, make_library, steps=20):
