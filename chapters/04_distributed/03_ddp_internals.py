@@ -22,7 +22,7 @@
 # all-reduce as soon as its last gradient is ready, while backward carries on with the earlier
 # layers.
 #
-# **You will:** see the order in which backward produces gradients, read the hundred lines of
+# **You will:** see the order in which backward produces gradients, read the seventy lines of
 # minigrad's DDP that pack them into buckets and all-reduce them, draw the buckets for three
 # bucket sizes, and look at a measured timeline of one backward.
 # **Time:** about 15 minutes (13 reading, 6 s running).
