@@ -20,6 +20,10 @@
 # intermediate values) and *operations* (add, multiply, ...), and an edge wherever a value flows
 # into an operation. Values are computed from values that already exist, so the edges never loop
 # back: the graph is a **directed acyclic graph** (DAG).
+#
+# **You will:** record a graph by running code, draw it, read its in-edges and out-edges as
+# adjacency lists, order it topologically, replay it in that order, and find the branches that
+# could run in parallel. **Time:** about 15 minutes (13 reading, 2 s running).
 
 # %%
 import minigrad
@@ -190,3 +194,22 @@ draw(wide_graph, rankdir="LR")
 # Notice the shape of the picture: the wider a level, the more work could overlap; the number of
 # levels bounds how fast the graph could run however many processors we had. Chapter 03 rewrites
 # these graphs to make them cheaper, and chapter 04 spreads them over several devices.
+
+# %% [markdown]
+# ## Predict, then run
+# 1. `y = x * x` for a tensor `x`: how many edges go from `x`'s node into the multiplication?
+# 2. A chain `x.sin().cos().exp()` of three ops: how many levels does its traced graph have, and
+#    what is the most nodes any level holds?
+# 3. In the topological order of `wide`'s graph, must `sin` come before `exp`?
+
+# %%
+x_leaf = minigrad.tensor(2.0, requires_grad=True)
+square = x_leaf * x_leaf
+print("1. in-edges of Mul:", [type(fn).__name__ for fn, _ in square.grad_fn.next_functions],
+      "(x enters twice, once per argument)")
+chain = trace(lambda x: x.sin().cos().exp(), minigrad.ones(3)).graph
+print("2.", len(chain.levels()), "levels, at most", max(len(level) for level in chain.levels()),
+      "node per level: a chain has no parallelism")
+ops = [n.op for n in wide_graph.topological_order()]
+print("3. sin before exp in this order:", ops.index("Sin") < ops.index("Exp"),
+      "but not necessarily: neither reads the other, so a valid order may put either first")

@@ -19,6 +19,11 @@
 # An input pipeline is itself a small graph: read samples, shuffle them, transform them, group
 # them into batches, hand them over. Its stages can run *ahead* of the training step, on other
 # threads or processes, so that preparing batch `k + 1` overlaps computing on batch `k`.
+#
+# **You will:** batch a dataset with `DataLoader` and `Pipeline`, compose transforms, see what a
+# shuffle buffer does, run worker processes, measure how much prefetching and workers save, and
+# test the common claim that a well-designed input pipeline makes training 3-5x faster.
+# **Time:** about 30 minutes (26 reading, 25 s running).
 
 # %%
 import os
@@ -91,6 +96,24 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# ## Transforms compose
+# An image usually arrives as `uint8` pixels (0..255, height x width [x channels]). `ToTensor` turns
+# it into a float `C x H x W` tensor in [0, 1]; `Normalize(mean, std)` subtracts the training set's
+# per-channel mean and divides by its standard deviation, so the network's inputs are centred with
+# unit spread; `Compose` chains them, as torchvision's do.
+
+# %%
+as_stored = (X[:, 0] * (255 / 16)).round().astype(np.uint8)  # the 8x8 digits as 8-bit grey images
+scaled = as_stored.astype(np.float32) / 255
+to_input = transforms.Compose([transforms.ToTensor(), transforms.Normalize(scaled.mean(), scaled.std())])
+print(to_input)
+sample = to_input(as_stored[0])
+print("stored:", as_stored[0].shape, as_stored[0].dtype, f"{as_stored[0].min()}..{as_stored[0].max()}",
+      "-> model input:", tuple(sample.shape), sample.dtype)
+normalized = np.stack([to_input(img).numpy() for img in as_stored])
+print(f"over the data set: mean {normalized.mean():.3f}, std {normalized.std():.3f}")
+
+# %% [markdown]
 # ## The same journey as a Pipeline
 # `Pipeline` (the `tf.data` style) writes the stages in the order the data goes through them:
 # slice the arrays into samples, shuffle, transform each sample, batch, prefetch. Nothing runs
@@ -104,6 +127,14 @@ pipeline = (Pipeline.from_tensor_slices((X, Y))
             .prefetch(2))
 print(pipeline)
 print(len(pipeline), "batches;", [tuple(part.shape) for part in next(iter(pipeline))])
+
+# %% [markdown]
+# `prefetch(2)` is **double buffering**: a background thread fills one buffer (the next batch)
+# while the training step reads the other (the current one), and they swap. With two slots the
+# producer is never blocked by the consumer's batch and vice versa; more slots only help when
+# the time per batch varies. `DevicePrefetcher(loader, "cuda")` does the same one level down:
+# while the GPU computes on batch `k`, batch `k + 1` is copied to the GPU on a side CUDA stream, so
+# two batches are on the device at once, the one in use and the next (03.5 measures it).
 
 # %% [markdown]
 # ## What a shuffle buffer does
@@ -250,3 +281,91 @@ plt.show()
 # the `DataLoader`, and since they are processes they also run CPU-heavy transforms in parallel
 # (a thread would take turns with the training step on Python's GIL);
 # `benchmarks/bench_dataloader.py` measures that case.
+
+# %% [markdown]
+# ## Is a good input pipeline worth 3-5x?
+# A common claim is that a well-designed input pipeline speeds training up 3-5x. The figures above
+# give the ceiling: overlapping data with compute turns a step of `data + compute` into one of
+# `max(data / W, compute)` with `W` parallel producers, so the speed-up can never exceed
+# `(data + compute) / compute`. We test it with the CNN step above on 256 digits whose transform
+# costs 1 ms per sample, of two kinds: one that **waits** (storage, network: the CPU is free) and one
+# that **computes** (decoding, augmenting: the CPU is busy), with 0, 2 and 4 workers.
+
+# %%
+class Transformed(Dataset):
+    """256 digits whose transform takes 1 ms per sample, waiting or computing."""
+
+    def __init__(self, kind):
+        self.kind, self.images, self.labels = kind, X[:256], Y[:256]
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        x = self.images[i]
+        if self.kind == "waits":
+            time.sleep(0.001)
+        else:
+            end = time.perf_counter() + 0.001
+            while time.perf_counter() < end:
+                x = np.sqrt(x * x + 1.0) - 1.0 + self.images[i]
+        return x, self.labels[i]
+
+
+preloaded = list(DataLoader(Transformed("waits"), batch_size=32))
+time_epoch(preloaded)
+compute_only = min(time_epoch(preloaded) for _ in range(5))
+worker_counts = (0, 2, 4)
+with_workers = {}
+for kind in ("waits", "computes"):
+    for workers in worker_counts:
+        loader = DataLoader(Transformed(kind), batch_size=32, shuffle=True, generator=0,
+                            num_workers=workers, persistent_workers=workers > 0)
+        time_epoch(loader)  # warm-up: starts the workers
+        with_workers[kind, workers] = min(time_epoch(loader) for _ in range(2))  # the less disturbed of two
+        del loader
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"compute alone: {compute_only:.3f} s per epoch")
+for kind in ("waits", "computes"):
+    print(f"transform {kind:8s}", "  ".join(f"{w} workers: {with_workers[kind, w]:.3f} s "
+                                           f"({with_workers[kind, 0] / with_workers[kind, w]:.1f}x)"
+                                           for w in worker_counts))
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 3.2))
+for kind, marker in (("waits", "o-"), ("computes", "s-")):
+    ax.plot(worker_counts, [with_workers[kind, 0] / with_workers[kind, w] for w in worker_counts], marker,
+            label=f"transform {kind}")
+ax.axhline(with_workers["waits", 0] / compute_only, color="k", ls=":", lw=1,
+           label="ceiling: (data + compute) / compute")
+ax.axhspan(3, 5, color="tab:green", alpha=0.1, label="the claimed 3-5x")
+ax.set(xlabel="DataLoader workers", ylabel="speed-up of one epoch", xticks=worker_counts,
+       title=f"{os.cpu_count()} CPU cores")
+ax.legend(fontsize=8, loc="center right")
+plt.show()
+
+# %% [markdown]
+# Where minigrad's figures agree with the claim: when the data stage *waits*, workers overlap the
+# waits with each other and with compute, and the speed-up climbs towards the ceiling as workers
+# are added, which here lies in the 3-5x band (on a machine shared with other jobs the figure
+# varies from run to run; the bands and the ceiling do not move much). Where they do not: when the data
+# stage *computes*, workers need free cores, and on the 2 shared cores this notebook was stored on
+# there are none to spare, so the speed-up stays well below the waiting kind's (with 4 free cores
+# it would approach the ceiling too). And no pipeline beats the ceiling: a model whose step
+# takes longer than its data gains less than 2x. So 3-5x is a statement about data-bound training
+# on a machine with cores or I/O to spare, not a constant; measure `data` and `compute` first.
+#
+# ## Predict, then run
+# 1. `shuffle(buffer_size=1)` on `Pipeline.range(10)`: what order comes out?
+# 2. A `DataLoader` over 100 samples with `batch_size=32`: how many batches, and how large is the last?
+# 3. `RandomCrop(8, padding=1)` on an 8x8 image: how often does it return the image unchanged?
+
+# %%
+print("1.", list(Pipeline.range(10).shuffle(1, seed=0)), "(a buffer of one can only pass elements on)")
+sizes = [len(y) for _, y in DataLoader(range(100), batch_size=32, collate_fn=lambda b: (b, b))]
+print("2.", len(sizes), "batches of", sizes, "(drop_last=True would drop the last)")
+minigrad.manual_seed(0)
+unchanged = sum(np.array_equal(augment(X[0]), X[0]) for _ in range(900))
+print(f"3. {unchanged} times in 900: only the centred window of the 3 x 3 possible ones, about 1 in 9")

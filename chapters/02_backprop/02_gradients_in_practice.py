@@ -17,6 +17,10 @@
 # 1. A bias of shape `(3,)` is added to a batch of shape `(4, 3)`. Why is its gradient of shape `(3,)`?
 # 2. How do we know a backward rule is right?
 # 3. What happens to `.grad` when `backward()` is called twice, and how does that buy large batches?
+#
+# **You will:** derive why a broadcast input's gradient is summed, check gradients with finite
+# differences and choose their step, catch a wrong backward rule with `gradcheck`, and accumulate
+# gradients over micro-batches. **Time:** about 15 minutes (14 reading, 3 s running).
 
 # %%
 
@@ -196,3 +200,23 @@ for xb, yb in zip(data_x.split(8), data_y.split(8)):
 accumulated = [p.grad.numpy() for p in model.parameters()]
 print("4 micro-batches of 8 give the batch-32 gradient:",
       all(np.allclose(a, f, rtol=1e-12, atol=1e-15) for a, f in zip(accumulated, full)))
+
+# %% [markdown]
+# ## Predict, then run
+# 1. `x` of shape `(4, 1)` is multiplied by `w` of shape `(1, 3)` and the result summed. What shape is
+#    `x.grad`, and what is each of its entries?
+# 2. Forgetting the `1 / n_micro` above: by what factor is the accumulated gradient too large?
+# 3. A central difference with $\varepsilon = 10^{-20}$ in float64: what does it give for the
+#    derivative of $x^2$ at $x = 1$?
+
+# %%
+x_col = minigrad.ones(4, 1, dtype=f64, requires_grad=True)
+w_row = minigrad.tensor([[1.0, 2.0, 3.0]], dtype=f64)
+(x_col * w_row).sum().backward()
+print("1.", tuple(x_col.grad.shape), x_col.grad.numpy().ravel(), "(each x meets 1 + 2 + 3)")
+model.zero_grad()
+for xb, yb in zip(data_x.split(8), data_y.split(8)):
+    minigrad.nn.functional.mse_loss(model(xb), yb).backward()
+print("2. factor:", {round(float(np.linalg.norm(p.grad.numpy()) / np.linalg.norm(f)), 6) for p, f in zip(model.parameters(), full)})
+eps = 1e-20
+print("3.", ((1 + eps) ** 2 - (1 - eps) ** 2) / (2 * eps), "(1 + 1e-20 rounds to 1: the difference is 0)")

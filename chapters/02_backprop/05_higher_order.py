@@ -19,6 +19,10 @@
 # Because every backward rule is written with differentiable ops, `create_graph=True` records the
 # backward pass as a graph, and backward can run through that graph again: Hessians,
 # Hessian-vector products, Newton's method, and gradients through an optimisation step (MAML).
+#
+# **You will:** compute Hessians and Hessian-vector products by double backward, compare Newton's
+# method, gradient descent and L-BFGS, and meta-train a model with MAML's exact gradient and its
+# first-order approximation. **Time:** about 30 minutes (28 reading, 15 s running).
 
 # %%
 import matplotlib.pyplot as plt
@@ -288,3 +292,106 @@ print(f"|second order| = {np.linalg.norm(a):.3f}, |first order| = {np.linalg.nor
 # The two meta-gradients point in similar directions but differ by the curvature term
 # $\alpha H_\text{support} \nabla L_\text{query}$, here by about 40% of the first-order gradient's length (printed above). First-order MAML saves the double backward; second-order MAML is the exact gradient,
 # which only a framework whose backward is differentiable can give.
+#
+# ## 6. Does the curvature term matter? Meta-training on a family of tasks
+# The picture that makes MAML's point: a family of tasks, $y = a \sin(x + \varphi)$ with random
+# amplitude $a \in [0.5, 2]$ and phase $\varphi \in [0, \pi]$, and an initialisation that should
+# fit *any* of them after one gradient step (here with a larger inner step, $\alpha = 0.3$). Each
+# meta-step samples one task and moves $\theta$ against the second-order or the first-order
+# meta-gradient, or, as a baseline, against the plain gradient of the query loss at $\theta$
+# (ordinary training on all tasks' data, no inner step). Every 10 meta-steps we measure the mean
+# query loss *after one inner step* on 20 held-out tasks.
+
+# %%
+ALPHA = 0.3
+
+
+def sample_task(rng):
+    a, phase = rng.uniform(0.5, 2.0), rng.uniform(0, np.pi)
+    return a * (x_support + phase).sin(), a * (x_query + phase).sin()
+
+
+def adapt(theta, task, create_graph=False):
+    """theta after one gradient step on the task's support set."""
+    (g,) = minigrad.grad(mse(theta, x_support, task[0]), theta, create_graph=create_graph)
+    return theta - ALPHA * g
+
+
+def meta_gradient(theta, task, method):
+    if method == "second order":
+        (g,) = minigrad.grad(mse(adapt(theta, task, create_graph=True), x_query, task[1]), theta)
+    elif method == "first order":
+        adapted = adapt(theta, task).detach().requires_grad_()
+        (g,) = minigrad.grad(mse(adapted, x_query, task[1]), adapted)
+    else:  # ordinary training: no inner step in the objective
+        (g,) = minigrad.grad(mse(theta, x_query, task[1]), theta)
+    return g
+
+
+held_out = [sample_task(np.random.default_rng(1000 + i)) for i in range(20)]
+
+
+def loss_after_one_step(theta):
+    theta = theta.detach().requires_grad_()
+    return np.mean([mse(adapt(theta, task), x_query, task[1]).item() for task in held_out])
+
+
+minigrad.manual_seed(0)
+theta_init = minigrad.randn(25, dtype=f64) * 0.5
+curves, trained = {}, {}
+for method in ("second order", "first order", "ordinary training"):
+    rng, theta = np.random.default_rng(0), theta_init.clone()
+    curves[method] = [loss_after_one_step(theta)]
+    for step in range(1, 301):
+        g = meta_gradient(theta.requires_grad_(), sample_task(rng), method)
+        theta = theta.detach() - 0.02 * g
+        if step % 10 == 0:
+            curves[method].append(loss_after_one_step(theta))
+    trained[method] = theta
+
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+for method, curve in curves.items():
+    ax1.plot(np.arange(0, 301, 10), curve, label=method)
+ax1.set(yscale="log", xlabel="meta-step", ylabel="held-out query loss after one step", title="meta-training")
+ax1.legend()
+support, query = held_out[0]
+grid = minigrad.linspace(-2, 2, 100, dtype=f64).reshape(-1, 1)
+theta = trained["second order"].requires_grad_()
+ax2.plot(x_query.numpy(), query.numpy(), "ko", ms=4, label="held-out task (query points)")
+ax2.plot(grid.numpy(), mlp(theta, grid).detach().numpy(), "C0--", label="MAML's initialisation")
+ax2.plot(grid.numpy(), mlp(adapt(theta, (support, query)), grid).detach().numpy(), "C0-",
+         label="after one step on the support set")
+ax2.set(xlabel="x", title="second-order MAML on a task it never saw")
+ax2.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Only the exact (second-order) meta-gradient keeps lowering the loss after adaptation. Ordinary
+# training levels off: it learns one average function, and one step from it does not reach every
+# task. First-order MAML does worse still on this small model with a large inner step, where the
+# dropped term $\alpha H_\text{support} \nabla L_\text{query}$ is large (with many parameters and small
+# steps the approximation is usually close). MAML's initialisation fits no task on its own (dashed):
+# it is a point from which one step moves towards each of them.
+#
+# ## Predict, then run
+# 1. $f(x) = \sum_i x_i^3$ at $x = (1, 2, 3)$: what is its Hessian?
+# 2. Newton's method on a quadratic $f(x) = \tfrac12 x^\top A x - b^\top x$ with positive definite $A$:
+#    how many steps from any start to the minimum?
+# 3. If the inner step of MAML is taken with $\alpha = 0$, how do the second-order and first-order
+#    meta-gradients compare?
+
+# %%
+print("1.", hessian(lambda x: (x ** 3).sum(), minigrad.tensor([1.0, 2.0, 3.0], dtype=f64)).numpy().tolist(),
+      "= diag(6 x)")
+A = minigrad.tensor([[3.0, 1.0], [1.0, 2.0]], dtype=f64)
+b_vec = minigrad.tensor([1.0, -1.0], dtype=f64)
+x = minigrad.tensor([10.0, -7.0], dtype=f64, requires_grad=True)
+quadratic = lambda x: 0.5 * x @ A @ x - b_vec @ x  # noqa: E731
+(grad_x,) = minigrad.grad(quadratic(x), x)
+x_new = x.detach() - np.linalg.solve(hessian(quadratic, x.detach()).numpy(), grad_x.numpy())
+print("2. one Newton step lands on A^-1 b:", np.allclose(x_new.numpy(), np.linalg.solve(A.numpy(), b_vec.numpy())))
+ALPHA, task = 0.0, held_out[0]
+theta = theta_init.clone().requires_grad_()
+print("3. alpha = 0, second order == first order:",
+      np.allclose(meta_gradient(theta, task, "second order").numpy(), meta_gradient(theta, task, "first order").numpy()))

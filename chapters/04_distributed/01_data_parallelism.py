@@ -22,10 +22,16 @@
 # step. The copies never drift apart, and each step costs each rank only B/N samples of compute,
 # plus one exchange of gradients. This notebook shows why the average is the right answer, runs it
 # on two real processes, and leaves the cost of the exchange to 04.2.
+#
+# **You will:** check that averaging the shards' gradients gives the full batch's, see how
+# `DistributedSampler` splits the data, run collectives and a DDP training loop on two MPI processes,
+# and learn why `DistributedDataParallel` replaced `nn.DataParallel`.
+# **Time:** about 15 minutes (14 reading, 8 s running).
 
 # %%
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 import minigrad
@@ -68,7 +74,35 @@ print("sum of the shards' gradients / full batch's:",
       {round(float(np.linalg.norm(t) / np.linalg.norm(f)), 4) for t, f in zip(total, full)})
 
 # %% [markdown]
-# The average is exact (to float32 rounding). A sum would be N times too large, as if the learning
+# The same check, drawn: each rank sees half of the batch and computes a gradient that differs
+# from the full batch's (here the last layer's weight gradient, 10 x 32); their average is the full
+# batch's gradient.
+
+# %%
+fig = plt.figure(figsize=(11, 3.6))
+grid = fig.add_gridspec(2, 5, height_ratios=[1, 1.2])
+for k in range(2):
+    ax = fig.add_subplot(grid[0, 2 * k:2 * k + 2])
+    images = x[32 * k:32 * (k + 1)].numpy()[:, 0]
+    ax.imshow(np.block([[images[8 * r + c] for c in range(8)] for r in range(4)]), cmap="gray_r")
+    ax.set_title(f"rank {k}: samples {32 * k}..{32 * k + 31}", fontsize=9)
+    ax.axis("off")
+panels = [("rank 0's gradient", shards[0][2]), ("rank 1's gradient", shards[1][2]),
+          ("(rank 0 + rank 1) / 2", average[2]), ("full batch's gradient", full[2]),
+          ("difference x 10^6", 1e6 * (average[2] - full[2]))]
+limit = np.abs(full[2]).max()
+for col, (title, g) in enumerate(panels):
+    ax = fig.add_subplot(grid[1, col])
+    ax.imshow(g, cmap="RdBu", vmin=-limit, vmax=limit)
+    ax.set_title(title, fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The average is exact (to float32 rounding: the last panel, magnified a million times, is still
+# nearly blank). A sum would be N times too large, as if the learning
 # rate had been multiplied by N, which is why DDP averages.
 #
 # The argument needs **equal shards**: with shards of 40 and 24 samples, the plain average weighs
@@ -160,6 +194,35 @@ print(run("ddp_train.py"), end="")
 # Both ranks end with identical parameters, and with the parameters of one process that trained
 # on the full batches of 64: data parallelism changes where the work is done, not what is computed.
 #
+# ## Why not `nn.DataParallel`?
+# PyTorch's older `nn.DataParallel` does data parallelism in *one* process with one thread per GPU.
+# Every step it copies the model from GPU 0 to every GPU, scatters the batch from GPU 0, gathers
+# every output back to GPU 0 to compute the loss there, and sums the gradients onto GPU 0, which
+# alone runs the optimizer. GPU 0 does more work and holds more memory than the others, the
+# threads contend for Python's global interpreter lock, and it cannot span machines.
+# `DistributedDataParallel` runs one process per device: each keeps its own replica and optimizer
+# for the whole run (only the initial weights are broadcast), nothing goes through one device, and
+# the only exchange per step is the gradients' all-reduce, overlapped with backward (04.3). It
+# works the same on one machine or many, which is why PyTorch recommends it even on a single node.
+#
 # What it costs: every step, every rank sends and receives a model's worth of gradients
 # (here 2,410 numbers; for a large model, gigabytes). How fast that can go is the subject of
 # 04.2, and how DDP hides it behind backward the subject of 04.3.
+
+# %% [markdown]
+# ## Predict, then run
+# 1. Four ranks, each with a shard of 16 of the 64 samples, all-reduce with `SUM` instead of `AVG`.
+#    By what factor is the step larger than the single-process step?
+# 2. `DistributedSampler` over 10 samples on 4 ranks: how many samples does each rank get, and how
+#    many of them are padding?
+# 3. A rank forgets `sampler.set_epoch(epoch)`. What goes wrong?
+
+# %%
+four = [gradients(x[16 * k:16 * (k + 1)], y[16 * k:16 * (k + 1)]) for k in range(4)]
+summed = [sum(g) for g in zip(*four)]
+print("1. |sum| / |full batch's|:", {round(float(np.linalg.norm(t) / np.linalg.norm(f)), 4) for t, f in zip(summed, full)})
+shares = [list(DistributedSampler(ten, num_replicas=4, rank=r, seed=0)) for r in range(4)]
+print("2.", [len(share) for share in shares], "samples per rank,", sum(map(len, shares)) - 10, "of them padding")
+a, b = DistributedSampler(ten, num_replicas=2, rank=0, seed=0), DistributedSampler(ten, num_replicas=2, rank=1, seed=0)
+a.set_epoch(1)  # rank 0 moves on to epoch 1, rank 1 forgot
+print("3. ranks' shares overlap:", sorted(set(a) & set(b)), "and", sorted(set(ten) - set(a) - set(b)), "are never seen this epoch")

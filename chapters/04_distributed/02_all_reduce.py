@@ -19,6 +19,10 @@
 # We compare three answers with a simple cost model, draw the ring all-reduce step by step, then
 # time the algorithms on two real processes on this machine, and end with what changes when the
 # ranks sit on different machines.
+#
+# **You will:** cost naive, tree and ring all-reduce with the alpha-beta model, follow the ring's
+# chunks step by step, measure the three on two processes, and see how the network changes the
+# answer. **Time:** about 20 minutes (18 reading, 10 s running).
 
 # %%
 import json
@@ -233,3 +237,16 @@ for name, (alpha, bandwidth) in NETWORKS.items():
 # *hierarchically* (reduce inside each host over the fast links, all-reduce across hosts, broadcast
 # inside each host), and across hosts it pays to send fewer, larger messages: bigger buckets,
 # gradient accumulation, or compressed gradients.
+
+# %% [markdown]
+# ## Predict, then run
+# 1. In the model, ring all-reduce of 1 GB on 64 ranks against 8 ranks: how much longer?
+# 2. For a 1 KB message on 64 ranks, which of the three algorithms wins?
+# 3. How many bytes does each rank send in a ring all-reduce of 100 MB on 4 ranks?
+
+# %%
+print(f"1. 64 ranks / 8 ranks: {t_ring(1e9, 64, ALPHA, BETA) / t_ring(1e9, 8, ALPHA, BETA):.2f}x "
+      "(each rank sends 2(N-1)/N GB: 1.97 instead of 1.75; 126 latencies of 10 µs are small next to it)")
+print("2.", min(MODELS, key=lambda name: MODELS[name](1e3, 64, ALPHA, BETA)),
+      "(12 rounds of latency instead of 126)")
+print(f"3. {2 * (4 - 1) / 4 * 100:.0f} MB = 2(N-1)/N x 100 MB")

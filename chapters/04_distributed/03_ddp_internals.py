@@ -21,8 +21,14 @@
 # into *buckets* of a few megabytes, in the order backward produces them, and starts each bucket's
 # all-reduce as soon as its last gradient is ready, while backward carries on with the earlier
 # layers.
+#
+# **You will:** see the order in which backward produces gradients, read the seventy lines of
+# minigrad's DDP that pack them into buckets and all-reduce them, draw the buckets for three
+# bucket sizes, and look at a measured timeline of one backward.
+# **Time:** about 15 minutes (13 reading, 6 s running).
 
 # %%
+import inspect
 import json
 from pathlib import Path
 
@@ -30,7 +36,7 @@ import matplotlib.pyplot as plt
 
 import minigrad
 from minigrad import nn
-from minigrad.distributed import launch
+from minigrad.distributed import DistributedDataParallel, ddp, launch
 
 minigrad.manual_seed(0)
 
@@ -73,6 +79,47 @@ print("gradient order:    ", arrivals)
 # 4. the hook of the last gradient waits for every bucket and points each `.grad` at its slice of
 #    the bucket, now the average over ranks. `loss.backward()` returns with averaged gradients.
 #
+# The code, as a student reads it: the buckets are made once, at construction, from the
+# parameters in reverse registration order...
+
+# %%
+print(inspect.getsource(ddp._make_buckets))
+print(inspect.getsource(ddp._Bucket))
+
+# %% [markdown]
+# ...and the reducer is the hook each parameter calls when its gradient is ready: copy it into the
+# bucket, launch every bucket that is now complete (in order, so all ranks issue the same
+# all-reduces in the same order), and, at the last gradient, wait for all of them.
+
+# %%
+for method in (DistributedDataParallel._on_gradient, DistributedDataParallel._launch_ready,
+               DistributedDataParallel._finish):
+    print(inspect.getsource(method))
+
+# %% [markdown]
+# The buckets of the model above, drawn with that same `_make_buckets` (in one process, no
+# communication needed): each parameter a bar as long as its bytes, in the order backward
+# produces them, coloured by bucket.
+
+# %%
+reverse_order = list(reversed(list(model.named_parameters())))
+fig, axes = plt.subplots(3, 1, figsize=(10, 2.8), sharex=True)
+for ax, cap in zip(axes, (25, 2, 0.5)):
+    buckets = ddp._make_buckets([p for _, p in reverse_order], cap * 1024 * 1024)
+    bucket_of = {id(p): k for k, b in enumerate(buckets) for p in b.params}
+    start = 0.0
+    for name, p in reverse_order:
+        mb = p.nbytes / 2**20
+        ax.barh(0, mb, left=start, color=f"C{bucket_of[id(p)]}", edgecolor="white")
+        if mb >= 0.25:
+            ax.text(start + mb / 2, 0, name, ha="center", va="center", fontsize=7)
+        start += mb
+    ax.set_yticks([0], [f"cap {cap} MB:\n{len(buckets)} bucket(s)"])
+axes[-1].set_xlabel("MB of gradients, in the order backward produces them (last layer first)")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
 # Inside `with model.no_sync():` the hooks do nothing and gradients accumulate locally; the next
 # synchronised backward averages the accumulated sum (gradient accumulation without an all-reduce
 # per micro-batch). `scripts/ddp_internals.py` shows the buckets of this model for three bucket
@@ -127,3 +174,22 @@ plt.show()
 # thread). And two ranks sharing two busy cores have no idle hardware to overlap with: overlap
 # pays when the network does the work while the cores compute. `benchmarks/bench_ddp.py` times
 # whole steps with buckets, with one bucket, and without communication.
+
+# %% [markdown]
+# ## Predict, then run
+# 1. With `bucket_cap_mb=1`, how many buckets does this model get, and which layers share one?
+# 2. A model whose parameters are float32 and float16 (mixed): can one bucket hold both?
+# 3. With one bucket, does its all-reduce start before or after the last gradient has arrived? And
+#    the first of the small buckets?
+
+# %%
+print("1.", [[name for name, p in reverse_order if any(p is q for q in b.params)]
+             for b in ddp._make_buckets([p for _, p in reverse_order], 1 * 1024 * 1024)])
+mixed = [nn.Parameter(minigrad.zeros(4)), nn.Parameter(minigrad.zeros(4, dtype=minigrad.float16)),
+         nn.Parameter(minigrad.zeros(4))]
+print("2. dtypes per bucket:", [[str(p.dtype) for p in b.params] for b in ddp._make_buckets(mixed, 2**20)],
+      "(one dtype per flat buffer)")
+for title, t in timelines.items():
+    first_launch = min(ms for event, _, ms in t["buckets"] if event == "launch")
+    print(f"3. {title}: first all-reduce launched after the last gradient arrived:",
+          first_launch >= max(ms for _, ms in t["arrived"]))
