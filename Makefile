@@ -11,12 +11,13 @@ BENCH_ENV := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 # JupyterLab refuses to start as root unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv graphviz lab chapters test torch mpi onnx bench clean
+.PHONY: help venv graphviz lab chapters test course-check torch mpi onnx bench clean
 
 help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
 	@echo "make chapters  run every chapter notebook headless and compare its outputs (nbval)"
 	@echo "make test      run the test suite and the chapter notebooks (PyTorch cross-checks skip unless 'make torch')"
+	@echo "make course-check  the shipped student exercises are the release of the solutions, which grade 100% (students' 0%)"
 	@echo "make torch     install PyTorch 2.13.0 (CPU) into .venv for cross-checks and benchmarks"
 	@echo "make mpi       install mpi4py and MPICH (PyPI wheels) so the distributed tests run"
 	@echo "make onnx      install onnx and onnxruntime so the ONNX export tests run"
@@ -60,6 +61,14 @@ chapters: venv graphviz
 test: venv graphviz
 	$(PY) -m pytest
 	@$(MAKE) --no-print-directory chapters
+
+# The course: chapters/*/exercises.ipynb must be exactly the release of chapters/*/solutions/, and
+# grading must give the solutions every exercise and the student versions none.
+course-check: venv
+	$(PY) -m minigrad.course ship --check chapters
+	@status=0; for nb in chapters/*/solutions/exercises.ipynb; do \
+		$(PY) -m minigrad.course verify $$nb || status=1; \
+	done; exit $$status
 
 torch: venv
 	$(PY) -m pip install --quiet --progress-bar off torch==2.13.0

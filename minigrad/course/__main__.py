@@ -14,8 +14,8 @@ import sys
 import nbformat
 
 from minigrad.course.exercises import CourseError, read_notebook, tag_notebook
-from minigrad.course.grade import grade, verify
-from minigrad.course.release import release
+from minigrad.course.grade import CELL_TIMEOUT, LIMIT, grade, verify, write_junit
+from minigrad.course.release import release, ship
 
 __all__ = ["main"]
 
@@ -26,14 +26,23 @@ def _parser() -> argparse.ArgumentParser:
     cmd = commands.add_parser("release", help="write student versions of a notebook or a folder of them")
     cmd.add_argument("src", help="a notebook, or a folder (every notebook below it is released)")
     cmd.add_argument("dest", help="the output notebook or folder (never inside src)")
-    for name, help_text in (("grade", "run a notebook and print its per-exercise score"),
+    for name, help_text in (("grade", "grade a student's notebook and print its per-exercise score"),
                             ("verify", "check that a solution notebook grades 100%% and its student version 0%%")):
         cmd = commands.add_parser(name, help=help_text)
         cmd.add_argument("notebook")
-        cmd.add_argument("--timeout", type=int, default=60, metavar="S",
-                         help="seconds a cell may run before it is interrupted and fails (default 60)")
-        cmd.add_argument("--kernel", metavar="NAME", help="a Jupyter kernel name (default: this Python)")
+        if name == "grade":
+            cmd.add_argument("--solution", metavar="NB", help="the instructor's notebook (default: the "
+                             "chapter's solutions/exercises.ipynb, from the notebook's metadata)")
+            cmd.add_argument("--junit", metavar="XML", help="also write the result as JUnit XML")
+        cmd.add_argument("--timeout", type=int, default=CELL_TIMEOUT, metavar="S",
+                         help=f"seconds a cell may run before it is interrupted and fails (default {CELL_TIMEOUT})")
+        cmd.add_argument("--limit", type=float, default=LIMIT, metavar="S",
+                         help=f"seconds the whole run may take before it is killed (default {LIMIT})")
         cmd.add_argument("--json", action="store_true", help="print the result as JSON")
+    cmd = commands.add_parser("ship", help="write chapters/*/X.ipynb, the student versions of chapters/*/solutions/X.ipynb")
+    cmd.add_argument("chapters", nargs="?", default="chapters")
+    cmd.add_argument("--check", action="store_true",
+                     help="write nothing; fail if a shipped student version is not what the release gives")
     cmd = commands.add_parser("tag", help="write each exercise cell's number and role into its metadata")
     cmd.add_argument("notebooks", nargs="+")
     return parser
@@ -45,11 +54,13 @@ def _run(args: argparse.Namespace) -> int:
             print(f"wrote {path}")
         return 0
     if args.command == "grade":
-        report = grade(args.notebook, args.timeout, args.kernel)
+        report = grade(args.notebook, args.solution, args.timeout, args.limit)
+        if args.junit:
+            write_junit([report], args.junit)
         print(json.dumps(report.to_dict(), indent=2) if args.json else report)
         return 0
     if args.command == "verify":
-        ok, solved, released = verify(args.notebook, args.timeout, args.kernel)
+        ok, solved, released = verify(args.notebook, args.timeout, args.limit)
         if args.json:
             print(json.dumps({"ok": ok, "solved": solved.to_dict(), "released": released.to_dict()}, indent=2))
         else:
@@ -57,6 +68,13 @@ def _run(args: argparse.Namespace) -> int:
             print("OK: the solutions pass every exercise and the student version none" if ok else
                   "FAILED: the solutions must pass every exercise and the student version none")
         return 0 if ok else 1
+    if args.command == "ship":
+        paths = ship(args.chapters, args.check)
+        for path in paths:
+            print(f"{'out of date' if args.check else 'wrote'}: {path}")
+        if args.check and paths:
+            print("run `python -m minigrad.course ship` and commit the student versions", file=sys.stderr)
+        return 1 if args.check and paths else 0
     for path in args.notebooks:
         nb = read_notebook(path)
         exercises = tag_notebook(nb)
