@@ -17,7 +17,7 @@ help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
 	@echo "make chapters  run every chapter notebook headless and compare its outputs (nbval)"
 	@echo "make test      run the test suite and the chapter notebooks (PyTorch cross-checks skip unless 'make torch')"
-	@echo "make course-check  the shipped student exercises are the release of the solutions, which grade 100% (students' 0%)"
+	@echo "make course-check  student exercises = release of the solutions (100% / 0%); chapter order of the package regions"
 	@echo "make torch     install PyTorch 2.13.0 (CPU) into .venv for cross-checks and benchmarks"
 	@echo "make mpi       install mpi4py and MPICH (PyPI wheels) so the distributed tests run"
 	@echo "make onnx      install onnx and onnxruntime so the ONNX export tests run"
@@ -62,10 +62,12 @@ test: venv graphviz
 	$(PY) -m pytest
 	@$(MAKE) --no-print-directory chapters
 
-# The course: chapters/*/exercises.ipynb must be exactly the release of chapters/*/solutions/, and
-# grading must give the solutions every exercise and the student versions none.
+# The course: chapters/*/exercises.ipynb must be exactly the release of chapters/*/solutions/,
+# grading must give the solutions every exercise and the student versions none, and each chapter's
+# tests must pass in a student repository with chapters 1..k written and the later ones empty.
 course-check: venv
 	$(PY) -m minigrad.course ship --check chapters
+	$(PY) -m minigrad.course check-order
 	@status=0; for nb in chapters/*/solutions/exercises.ipynb; do \
 		$(PY) -m minigrad.course verify $$nb || status=1; \
 	done; exit $$status

@@ -37,6 +37,7 @@ class CheckpointError(ValueError):
 
 def save(obj: Any, path: str | os.PathLike) -> None:
     """Write ``obj`` (dicts, lists, tuples, Tensors, arrays, numbers, strings, None) to ``path``."""
+    ### BEGIN SOLUTION chapter 01: saving a checkpoint
     path = Path(path)
     arrays: list[numpy.ndarray] = []
     tree = _encode(obj, arrays, "obj")
@@ -65,10 +66,12 @@ def save(obj: Any, path: str | os.PathLike) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    ### END SOLUTION
 
 
 def load(path: str | os.PathLike, map_location: Any = None) -> Any:
     """Read a checkpoint written by ``save``; tensors go to ``map_location`` (default: cpu)."""
+    ### BEGIN SOLUTION chapter 01: loading a checkpoint
     path = Path(path)
     device = backend.Device(map_location) if map_location is not None else backend.cpu
     try:
@@ -95,6 +98,7 @@ def load(path: str | os.PathLike, map_location: Any = None) -> Any:
     except (zipfile.BadZipFile, EOFError, KeyError, OSError, json.JSONDecodeError, ValueError) as e:
         raise CheckpointError(f"{path}: damaged or truncated checkpoint ({type(e).__name__}: {e})") from None
     return _decode(meta["tree"], arrays, device, path)
+    ### END SOLUTION
 
 
 # -- the structure as JSON ---------------------------------------------------------------------

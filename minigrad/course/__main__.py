@@ -1,4 +1,4 @@
-"""``python -m minigrad.course release|grade|verify|tag``: the instructor's commands (chapters/README.md).
+"""``python -m minigrad.course``: the course's commands for students and instructors (chapters/README.md).
 
 Exit status: 0 when the command did its job (a grade of 0/10 included), 1 when ``verify`` finds a
 notebook whose solutions do not all pass or whose student version passes something, 2 when the
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 
 import nbformat
 
 from minigrad.course.exercises import CourseError, read_notebook, tag_notebook
 from minigrad.course.grade import CELL_TIMEOUT, LIMIT, grade, verify, write_junit
+from minigrad.course.package import CHAPTER_TESTS, ROOT, check_chapter, find_regions, release_package
 from minigrad.course.release import release, ship
 
 __all__ = ["main"]
@@ -43,6 +45,16 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("chapters", nargs="?", default="chapters")
     cmd.add_argument("--check", action="store_true",
                      help="write nothing; fail if a shipped student version is not what the release gives")
+    cmd = commands.add_parser("release-package", help="write the student repository (package regions emptied)")
+    cmd.add_argument("dest", help="an empty or new folder outside this repository")
+    cmd.add_argument("--upto", type=int, default=0, metavar="K",
+                     help="keep the regions of chapters 1..K written (default 0: every region empty)")
+    commands.add_parser("regions", help="list the package regions a student writes, with their line counts")
+    cmd = commands.add_parser("check-order", help="for each chapter k (or those given), run chapter k's "
+                              "tests in a student repository with chapters 1..k written")
+    cmd.add_argument("chapters", nargs="*", type=int)
+    cmd = commands.add_parser("test-chapter", help="run chapter K's tests here (your package regions of chapter K)")
+    cmd.add_argument("chapter", type=int)
     cmd = commands.add_parser("tag", help="write each exercise cell's number and role into its metadata")
     cmd.add_argument("notebooks", nargs="+")
     return parser
@@ -68,6 +80,24 @@ def _run(args: argparse.Namespace) -> int:
             print("OK: the solutions pass every exercise and the student version none" if ok else
                   "FAILED: the solutions must pass every exercise and the student version none")
         return 0 if ok else 1
+    if args.command == "release-package":
+        regions = release_package(args.dest, args.upto)
+        empty = [r for r in regions if r.chapter > args.upto]
+        print(f"wrote the student repository to {args.dest}: {len(empty)} of {len(regions)} regions to write")
+        return 0
+    if args.command == "regions":
+        for region in find_regions():
+            print(f"{region.path.relative_to(ROOT)}:{region.begin}  {region.lines:>3} lines  {region.tag}")
+        return 0
+    if args.command == "check-order":
+        failed = [k for k in (args.chapters or sorted(CHAPTER_TESTS)) if check_chapter(k) != 0]
+        print(f"FAILED: chapter {', '.join(map(str, failed))}" if failed else "OK: every chapter passes "
+              "with its own and earlier regions written and later ones empty")
+        return 1 if failed else 0
+    if args.command == "test-chapter":
+        if args.chapter not in CHAPTER_TESTS:
+            raise CourseError(f"no chapter {args.chapter}: the chapters are {sorted(CHAPTER_TESTS)}")
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", *CHAPTER_TESTS[args.chapter]], cwd=ROOT).returncode
     if args.command == "ship":
         paths = ship(args.chapters, args.check)
         for path in paths:
