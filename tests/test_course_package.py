@@ -7,11 +7,14 @@ many test files and lives behind ``make course-check``; these tests check the pi
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from minigrad.course.exercises import CourseError
-from minigrad.course.package import CHAPTER_TESTS, ROOT, find_regions, release_package, strip_regions
+from minigrad.course.package import (
+    CHAPTER_TESTS, ROOT, find_regions, grade_repository, release_package, strip_regions,
+)
 
 SOURCE = '''def f(x):
     """Doc stays."""
@@ -86,3 +89,13 @@ for call in (lambda: topological_order([]), lambda: minigrad.tensor(1.0, require
         release_package(dest)
     with pytest.raises(CourseError, match="inside the source"):
         release_package(ROOT / "build" / "student")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="grading runs under the Linux sandbox")
+def test_grading_a_student_repository_runs_the_instructors_tests_against_the_students_package(tmp_path):
+    release_package(tmp_path / "done", upto=1)
+    release_package(tmp_path / "empty", upto=0)
+    (done,) = grade_repository(tmp_path / "done", chapters=[1], notebooks=False)
+    (empty,) = grade_repository(tmp_path / "empty", chapters=[1], notebooks=False)
+    assert done.results[0].passed, str(done)
+    assert not empty.results[0].passed and "NotImplementedError: chapter 01" in empty.results[0].error, str(empty)

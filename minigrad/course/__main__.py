@@ -11,12 +11,15 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 
 from minigrad.course.exercises import CourseError, read_notebook, tag_notebook
 from minigrad.course.grade import CELL_TIMEOUT, LIMIT, grade, verify, write_junit
-from minigrad.course.package import CHAPTER_TESTS, ROOT, check_chapter, find_regions, release_package
+from minigrad.course.package import (
+    CHAPTER_TESTS, ROOT, check_chapter, find_regions, grade_repository, release_package,
+)
 from minigrad.course.release import release, ship
 
 __all__ = ["main"]
@@ -31,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_text in (("grade", "grade a student's notebook and print its per-exercise score"),
                             ("verify", "check that a solution notebook grades 100%% and its student version 0%%")):
         cmd = commands.add_parser(name, help=help_text)
-        cmd.add_argument("notebook")
+        cmd.add_argument("notebook", help="a notebook" + (", or a student's repository" if name == "grade" else ""))
         if name == "grade":
             cmd.add_argument("--solution", metavar="NB", help="the instructor's notebook (default: the "
                              "chapter's solutions/exercises.ipynb, from the notebook's metadata)")
@@ -66,10 +69,16 @@ def _run(args: argparse.Namespace) -> int:
             print(f"wrote {path}")
         return 0
     if args.command == "grade":
-        report = grade(args.notebook, args.solution, args.timeout, args.limit)
+        if Path(args.notebook).is_dir():
+            reports = grade_repository(args.notebook, limit=args.limit)
+        else:
+            reports = [grade(args.notebook, args.solution, args.timeout, args.limit)]
         if args.junit:
-            write_junit([report], args.junit)
-        print(json.dumps(report.to_dict(), indent=2) if args.json else report)
+            write_junit(reports, args.junit)
+        if args.json:
+            print(json.dumps([r.to_dict() for r in reports] if len(reports) > 1 else reports[0].to_dict(), indent=2))
+        else:
+            print("\n\n".join(map(str, reports)))
         return 0
     if args.command == "verify":
         ok, solved, released = verify(args.notebook, args.timeout, args.limit)

@@ -175,6 +175,9 @@ def run_graded(nb: Any, resources: Path | None, timeout: int = CELL_TIMEOUT, lim
         if resources is not None:
             _copy_resources(resources, scratch)
         nbformat.write(nb, scratch / "graded.ipynb")
+        # The progress plugin is loaded from a copy, not from the package on the kernel's path,
+        # which may be a student's.
+        shutil.copy(Path(__file__).resolve().parent / "progress.py", scratch / "minigrad_grade_progress.py")
         (scratch / "pytest.ini").write_text("[pytest]\n")
         progress = scratch / "progress.jsonl"
         progress.touch()
@@ -183,7 +186,7 @@ def run_graded(nb: Any, resources: Path | None, timeout: int = CELL_TIMEOUT, lim
                    MPLBACKEND="Agg", PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
                    PYTHONPATH=_kernel_pythonpath(package_root), **{PROGRESS: str(progress)})
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                   "-p", "minigrad.course.progress", "--nbval-lax", "--nbval-current-env",
+                   "-p", "minigrad_grade_progress", "--nbval-lax", "--nbval-current-env",
                    f"--nbval-cell-timeout={timeout}", "graded.ipynb"]
         run = subprocess.run(sandbox_command(limit, command), cwd=scratch, env=env, capture_output=True,
                              text=True, timeout=limit + 120)

@@ -19,18 +19,23 @@ break an earlier one.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 from minigrad.course.exercises import CourseError
+from minigrad.course.grade import ExerciseResult, GradeReport, grade
 from minigrad.course.release import ship
+from minigrad.course.sandbox import sandbox_command
 
-__all__ = ["CHAPTER_TESTS", "Region", "check_chapter", "find_regions", "release_package", "strip_regions"]
+__all__ = ["CHAPTER_TESTS", "Region", "check_chapter", "find_regions", "grade_repository", "release_package",
+           "strip_regions"]
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 _BEGIN = re.compile(r"^(\s*)### BEGIN SOLUTION chapter (\d\d): (.+?)\s*$")
@@ -170,6 +175,64 @@ def check_chapter(chapter: int, root: Path = ROOT, extra: list[str] | None = Non
 
 
 def _env() -> dict[str, str]:
-    import os
-
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def grade_repository(repo: str | Path, chapters: list[int] | None = None, limit: float = 600,
+                     notebooks: bool = True, root: Path = ROOT) -> list[GradeReport]:
+    """Grade a student's repository: per chapter, the instructor's tests against the student's package.
+
+    The student's ``minigrad`` (their ``minigrad/course`` is replaced by the instructor's) and the
+    instructor's tests of each chapter run in a scratch folder under the sandbox; a chapter passes
+    when all of its tests pass. Then every ``chapters/*/exercises.ipynb`` of the repository is
+    graded against the instructor's solutions, with the student's package in the kernel (unless
+    ``notebooks`` is false). Returns one ``GradeReport`` for the package and one per notebook.
+    """
+
+    repo = Path(repo)
+    if not (repo / "minigrad" / "__init__.py").exists():
+        raise CourseError(f"{repo}: not a student repository (no minigrad/__init__.py)")
+    chapters = chapters or sorted(CHAPTER_TESTS)
+    with tempfile.TemporaryDirectory(prefix="minigrad-grade-repo-") as scratch_name:
+        scratch = Path(scratch_name)
+        shutil.copytree(repo / "minigrad", scratch / "minigrad",
+                        ignore=shutil.ignore_patterns("__pycache__", "course"))
+        shutil.copytree(root / "minigrad" / "course", scratch / "minigrad" / "course",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for name in _TEST_SUPPORT + sorted({t for k in chapters for t in CHAPTER_TESTS[k]}):
+            source, target = root / name, scratch / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir():
+                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            elif source.exists():
+                shutil.copy(source, target)
+        (scratch / "pytest.ini").write_text("[pytest]\n")
+        results = []
+        for chapter in chapters:
+            xml = scratch / f"chapter{chapter}.xml"
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                       f"--junitxml={xml}", *CHAPTER_TESTS[chapter]]
+            run = subprocess.run(sandbox_command(limit, command), cwd=scratch, capture_output=True, text=True,
+                                 env={**_env(), "PYTHONPATH": str(scratch)}, timeout=limit + 120)
+            results.append(_chapter_result(chapter, xml, run))
+        report = GradeReport(f"{repo} (package)", results)
+    if not notebooks:
+        return [report]
+    return [report, *(grade(path, package_root=repo) for path in sorted(repo.glob("chapters/*/exercises.ipynb")))]
+
+
+def _chapter_result(chapter: int, xml: Path, run: subprocess.CompletedProcess) -> ExerciseResult:
+    title = f"chapter {chapter:02d} package regions"
+    if not xml.exists():
+        why = (run.stderr.strip().splitlines() or ["the tests did not run"])[-1]
+        return ExerciseResult(chapter, title, False, why)
+    suite = ET.parse(xml).getroot()
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    failed = [case for case in suite.iter("testcase") if case.find("failure") is not None or case.find("error") is not None]
+    total = sum(1 for case in suite.iter("testcase") if case.find("skipped") is None)
+    if not failed:
+        return ExerciseResult(chapter, title, True)
+    first = failed[0].find("failure") if failed[0].find("failure") is not None else failed[0].find("error")
+    message = (first.get("message") or "").splitlines()[0] if first is not None else ""
+    return ExerciseResult(chapter, title, False, f"{len(failed)} of {total} tests fail; first: "
+                          f"{failed[0].get('name')}: {message}")

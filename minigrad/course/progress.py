@@ -1,6 +1,7 @@
 """A pytest plugin for the grader: each notebook cell's outcome, appended as it happens.
 
-``pytest -p minigrad.course.progress --nbval-lax graded.ipynb`` writes one JSON line per code cell
+``pytest -p minigrad_grade_progress --nbval-lax graded.ipynb`` (the grader loads a copy of this
+file under that name) writes one JSON line per code cell
 to the file named by ``$MINIGRAD_GRADE_PROGRESS``: ``{"cell": N, "passed": bool, "error": "..."}``.
 The lines are written as the cells finish, so a run killed at its limit still says how far it got.
 """

@@ -35,8 +35,12 @@ NOBODY = 65534
 
 
 def sandbox_command(limit: float, command: list[str]) -> list[str]:
-    """The command line that runs ``command`` under the supervisor with a ``limit`` in seconds."""
-    return [sys.executable, "-m", "minigrad.course.sandbox", str(limit), "--", *command]
+    """The command line that runs ``command`` under the supervisor with a ``limit`` in seconds.
+
+    The supervisor runs from this file in isolated mode: a ``minigrad`` on the submission's path
+    (a student's repository) cannot replace it.
+    """
+    return [sys.executable, "-I", str(Path(__file__).resolve()), str(limit), "--", *command]
 
 
 def descendants(pid: int) -> list[int]:
