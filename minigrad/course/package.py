@@ -130,13 +130,7 @@ def release_package(dest: str | Path, upto: int = 0, root: Path = ROOT) -> list[
             shutil.copytree(source, dest / name, ignore=ignore)
         else:
             shutil.copy(source, dest / name)
-    for name in _TEST_SUPPORT + sorted({t for tests in CHAPTER_TESTS.values() for t in tests}):
-        source, target = root / name, dest / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, ignore=ignore)
-        elif source.exists():
-            shutil.copy(source, target)
+    _copy_tests(root, dest, sorted(CHAPTER_TESTS))
     regions = find_regions(root / "minigrad")
     for path in sorted((root / "minigrad").rglob("*.py")):
         relative = path.relative_to(root)
@@ -157,6 +151,17 @@ def release_package(dest: str | Path, upto: int = 0, root: Path = ROOT) -> list[
     if stale:
         raise CourseError(f"the shipped student notebooks are out of date: {', '.join(map(str, stale))}")
     return regions
+
+
+def _copy_tests(root: Path, dest: Path, chapters: list[int]) -> None:
+    """The instructor's tests of ``chapters`` and the files they import, from ``root`` to ``dest``."""
+    for name in _TEST_SUPPORT + sorted({t for k in chapters for t in CHAPTER_TESTS[k]}):
+        source, target = root / name, dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.exists():
+            shutil.copy(source, target)
 
 
 def check_chapter(chapter: int, root: Path = ROOT, extra: list[str] | None = None) -> int:
@@ -199,13 +204,7 @@ def grade_repository(repo: str | Path, chapters: list[int] | None = None, limit:
                         ignore=shutil.ignore_patterns("__pycache__", "course"))
         shutil.copytree(root / "minigrad" / "course", scratch / "minigrad" / "course",
                         ignore=shutil.ignore_patterns("__pycache__"))
-        for name in _TEST_SUPPORT + sorted({t for k in chapters for t in CHAPTER_TESTS[k]}):
-            source, target = root / name, scratch / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if source.is_dir():
-                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-            elif source.exists():
-                shutil.copy(source, target)
+        _copy_tests(root, scratch, chapters)
         (scratch / "pytest.ini").write_text("[pytest]\n")
         results = []
         for chapter in chapters:
