@@ -121,11 +121,13 @@ def assemble(source: Any, student: Any, guard: str = "_grader") -> tuple[Any, li
     role_of = {index: (e.number, role) for e in exercises
                for role, cells in (("solution", e.solution_cells), ("check", e.check_cells),
                                    ("hidden", e.hidden_cells)) for index in cells}
-    # The guard is loaded from its file: importing the package minigrad.course would take seconds.
+    # The guard is loaded from the grader's file: the minigrad on the kernel's path may be a student's,
+    # and importing the package minigrad.course would take seconds.
     cells = [f"import importlib.util as {guard}\n"
-             f"{guard} = {guard}.spec_from_file_location('minigrad_course_guard', {str(GUARD)!r})\n"
-             f"{guard} = ({guard}.loader.load_module() and __import__('minigrad_course_guard'))"
-             f".Guard(globals(), {forbid!r})"]
+             f"{guard} = {guard}.module_from_spec({guard}.spec_from_file_location('minigrad_course_guard', "
+             f"{str(GUARD)!r}))\n"
+             f"{guard}.__spec__.loader.exec_module({guard})\n"
+             f"{guard} = {guard}.Guard(globals(), {forbid!r})"]
     roles: list[tuple[int | None, str]] = [(None, "guard")]
     for index, cell in enumerate(source.cells):
         if cell.cell_type != "code" or not cell.source.strip():
