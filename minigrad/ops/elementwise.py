@@ -259,7 +259,7 @@ class Maximum(Op):
 
     @staticmethod
     def backward(ctx, g):
-        ### BEGIN SOLUTION chapter 02: Maximum.backward (relu)
+        ### BEGIN SOLUTION chapter 02: Maximum.backward
         w = ctx.saved_tensors[0]
         need_a, need_b = ctx.needs_input_grad
         return (g * w if need_a else None), (g * (1 - w) if need_b else None)
