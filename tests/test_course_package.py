@@ -13,7 +13,7 @@ import pytest
 
 from minigrad.course.exercises import CourseError
 from minigrad.course.package import (
-    CHAPTER_TESTS, ROOT, find_regions, grade_repository, release_package, strip_regions,
+    CHAPTER_LESSONS, CHAPTER_TESTS, ROOT, find_regions, grade_repository, release_package, strip_regions,
 )
 
 SOURCE = '''def f(x):
@@ -55,7 +55,7 @@ def test_the_package_marks_the_regions_the_course_promises():
     assert per_chapter[1] >= 5 and per_chapter[2] >= 12 and per_chapter[3] >= 7 and per_chapter[4] >= 4, per_chapter
     assert all(1 <= r.lines <= 40 for r in regions), [(r.tag, r.lines) for r in regions if not 1 <= r.lines <= 40]
     assert len({r.tag for r in regions}) == len(regions), "two regions share a tag"
-    assert set(CHAPTER_TESTS) == set(per_chapter)
+    assert set(CHAPTER_TESTS) == set(CHAPTER_LESSONS) == set(per_chapter)
 
 
 def test_release_package_writes_a_student_repository_that_imports_and_raises_only_in_regions(tmp_path):

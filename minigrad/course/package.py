@@ -12,9 +12,9 @@ A region is a block of the package source between two comment lines, at the bloc
 order")``; ``release_package`` writes the student repository (the package stripped, the lesson
 notebooks, the student exercise notebooks, the student tests, Makefile, README, pyproject); with
 ``upto=k`` the regions of chapters 1..k stay written, which is what a student has done after
-chapter k. ``CHAPTER_TESTS`` says which tests check which chapter; ``check_chapter(k)`` runs
-chapter k's tests in a release with chapters 1..k written, so a hole of a later chapter can never
-break an earlier one.
+chapter k. ``CHAPTER_TESTS`` and ``CHAPTER_LESSONS`` say which tests and lesson notebooks check
+which chapter; ``check_chapter(k)`` runs them in a release with chapters 1..k written, so a hole
+of a later chapter can never break an earlier one.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from minigrad.course.grade import ExerciseResult, GradeReport, grade
 from minigrad.course.release import ship
 from minigrad.course.sandbox import sandbox_command
 
-__all__ = ["CHAPTER_TESTS", "Region", "check_chapter", "find_regions", "grade_repository", "release_package",
+__all__ = ["CHAPTER_LESSONS", "CHAPTER_TESTS", "Region", "check_chapter", "find_regions", "grade_repository", "release_package",
            "strip_regions"]
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -48,6 +48,15 @@ CHAPTER_TESTS: dict[int, list[str]] = {
         "tests/test_nn_module.py", "tests/test_softmax.py", "tests/test_serialization.py", "tests/test_dataloader.py"],
     3: ["tests/test_passes.py", "tests/test_checkpoint.py", "tests/test_amp.py", "tests/test_memory.py"],
     4: ["tests/test_distributed.py"],
+}
+# The lesson notebooks each check runs. Chapter 01's lessons after the first build models and call
+# backward, which is chapter 02's machinery (Module's parameter registration, the engine): they
+# run in chapter 02's check, once both chapters are written.
+CHAPTER_LESSONS: dict[int, list[str]] = {
+    1: ["chapters/01_graphs/01_*.ipynb"],
+    2: ["chapters/01_graphs/0[2-9]_*.ipynb", "chapters/02_backprop/0*.ipynb"],
+    3: ["chapters/03_optimization/0*.ipynb"],
+    4: ["chapters/04_distributed/0*.ipynb"],
 }
 # What the student repository holds besides the package (the solutions never leave).
 _FILES = ["Makefile", "README.md", "pyproject.toml", "chapters"]
@@ -165,16 +174,18 @@ def _copy_tests(root: Path, dest: Path, chapters: list[int]) -> None:
 
 
 def check_chapter(chapter: int, root: Path = ROOT, extra: list[str] | None = None) -> int:
-    """Run chapter ``chapter``'s tests in a student repository with chapters 1..chapter written.
+    """Run chapter ``chapter``'s tests and lessons in a student repository with chapters 1..chapter written.
 
     Returns pytest's exit status (0 when they pass).
     """
     if chapter not in CHAPTER_TESTS:
         raise CourseError(f"no chapter {chapter}: the chapters are {sorted(CHAPTER_TESTS)}")
     with tempfile.TemporaryDirectory(prefix=f"minigrad-chapter-{chapter}-") as scratch:
-        release_package(Path(scratch) / "repo", upto=chapter, root=root)
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                   *CHAPTER_TESTS[chapter], *(extra or [])]
+        repo = Path(scratch) / "repo"
+        release_package(repo, upto=chapter, root=root)
+        lessons = sorted(str(p.relative_to(repo)) for pattern in CHAPTER_LESSONS[chapter] for p in repo.glob(pattern))
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--nbval",
+                   *CHAPTER_TESTS[chapter], *lessons, *(extra or [])]
         return subprocess.run(command, cwd=Path(scratch) / "repo",
                               env={**_env(), "PYTHONPATH": str(Path(scratch) / "repo")}).returncode
 
