@@ -13,12 +13,13 @@ BENCH_ENV := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 # JupyterLab refuses to start as root unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv graphviz lab chapters test torch onnx check-install bench clean
+.PHONY: help venv graphviz lab chapters test course-check torch onnx check-install bench clean
 
 help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
 	@echo "make chapters  run every chapter notebook headless and compare its outputs (nbval)"
 	@echo "make test      run the test suite and the chapter notebooks (PyTorch cross-checks skip unless 'make torch')"
+	@echo "make course-check  student exercises = release of the solutions (100% / 0%); chapter order of the package regions"
 	@echo "make torch     install PyTorch 2.13.0 (CPU) into .venv for cross-checks and benchmarks"
 	@echo "make onnx      install onnx and onnxruntime so the ONNX export tests run"
 	@echo "make check-install  pip install . into a bare venv (build/bare) and run the examples there"
@@ -62,6 +63,16 @@ chapters: venv graphviz
 test: venv graphviz
 	$(PY) -m pytest
 	@$(MAKE) --no-print-directory chapters
+
+# The course: chapters/*/exercises.ipynb must be exactly the release of chapters/*/solutions/,
+# grading must give the solutions every exercise and the student versions none, and each chapter's
+# tests must pass in a student repository with chapters 1..k written and the later ones empty.
+course-check: venv
+	$(PY) -m minigrad.course ship --check chapters
+	$(PY) -m minigrad.course check-order
+	@status=0; for nb in chapters/*/solutions/exercises.ipynb; do \
+		$(PY) -m minigrad.course verify $$nb || status=1; \
+	done; exit $$status
 
 torch: venv
 	$(PY) -m pip install --quiet --progress-bar off torch==2.13.0

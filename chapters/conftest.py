@@ -3,6 +3,10 @@ them the way CI does: with ``nbval_sanitize.cfg`` masking volatile output, the k
 Python running pytest (whatever kernel name the notebook was saved with), this checkout's
 ``minigrad`` importable from the kernel, and a fixed ``PYTHONHASHSEED`` so that sets of strings
 print in the same order on every run. Options given on the command line win.
+
+The student versions of the exercises (``chapters/*/exercises.ipynb``, every answer a ``raise
+NotImplementedError``) are not lessons: nbval skips them. ``make course-check`` checks that they
+are exactly the release of ``chapters/*/solutions/exercises.ipynb``, which nbval does run.
 """
 
 import os
@@ -11,6 +15,13 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+
+
+def pytest_ignore_collect(collection_path: Path) -> bool | None:
+    if collection_path.suffix == ".ipynb" and collection_path.parent.parent == HERE and \
+            (collection_path.parent / "solutions" / collection_path.name).exists():
+        return True
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:

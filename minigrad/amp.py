@@ -292,6 +292,7 @@ class GradScaler:
     def update(self, new_scale: float | Tensor | None = None) -> None:
         """End the iteration: back off after an overflow in any optimizer, grow the scale after
         ``growth_interval`` clean steps in a row, or set ``new_scale`` if given."""
+        ### BEGIN SOLUTION chapter 03: GradScaler's update
         if not self._enabled:
             return
         self._check_started("update")
@@ -317,6 +318,7 @@ class GradScaler:
             else:
                 self._growth_tracker += 1
         self._per_optimizer_states = defaultdict(_fresh_state)
+        ### END SOLUTION
 
     def get_scale(self) -> float:
         """The current scale (1.0 when disabled; ``init_scale`` before the first ``scale``)."""

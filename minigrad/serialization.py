@@ -45,6 +45,7 @@ class CheckpointError(ValueError):
 
 def save(obj: Any, path: str | os.PathLike) -> None:
     """Write ``obj`` (dicts, lists, tuples, Tensors, arrays, numbers, strings, None) to ``path``."""
+    ### BEGIN SOLUTION chapter 01: saving a checkpoint
     path = Path(path)
     arrays: list[numpy.ndarray] = []
     tree = _encode(obj, arrays, "obj")
@@ -77,6 +78,7 @@ def save(obj: Any, path: str | os.PathLike) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    ### END SOLUTION
 
 
 # Temporary files are named <target>.<host>-<pid>.<random>.tmp: a later save to the same target
@@ -128,6 +130,7 @@ def load(path: str | os.PathLike, map_location: Any = None) -> Any:
 
 def _read(f: Any, file_size: int) -> tuple[dict, list]:
     """The metadata and the arrays of an open checkpoint file, each checked before it is read."""
+    ### BEGIN SOLUTION chapter 01: loading a checkpoint
     with zipfile.ZipFile(f) as z:
         infos = {i.filename: i for i in z.infolist()}
         if _META not in infos:
@@ -148,6 +151,7 @@ def _read(f: Any, file_size: int) -> tuple[dict, list]:
                 raise CheckpointError(f"array {i} does not match its checksum (the file was modified)")
             arrays.append(_read_npy(raw, i))
     return meta, arrays
+    ### END SOLUTION
 
 
 def _check_member(info: zipfile.ZipInfo, file_size: int) -> None:

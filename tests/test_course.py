@@ -200,10 +200,10 @@ def test_grade_scores_exactly_the_exercise_a_student_solved(tmp_path):
     student.cells[3].source = "def sum_of_squares(xs):\n    while True:\n        pass"
     nbformat.write(student, tmp_path / "alice.ipynb")
 
-    report = grade(tmp_path / "alice.ipynb", timeout=1)
+    report = grade(tmp_path / "alice.ipynb", EXERCISES, timeout=3)
     assert (report.score, report.total) == (1, 3)
     assert [(r.number, r.passed) for r in report.results] == [(1, False), (2, True), (3, False)]
-    assert report.results[0].error == "check: timed out after 1 s"
+    assert report.results[0].error == "check: timed out after 3 s"
     assert report.results[2].error == (
         "check: AssertionError: expected [2.0, 3.0, 4.0, 5.0], got [0.0, 0.0, 0.0, 0.0]")
     assert nbformat.read(tmp_path / "alice.ipynb", 4) == student  # grading does not write the notebook
@@ -212,17 +212,19 @@ def test_grade_scores_exactly_the_exercise_a_student_solved(tmp_path):
 @needs_kernel
 def test_grade_reports_a_dead_kernel_against_the_exercises_it_stopped(tmp_path, capsys):
     nb = read_notebook(EXERCISES)
-    nb.cells[8].source = nb.cells[8].source.replace("print(order)", "import os\nos._exit(1)")
+    nb.cells[6].source = nb.cells[6].source.replace("return order", "import os\n    os._exit(1)")
     nbformat.write(nb, tmp_path / "crash.ipynb")
-    assert main(["grade", str(tmp_path / "crash.ipynb")]) == 0
+    assert main(["grade", str(tmp_path / "crash.ipynb"), "--solution", str(EXERCISES), "--timeout", "5"]) == 0
     out = capsys.readouterr().out
-    assert "check: the kernel died" in out and "solution: not run: the kernel died in cell 8" in out
+    assert "check: the kernel died" in out and "solution: not run: the kernel died before it" in out
     assert out.rstrip().endswith("Score: 1/3")
 
 
 def test_grade_of_a_notebook_without_exercises_is_a_usage_error(capsys):
     assert main(["grade", str(FIXTURES / "lesson.ipynb")]) == 2
-    assert "no exercises found" in capsys.readouterr().err
+    assert "does not say which chapter" in capsys.readouterr().err
+    assert main(["grade", str(EXERCISES), "--solution", str(FIXTURES / "lesson.ipynb")]) == 2
+    assert "has no exercises" in capsys.readouterr().err
 
 
 # --- the nbval setup for lesson notebooks -------------------------------------------------------
@@ -297,11 +299,11 @@ def test_lesson_notebook_passes_nbval_with_the_sanitize_file(tmp_path):
 
 # --- the chapters' own exercise notebooks (structure only; CI runs them under nbval) ------------
 
-CHAPTER_EXERCISES = sorted(ROOT.glob("chapters/*/exercises.ipynb"))
+CHAPTER_EXERCISES = sorted(ROOT.glob("chapters/*/solutions/exercises.ipynb"))
 
 
 @pytest.mark.parametrize("path", CHAPTER_EXERCISES or [pytest.param(None, marks=pytest.mark.skip(
-    reason="no chapters/*/exercises.ipynb yet"))], ids=lambda p: p and p.parent.name)
+    reason="no chapters/*/solutions/exercises.ipynb yet"))], ids=lambda p: p and p.parent.parent.name)
 def test_chapter_exercises_follow_the_convention_and_release_cleanly(path):
     nb = read_notebook(path)
     exercises = find_exercises(nb)
@@ -309,3 +311,14 @@ def test_chapter_exercises_follow_the_convention_and_release_cleanly(path):
     assert [e.number for e in exercises] == list(range(1, len(exercises) + 1))
     student = nbformat.writes(release_notebook(nb))
     assert "### BEGIN SOLUTION" not in student and "### END SOLUTION" not in student
+
+
+def test_the_shipped_student_versions_are_the_release_of_the_solutions(tmp_path, capsys):
+    assert main(["ship", "--check", str(ROOT / "chapters")]) == 0, capsys.readouterr().out
+    shutil.copytree(ROOT / "chapters" / "01_graphs" / "solutions", tmp_path / "01_graphs" / "solutions")
+    assert main(["ship", "--check", str(tmp_path)]) == 1
+    assert "out of date" in capsys.readouterr().out
+    assert main(["ship", str(tmp_path)]) == 0 and main(["ship", "--check", str(tmp_path)]) == 0
+    shipped = read_notebook(tmp_path / "01_graphs" / "exercises.ipynb")
+    assert "### BEGIN SOLUTION" not in nbformat.writes(shipped)
+    assert shipped.metadata["minigrad"] == {"chapter": "01_graphs"}

@@ -26,6 +26,7 @@ from minigrad._tensor import Tensor, _wrap
 def topological_order(roots: Iterable[Function]) -> list[Function]:
     """Nodes reachable from ``roots``, each before every node it depends on (reverse post-order
     of an iterative depth-first search)."""
+    ### BEGIN SOLUTION chapter 01: topological order
     order: list[Function] = []
     visited: set[Function] = set()
     for root in roots:
@@ -45,6 +46,7 @@ def topological_order(roots: Iterable[Function]) -> list[Function]:
                 order.append(node)
     order.reverse()
     return order
+    ### END SOLUTION
 
 
 def consumers(roots: Iterable[Function]) -> dict[Function, list[Function]]:
@@ -149,6 +151,7 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
 def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dict | None, captured: list,
           accumulate: bool, retain_graph: bool, create_graph: bool, shared: set[int]) -> None:
     """Run every node in topological order: each has all its incoming gradients when reached."""
+    ### BEGIN SOLUTION chapter 02: the backward engine: nodes in order
     with set_grad_enabled(create_graph):
         for node in order:
             grads = buffers.pop(node, None)
@@ -171,6 +174,7 @@ def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dic
             if targets is not None and not any(e is not None and e[0] in needed for e in node.next_functions):
                 continue  # a wanted node with nothing wanted below it: capture only, keep its saved tensors
             _call_backward(node, grads, buffers, retain_graph, shared)
+    ### END SOLUTION
 
 
 def _needed(order: list[Function], wanted: set[Function]) -> set[Function]:
@@ -183,6 +187,7 @@ def _needed(order: list[Function], wanted: set[Function]) -> set[Function]:
 
 
 def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: bool, shared: set[int]) -> None:
+    ### BEGIN SOLUTION chapter 02: the backward engine: one node, retain_graph
     if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
         xp = node.xp
         grads = [g if g is not None else _wrap(xp.zeros(shape, dtype), node.device)
@@ -221,6 +226,7 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
             buf[nr] = buf[nr] + g
     if not retain_graph and node._saved is not None:
         node._saved = F._FREED
+    ### END SOLUTION
 
 
 def _unbroadcast(node: Function, g: Tensor, shape: tuple) -> Tensor:
@@ -238,6 +244,7 @@ def _unbroadcast(node: Function, g: Tensor, shape: tuple) -> Tensor:
 def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> None:
     """Add ``g`` into a leaf's ``.grad`` (after the leaf's hooks). A gradient the engine made for
     this leaf alone is stored as is; one that may be visible elsewhere is copied first."""
+    ### BEGIN SOLUTION chapter 02: the backward engine: accumulating .grad
     if t._hooks:
         for hook in tuple(t._hooks.values()):
             new = hook(g)
@@ -254,5 +261,6 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> N
     else:
         t.grad = g
         shared.add(id(g))
+    ### END SOLUTION
     for m in current_modes():  # the tracer binds the new .grad to the value it holds
         m.fresh_grad(t, t.grad, g)

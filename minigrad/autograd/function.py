@@ -197,6 +197,7 @@ def _accumulator(t: Tensor) -> AccumulateGrad:
 def _connect(ctx: Function, args: tuple) -> None:
     """Record the node's in-edges: for each input, the node that produced it (its grad_fn, or
     its leaf's AccumulateGrad), plus its shape and dtype so gradients can be checked against them."""
+    ### BEGIN SOLUTION chapter 01: Function.apply records the in-edges
     needs, edges, meta = [], [], []
     for a in args:
         if isinstance(a, Tensor):
@@ -214,6 +215,7 @@ def _connect(ctx: Function, args: tuple) -> None:
     ctx.needs_input_grad = tuple(needs)
     ctx.next_functions = tuple(edges)
     ctx._input_meta = tuple(meta)
+    ### END SOLUTION
 
 
 def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, stack: tuple) -> None:

@@ -92,6 +92,7 @@ def gradgradcheck(fn: Callable[..., Any], inputs: Tensor | Sequence[Any],
 # The Jacobians are dicts {(input index, output index): array of shape (input numel, output numel)}:
 # entry [a, b] is d outputs[j].flat[b] / d inputs[i].flat[a], as in torch's gradcheck.
 def _numerical_jacobian(fn: Callable, inputs: tuple, wrt: list[int], outputs: tuple, eps: float) -> dict:
+    ### BEGIN SOLUTION chapter 02: gradcheck's central differences
     checked = [j for j, o in enumerate(outputs) if _is_float(o)]
     jac = {}
     for i in wrt:
@@ -110,6 +111,7 @@ def _numerical_jacobian(fn: Callable, inputs: tuple, wrt: list[int], outputs: tu
             for j, p, m in zip(checked, plus, minus):
                 jac[i, j][a] = (p - m) / (2 * eps)
     return jac
+    ### END SOLUTION
 
 
 def _evaluate(fn: Callable, inputs: tuple, checked: list[int]) -> list:

@@ -1,26 +1,29 @@
-"""The course tooling: student versions of exercise notebooks, and grading them.
+"""The course tooling: student versions of exercise notebooks, and grading that holds.
 
 Exercises follow the nbgrader convention. A solution cell starts with ``# Exercise N: title`` and
 holds its answer between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` lines; a later check cell
-starts with ``# Check N`` and asserts the result. ``release`` writes the student version (each
-block replaced by ``raise NotImplementedError("exercise N")``, exercise outputs cleared, the roles
-stamped into cell metadata); ``grade`` runs a notebook in a fresh kernel and passes an exercise when
-both its cells ran without an error. From the shell::
+starts with ``# Check N`` and asserts the result; ``# Hidden check N`` cells are graded but never
+shipped. The instructor's notebooks live in ``chapters/*/solutions/``; ``ship`` writes their
+student versions beside them. ``grade`` runs a student's answers with the instructor's checks
+under nbval, guarded (``guard``) and in a sandbox with a hard limit (``sandbox``). From the shell::
 
+    python -m minigrad.course ship [--check] chapters
+    python -m minigrad.course grade chapters/01_graphs/exercises.ipynb [--json] [--junit out.xml]
+    python -m minigrad.course verify chapters/01_graphs/solutions/exercises.ipynb
     python -m minigrad.course release chapters release/chapters
-    python -m minigrad.course grade release/chapters/01_graphs/exercises.ipynb [--json]
-    python -m minigrad.course verify chapters/01_graphs/exercises.ipynb
-    python -m minigrad.course tag chapters/01_graphs/exercises.ipynb
+    python -m minigrad.course tag chapters/01_graphs/solutions/exercises.ipynb
 
 ``chapters/README.md`` explains the convention to authors and the workflow to instructors.
 """
 
 from minigrad.course.exercises import CourseError, Exercise, find_exercises, read_notebook, tag_notebook
-from minigrad.course.grade import ExerciseResult, GradeReport, grade, grade_notebook, run_notebook, verify
-from minigrad.course.release import release, release_notebook, strip_solutions
+from minigrad.course.grade import (
+    ExerciseResult, GradeReport, assemble, grade, grade_against, solution_notebook, verify, write_junit,
+)
+from minigrad.course.release import release, release_notebook, ship, strip_solutions
 
 __all__ = [
-    "CourseError", "Exercise", "ExerciseResult", "GradeReport", "find_exercises", "grade",
-    "grade_notebook", "read_notebook", "release", "release_notebook", "run_notebook",
-    "strip_solutions", "tag_notebook", "verify",
+    "CourseError", "Exercise", "ExerciseResult", "GradeReport", "assemble", "find_exercises", "grade",
+    "grade_against", "read_notebook", "release", "release_notebook", "ship", "solution_notebook",
+    "strip_solutions", "tag_notebook", "verify", "write_junit",
 ]

@@ -1,4 +1,4 @@
-"""``python -m minigrad.course release|grade|verify|tag``: the instructor's commands (chapters/README.md).
+"""``python -m minigrad.course``: the course's commands for students and instructors (chapters/README.md).
 
 Exit status: 0 when the command did its job (a grade of 0/10 included), 1 when ``verify`` finds a
 notebook whose solutions do not all pass or whose student version passes something, 2 when the
@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 
 from minigrad.course.exercises import CourseError, read_notebook, tag_notebook
-from minigrad.course.grade import grade, verify
-from minigrad.course.release import release
+from minigrad.course.grade import CELL_TIMEOUT, LIMIT, grade, verify, write_junit
+from minigrad.course.package import (
+    CHAPTER_TESTS, ROOT, check_chapter, find_regions, grade_repository, release_package,
+)
+from minigrad.course.release import release, ship
 
 __all__ = ["main"]
 
@@ -26,14 +31,33 @@ def _parser() -> argparse.ArgumentParser:
     cmd = commands.add_parser("release", help="write student versions of a notebook or a folder of them")
     cmd.add_argument("src", help="a notebook, or a folder (every notebook below it is released)")
     cmd.add_argument("dest", help="the output notebook or folder (never inside src)")
-    for name, help_text in (("grade", "run a notebook and print its per-exercise score"),
+    for name, help_text in (("grade", "grade a student's notebook and print its per-exercise score"),
                             ("verify", "check that a solution notebook grades 100%% and its student version 0%%")):
         cmd = commands.add_parser(name, help=help_text)
-        cmd.add_argument("notebook")
-        cmd.add_argument("--timeout", type=int, default=60, metavar="S",
-                         help="seconds a cell may run before it is interrupted and fails (default 60)")
-        cmd.add_argument("--kernel", metavar="NAME", help="a Jupyter kernel name (default: this Python)")
+        cmd.add_argument("notebook", help="a notebook" + (", or a student's repository" if name == "grade" else ""))
+        if name == "grade":
+            cmd.add_argument("--solution", metavar="NB", help="the instructor's notebook (default: the "
+                             "chapter's solutions/exercises.ipynb, from the notebook's metadata)")
+            cmd.add_argument("--junit", metavar="XML", help="also write the result as JUnit XML")
+        cmd.add_argument("--timeout", type=int, default=CELL_TIMEOUT, metavar="S",
+                         help=f"seconds a cell may run before it is interrupted and fails (default {CELL_TIMEOUT})")
+        cmd.add_argument("--limit", type=float, default=LIMIT, metavar="S",
+                         help=f"seconds the whole run may take before it is killed (default {LIMIT})")
         cmd.add_argument("--json", action="store_true", help="print the result as JSON")
+    cmd = commands.add_parser("ship", help="write chapters/*/X.ipynb, the student versions of chapters/*/solutions/X.ipynb")
+    cmd.add_argument("chapters", nargs="?", default="chapters")
+    cmd.add_argument("--check", action="store_true",
+                     help="write nothing; fail if a shipped student version is not what the release gives")
+    cmd = commands.add_parser("release-package", help="write the student repository (package regions emptied)")
+    cmd.add_argument("dest", help="an empty or new folder outside this repository")
+    cmd.add_argument("--upto", type=int, default=0, metavar="K",
+                     help="keep the regions of chapters 1..K written (default 0: every region empty)")
+    commands.add_parser("regions", help="list the package regions a student writes, with their line counts")
+    cmd = commands.add_parser("check-order", help="for each chapter k (or those given), run chapter k's "
+                              "tests in a student repository with chapters 1..k written")
+    cmd.add_argument("chapters", nargs="*", type=int)
+    cmd = commands.add_parser("test-chapter", help="run chapter K's tests here (your package regions of chapter K)")
+    cmd.add_argument("chapter", type=int)
     cmd = commands.add_parser("tag", help="write each exercise cell's number and role into its metadata")
     cmd.add_argument("notebooks", nargs="+")
     return parser
@@ -45,11 +69,19 @@ def _run(args: argparse.Namespace) -> int:
             print(f"wrote {path}")
         return 0
     if args.command == "grade":
-        report = grade(args.notebook, args.timeout, args.kernel)
-        print(json.dumps(report.to_dict(), indent=2) if args.json else report)
+        if Path(args.notebook).is_dir():
+            reports = grade_repository(args.notebook, limit=args.limit)
+        else:
+            reports = [grade(args.notebook, args.solution, args.timeout, args.limit)]
+        if args.junit:
+            write_junit(reports, args.junit)
+        if args.json:
+            print(json.dumps([r.to_dict() for r in reports] if len(reports) > 1 else reports[0].to_dict(), indent=2))
+        else:
+            print("\n\n".join(map(str, reports)))
         return 0
     if args.command == "verify":
-        ok, solved, released = verify(args.notebook, args.timeout, args.kernel)
+        ok, solved, released = verify(args.notebook, args.timeout, args.limit)
         if args.json:
             print(json.dumps({"ok": ok, "solved": solved.to_dict(), "released": released.to_dict()}, indent=2))
         else:
@@ -57,6 +89,31 @@ def _run(args: argparse.Namespace) -> int:
             print("OK: the solutions pass every exercise and the student version none" if ok else
                   "FAILED: the solutions must pass every exercise and the student version none")
         return 0 if ok else 1
+    if args.command == "release-package":
+        regions = release_package(args.dest, args.upto)
+        empty = [r for r in regions if r.chapter > args.upto]
+        print(f"wrote the student repository to {args.dest}: {len(empty)} of {len(regions)} regions to write")
+        return 0
+    if args.command == "regions":
+        for region in find_regions():
+            print(f"{region.path.relative_to(ROOT)}:{region.begin}  {region.lines:>3} lines  {region.tag}")
+        return 0
+    if args.command == "check-order":
+        failed = [k for k in (args.chapters or sorted(CHAPTER_TESTS)) if check_chapter(k) != 0]
+        print(f"FAILED: chapter {', '.join(map(str, failed))}" if failed else "OK: every chapter passes "
+              "with its own and earlier regions written and later ones empty")
+        return 1 if failed else 0
+    if args.command == "test-chapter":
+        if args.chapter not in CHAPTER_TESTS:
+            raise CourseError(f"no chapter {args.chapter}: the chapters are {sorted(CHAPTER_TESTS)}")
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", *CHAPTER_TESTS[args.chapter]], cwd=ROOT).returncode
+    if args.command == "ship":
+        paths = ship(args.chapters, args.check)
+        for path in paths:
+            print(f"{'out of date' if args.check else 'wrote'}: {path}")
+        if args.check and paths:
+            print("run `python -m minigrad.course ship` and commit the student versions", file=sys.stderr)
+        return 1 if args.check and paths else 0
     for path in args.notebooks:
         nb = read_notebook(path)
         exercises = tag_notebook(nb)

@@ -2,10 +2,13 @@
 
 An exercise is a solution cell whose first line is ``# Exercise N: title`` and whose answer sits
 between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` lines, followed later by a check cell whose
-first line is ``# Check N``. The same facts can be stored in the cell's metadata,
-``{"minigrad": {"exercise": N, "role": "solution" | "check", "title": ...}}``, which ``tag_notebook``
-writes and ``release`` always writes, so grading does not depend on a student keeping the comment
-lines; where both are present the metadata wins. See ``chapters/README.md``.
+first line is ``# Check N``, and optionally by ``# Hidden check N`` cells, which the grader runs and
+the student version leaves out. The same facts can be stored in the cell's metadata,
+``{"minigrad": {"exercise": N, "role": "solution" | "check" | "hidden", "title": ...}}``, which
+``tag_notebook`` writes and ``release`` always writes, so grading does not depend on a student
+keeping the comment lines; where both are present the metadata wins. An instructor's solution cell
+may also list, as ``"forbid"``, the library functions its answer may not call (see ``guard``).
+See ``chapters/README.md``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ METADATA_KEY = "minigrad"
 
 _EXERCISE_LINE = re.compile(r"#\s*Exercise\s+(\d+)\b\s*[:.\-\u2013\u2014]?\s*(.*?)\s*$", re.IGNORECASE)
 _CHECK_LINE = re.compile(r"#\s*Check\s+(\d+)\b", re.IGNORECASE)
+_HIDDEN_LINE = re.compile(r"#\s*Hidden\s+check\s+(\d+)\b", re.IGNORECASE)
+ROLES = ("solution", "check", "hidden")
 
 
 class CourseError(ValueError):
@@ -42,6 +47,8 @@ class Exercise:
     title: str = ""
     solution_cells: list[int] = field(default_factory=list)
     check_cells: list[int] = field(default_factory=list)
+    hidden_cells: list[int] = field(default_factory=list)
+    forbid: list[str] = field(default_factory=list)
 
 
 def read_notebook(path: str | Path) -> Any:
@@ -68,22 +75,24 @@ def _comment_role(cell: Any) -> tuple[int, str, str] | None:
         return int(match[1]), "solution", match[2]
     if match := _CHECK_LINE.match(line):
         return int(match[1]), "check", ""
+    if match := _HIDDEN_LINE.match(line):
+        return int(match[1]), "hidden", ""
     return None
 
 
 def _metadata_role(cell: Any, index: int) -> tuple[int, str, str] | None:
     meta = cell.get("metadata", {}).get(METADATA_KEY)
-    if meta is None:
+    if meta is None or ("exercise" not in meta and "role" not in meta):  # other facts only ("forbid")
         return None
     number, role = meta.get("exercise"), meta.get("role")
-    if not isinstance(number, int) or role not in ("solution", "check"):
+    if not isinstance(number, int) or role not in ROLES:
         raise CourseError(f"cell {index}: metadata {METADATA_KEY!r} must hold an integer 'exercise' "
-                          f"and a 'role' of 'solution' or 'check', got {dict(meta)!r}")
+                          f"and a 'role' of 'solution', 'check' or 'hidden', got {dict(meta)!r}")
     return number, role, meta.get("title", "")
 
 
 def cell_role(cell: Any, index: int = 0) -> tuple[int, str, str] | None:
-    """``(number, "solution" | "check", title)`` for an exercise cell, ``None`` for any other cell.
+    """``(number, "solution" | "check" | "hidden", title)`` for an exercise cell, ``None`` otherwise.
 
     Metadata wins over the comment line; ``index`` only names the cell in error messages.
     """
@@ -131,8 +140,9 @@ def find_exercises(nb: Any, strict: bool = True) -> list[Exercise]:
         if kind == "solution":
             exercise.solution_cells.append(index)
             exercise.title = exercise.title or title
+            exercise.forbid = exercise.forbid or list(cell.metadata.get(METADATA_KEY, {}).get("forbid", []))
         else:
-            exercise.check_cells.append(index)
+            getattr(exercise, f"{kind}_cells").append(index)
     found = [exercises[number] for number in sorted(exercises)]
     if strict:
         for exercise in found:
@@ -174,6 +184,8 @@ def _check_exercise(exercise: Exercise) -> None:
         raise CourseError(f"exercise {n}: needs exactly one check cell ('# Check {n}'), found {where}")
     if checks[0] < solutions[0]:
         raise CourseError(f"exercise {n}: check cell {checks[0]} comes before solution cell {solutions[0]}")
+    if any(hidden < checks[0] for hidden in exercise.hidden_cells):
+        raise CourseError(f"exercise {n}: a hidden check comes before its check cell {checks[0]}")
 
 
 def tag_notebook(nb: Any) -> list[Exercise]:
@@ -186,7 +198,7 @@ def tag_notebook(nb: Any) -> list[Exercise]:
         role = _comment_role(cell) if cell.cell_type == "code" else None
         if role is not None:
             number, kind, title = role
-            meta: dict[str, Any] = {"exercise": number, "role": kind}
+            meta: dict[str, Any] = {**cell.metadata.get(METADATA_KEY, {}), "exercise": number, "role": kind}
             if kind == "solution":
                 meta["title"] = title
             cell.metadata[METADATA_KEY] = meta

@@ -1,27 +1,46 @@
-"""Grading a notebook: run it top to bottom in a fresh kernel and score each exercise.
+"""Grading a notebook: the student's answers, the instructor's checks, under nbval, with a hard limit.
 
-The notebook runs the way nbval runs it, one cell after another in one IPython kernel, but an
-error does not stop the run (nbclient with ``allow_errors``), and a cell that runs past the time
-limit is interrupted and counts as failed. An exercise passes when its solution cell and its check
-cell both ran without an error. The kernel runs on the Python that runs the grader (unless a
-kernel is named), in the notebook's folder, with this minigrad importable.
+``grade`` never runs the student's notebook as it is. ``assemble`` builds the graded notebook from
+the instructor's source: its setup and helper cells, the student's solution cells (found by their
+metadata or comment line), the instructor's check cells and the hidden checks the student never
+saw, all run through ``minigrad.course.guard`` (which stops solutions from calling the function
+they re-implement and undoes and reports patches of numpy, math, builtins or minigrad). An edited
+or deleted check counts for nothing: the instructor's copy runs. The graded notebook runs under
+``pytest --nbval-lax`` in a scratch folder, in a process tree that ``minigrad.course.sandbox``
+kills at a hard wall-clock limit; an exercise passes when its solution, its check and its hidden
+checks all ran without an error, and an exercise the run did not reach fails.
 """
 
 from __future__ import annotations
 
-import copy
+import json
 import os
+import secrets
+import shutil
+import subprocess
+import sys
 import sysconfig
-import time
+import tempfile
+import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import minigrad
-from minigrad.course.exercises import CourseError, Exercise, find_exercises, read_notebook
-from minigrad.course.release import release_notebook
+import nbformat
 
-__all__ = ["ExerciseResult", "GradeReport", "grade", "grade_notebook", "run_notebook", "verify"]
+import minigrad
+from minigrad.course.exercises import BEGIN, METADATA_KEY, CourseError, find_exercises, read_notebook
+from minigrad.course.progress import PROGRESS
+from minigrad.course.release import release_notebook
+from minigrad.course.sandbox import TIMED_OUT, TOO_MANY_PROCESSES, sandbox_command
+
+__all__ = ["ExerciseResult", "GradeReport", "assemble", "grade", "grade_against", "solution_notebook",
+           "verify", "write_junit"]
+
+ROOT = Path(minigrad.__file__).resolve().parent.parent
+GUARD = Path(__file__).resolve().parent / "guard.py"
+CELL_TIMEOUT, LIMIT = 60, 300
+_DEAD = "Kernel dead on test start"
 
 
 @dataclass
@@ -40,6 +59,7 @@ class GradeReport:
 
     notebook: str
     results: list[ExerciseResult]
+    stopped: str = ""  # why the run ended early ("killed: the 300 s limit passed"), if it did
 
     @property
     def score(self) -> int:
@@ -50,7 +70,7 @@ class GradeReport:
         return len(self.results)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"notebook": self.notebook, "score": self.score, "total": self.total,
+        return {"notebook": self.notebook, "score": self.score, "total": self.total, "stopped": self.stopped,
                 "exercises": [asdict(result) for result in self.results]}
 
     def __str__(self) -> str:
@@ -60,6 +80,8 @@ class GradeReport:
         for result, title in zip(self.results, titles):
             row = f"  {result.number:>3}  {title:<{width}}  {'pass' if result.passed else 'FAIL'}"
             lines.append(row if result.passed else f"{row}  {_clip(result.error, 100)}")
+        if self.stopped:
+            lines.append(f"The run was stopped ({self.stopped}); the exercises it did not finish fail.")
         lines.append(f"Score: {self.score}/{self.total}")
         return "\n".join(lines)
 
@@ -68,135 +90,200 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _this_python_kernel() -> type:
-    """A kernel manager class whose every kernel is IPython on the Python running this process.
+def solution_notebook(nb: Any, path: Path) -> Path:
+    """The instructor's source of a student notebook: ``chapters/<chapter>/solutions/<name>``.
 
-    A notebook names its kernel by a spec ("python3", or whatever its author's machine called it);
-    resolving that name could start another Python without minigrad, so like nbval's
-    ``--nbval-current-env`` the grader ignores it.
+    The chapter comes from the notebook's metadata (``release`` copies it from the source), so a
+    student may rename or move their notebook.
     """
-    from ipykernel.kernelspec import RESOURCES, get_kernel_dict
-    from jupyter_client import AsyncKernelManager
-    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
-    from traitlets import default
-
-    class ThisPythonSpecs(KernelSpecManager):
-        def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-            return KernelSpec(resource_dir=RESOURCES, **get_kernel_dict())
-
-    class ThisPythonKernel(AsyncKernelManager):
-        @default("kernel_spec_manager")
-        def _kernel_spec_manager_default(self) -> KernelSpecManager:
-            return ThisPythonSpecs()
-
-    return ThisPythonKernel
+    chapter = nb.metadata.get(METADATA_KEY, {}).get("chapter")
+    if not chapter:
+        raise CourseError(f"{path}: the notebook does not say which chapter it belongs to "
+                          "(metadata minigrad.chapter); pass the instructor's notebook with --solution")
+    source = ROOT / "chapters" / chapter / "solutions" / path.name
+    if not source.exists():
+        source = ROOT / "chapters" / chapter / "solutions" / "exercises.ipynb"
+    if not source.exists():
+        raise CourseError(f"{path}: no instructor notebook for chapter {chapter!r} at {source}")
+    return source
 
 
-def _kernel_env() -> dict[str, str]:
-    """This environment, with the folder that holds this minigrad first on ``PYTHONPATH``.
+def assemble(source: Any, student: Any, guard: str = "_grader") -> tuple[Any, list[tuple[int | None, str]]]:
+    """The graded notebook and, per code cell, ``(exercise number, role)`` (``None`` for the grader's own).
 
-    Run as ``python -m minigrad.course`` from a source checkout, minigrad is importable only because
-    the current folder is on the path; the kernel starts in the notebook's folder and would lose it.
+    ``source`` is the instructor's notebook (setup, checks, hidden checks, what each exercise may
+    not call), ``student`` the submission, of which only the solution cells are used; ``guard`` is
+    the name the guard gets in the kernel (``grade`` draws a random one).
     """
-    env = dict(os.environ)
-    root = Path(minigrad.__file__).resolve().parent.parent
+    exercises = find_exercises(source, strict=True)
+    answers = {e.number: e.solution_cells for e in find_exercises(student, strict=False)}
+    forbid = {e.number: e.forbid for e in exercises if e.forbid}
+    role_of = {index: (e.number, role) for e in exercises
+               for role, cells in (("solution", e.solution_cells), ("check", e.check_cells),
+                                   ("hidden", e.hidden_cells)) for index in cells}
+    # The guard is loaded from the grader's file: the minigrad on the kernel's path may be a student's,
+    # and importing the package minigrad.course would take seconds.
+    cells = [f"import importlib.util as {guard}\n"
+             f"{guard} = {guard}.module_from_spec({guard}.spec_from_file_location('minigrad_course_guard', "
+             f"{str(GUARD)!r}))\n"
+             f"{guard}.__spec__.loader.exec_module({guard})\n"
+             f"{guard} = {guard}.Guard(globals(), {forbid!r})"]
+    roles: list[tuple[int | None, str]] = [(None, "guard")]
+    for index, cell in enumerate(source.cells):
+        if cell.cell_type != "code" or not cell.source.strip():
+            continue
+        number, role = role_of.get(index, (None, "setup"))
+        if role == "setup":
+            cells.append(f"{guard}.cell({cell.source!r})")
+        elif role == "solution":
+            answer = "\n\n".join(student.cells[i].source for i in answers.get(number, [])) or \
+                f'raise NotImplementedError("exercise {number}: the solution cell is missing")'
+            cells.append(f"{guard}.solution({number}, {answer!r})")
+        else:
+            cells.append(f"{guard}.check({number}, {cell.source!r})")
+        roles.append((number, role))
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), roles
+
+
+def _kernel_pythonpath(package_root: Path) -> str:
+    """``package_root`` first on the path, unless it is where this Python installs packages."""
     installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
-    if root not in installed:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    return env
+    parts = [] if package_root.resolve() in installed else [str(package_root)]
+    if package_root.resolve() != ROOT:  # the grader's own modules (guard, progress) come from here
+        parts.append(str(ROOT))
+    return os.pathsep.join(filter(None, [*parts, os.environ.get("PYTHONPATH")]))
 
 
-def _error_line(content: dict[str, Any], elapsed: float, timeout: int) -> str:
-    name, value = content.get("ename", "Error"), content.get("evalue", "")
-    if name == "KeyboardInterrupt" and elapsed >= timeout:
-        return f"timed out after {timeout} s"
-    first = value.strip().splitlines()[0] if value.strip() else ""
-    return f"{name}: {first}" if first else name
+def _copy_resources(folder: Path, scratch: Path) -> None:
+    """The chapter's data files and scripts (not its notebooks, not the solutions) into ``scratch``."""
+    for path in folder.iterdir():
+        if path.name.startswith(".") or path.name in ("solutions", "__pycache__") or path.suffix == ".ipynb":
+            continue
+        if path.is_dir():
+            shutil.copytree(path, scratch / path.name, ignore=shutil.ignore_patterns(".*", "__pycache__"))
+        else:
+            shutil.copy(path, scratch / path.name)
 
 
-def run_notebook(nb: Any, cwd: str | Path, timeout: int = 60, kernel_name: str | None = None) -> dict[int, str | None]:
-    """Execute ``nb`` in place and return, per code cell index, ``None`` if it ran or its error line.
+def run_graded(nb: Any, resources: Path | None, timeout: int = CELL_TIMEOUT, limit: float = LIMIT,
+               package_root: Path = ROOT) -> tuple[dict[int, tuple[bool, str]], str]:
+    """Run the graded notebook ``nb`` in a scratch folder under nbval and the sandbox.
 
-    Errors do not stop the run; a cell that runs longer than ``timeout`` seconds is interrupted.
-    Empty cells are not run and not listed. If the kernel dies, the cell it died in and every later
-    one are listed as failed.
+    Returns, per code cell that finished, ``(passed, error line)``, and why the run stopped early
+    (empty if it did not). ``resources`` is the folder whose data files the notebook may read.
     """
-    from jupyter_client.kernelspec import NoSuchKernel
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
-
-    outcomes: dict[int, str | None] = {}
-    started: dict[int, float] = {}
-
-    def on_cell_execute(cell: Any, cell_index: int) -> None:
-        started[cell_index] = time.monotonic()
-
-    def on_cell_executed(cell: Any, cell_index: int, execute_reply: dict[str, Any]) -> None:
-        content = execute_reply.get("content", {})
-        elapsed = time.monotonic() - started[cell_index]
-        outcomes[cell_index] = None if content.get("status") == "ok" else _error_line(content, elapsed, timeout)
-
-    # IPython's own kernel would warn on stderr, at every start, that it talks to us over TCP.
-    kernel: dict[str, Any] = {"kernel_name": kernel_name} if kernel_name else {
-        "kernel_manager_class": _this_python_kernel(), "kernel_name": "python3",
-        "extra_arguments": ["--IPKernelApp.log_level=ERROR"]}
-    client = NotebookClient(
-        nb, timeout=timeout, interrupt_on_timeout=True, allow_errors=True, shutdown_kernel="immediate",
-        resources={"metadata": {"path": str(cwd)}}, on_cell_execute=on_cell_execute,
-        on_cell_executed=on_cell_executed, **kernel)
-    try:
-        client.execute(**({} if kernel_name else {"env": _kernel_env()}))
-    except DeadKernelError:
-        pending = [i for i, cell in enumerate(nb.cells)
-                   if cell.cell_type == "code" and cell.source.strip() and i not in outcomes]
-        for i in pending:
-            outcomes[i] = "the kernel died (a crash, or out of memory)" if i == pending[0] else \
-                f"not run: the kernel died in cell {pending[0]}"
-    except NoSuchKernel as error:
-        raise CourseError(f"no Jupyter kernel named {kernel_name!r}") from error
-    except RuntimeError as error:  # the kernel did not start or answer
-        raise CourseError(f"cannot run the notebook: {error}") from error
-    return outcomes
-
-
-def _result(exercise: Exercise, outcomes: dict[int, str | None]) -> ExerciseResult:
-    number, title = exercise.number, exercise.title
-    if not exercise.solution_cells:
-        return ExerciseResult(number, title, False, "the solution cell is missing")
-    if not exercise.check_cells:
-        return ExerciseResult(number, title, False, "the check cell is missing")
-    for role, cells in (("solution", exercise.solution_cells), ("check", exercise.check_cells)):
-        for index in cells:
-            if outcomes.get(index):
-                return ExerciseResult(number, title, False, f"{role}: {outcomes[index]}")
-    return ExerciseResult(number, title, True)
+    with tempfile.TemporaryDirectory(prefix="minigrad-grade-") as scratch_name:
+        scratch = Path(scratch_name)
+        if resources is not None:
+            _copy_resources(resources, scratch)
+        nbformat.write(nb, scratch / "graded.ipynb")
+        # The progress plugin is loaded from a copy, not from the package on the kernel's path,
+        # which may be a student's.
+        shutil.copy(Path(__file__).resolve().parent / "progress.py", scratch / "minigrad_grade_progress.py")
+        (scratch / "pytest.ini").write_text("[pytest]\n")
+        progress = scratch / "progress.jsonl"
+        progress.touch()
+        env = dict(os.environ, HOME=str(scratch), IPYTHONDIR=str(scratch / ".ipython"),
+                   JUPYTER_RUNTIME_DIR=str(scratch / ".jupyter"), MPLCONFIGDIR=str(scratch / ".matplotlib"),
+                   MPLBACKEND="Agg", PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONPATH=_kernel_pythonpath(package_root), **{PROGRESS: str(progress)})
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                   "-p", "minigrad_grade_progress", "--nbval-lax", "--nbval-current-env",
+                   f"--nbval-cell-timeout={timeout}", "graded.ipynb"]
+        run = subprocess.run(sandbox_command(limit, command), cwd=scratch, env=env, capture_output=True,
+                             text=True, timeout=limit + 120)
+        outcomes: dict[int, tuple[bool, str]] = {}
+        died = None  # nbval reports the cell a kernel died in as timed out, and later ones as dead
+        for line in progress.read_text().splitlines():
+            record = json.loads(line)
+            cell, error = record["cell"], record["error"]
+            if error.startswith("timed out"):
+                died = cell
+            if error == _DEAD:
+                if died is not None and outcomes[died][1].startswith("timed out"):
+                    outcomes[died] = (False, "the kernel died (a crash, or out of memory)")
+                error = "not run: the kernel died before it"
+            outcomes[cell] = (record["passed"], error)
+    stopped = ""
+    if run.returncode in (TIMED_OUT, TOO_MANY_PROCESSES):
+        stopped = run.stderr.strip().splitlines()[-1]
+    elif not outcomes:
+        raise CourseError(f"the graded notebook did not run:\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
+    return outcomes, stopped
 
 
-def grade_notebook(nb: Any, cwd: str | Path, name: str = "notebook", timeout: int = 60,
-                   kernel_name: str | None = None) -> GradeReport:
-    """Run notebook ``nb`` (a copy) with ``cwd`` as its folder and score its exercises."""
-    exercises = find_exercises(nb, strict=False)
+def _results(exercises: list[Any], roles: list[tuple[int | None, str]], outcomes: dict[int, tuple[bool, str]],
+             stopped: str) -> list[ExerciseResult]:
+    guard_ok, guard_error = outcomes.get(0, (False, stopped or "did not run"))
+    if not guard_ok:
+        raise CourseError(f"the grader's guard did not start: {guard_error}")
+    missing = f"not finished ({stopped})" if stopped else "not run (the kernel died)"
+    results = []
+    for exercise in exercises:
+        error = ""
+        for cell, (number, role) in enumerate(roles):
+            if number == exercise.number and not error:
+                passed, why = outcomes.get(cell, (False, missing))
+                error = "" if passed else f"{'hidden check' if role == 'hidden' else role}: {why}"
+        results.append(ExerciseResult(exercise.number, exercise.title, not error, error))
+    return results
+
+
+def grade_against(source: Any, student: Any, name: str, resources: Path | None = None,
+                  timeout: int = CELL_TIMEOUT, limit: float = LIMIT, package_root: Path = ROOT) -> GradeReport:
+    """Grade the notebook ``student`` against the instructor's notebook ``source`` (both nbformat nodes)."""
+    exercises = find_exercises(source, strict=True)
     if not exercises:
-        raise CourseError(f"{name}: no exercises found (a code cell starting '# Exercise N: title', "
-                          "see chapters/README.md)")
-    outcomes = run_notebook(copy.deepcopy(nb), cwd, timeout, kernel_name)
-    return GradeReport(name, [_result(exercise, outcomes) for exercise in exercises])
+        raise CourseError(f"{name}: the instructor's notebook has no exercises")
+    graded, roles = assemble(source, student, f"_grader_{secrets.token_hex(6)}")
+    outcomes, stopped = run_graded(graded, resources, timeout, limit, package_root)
+    return GradeReport(name, _results(exercises, roles, outcomes, stopped), stopped)
 
 
-def grade(path: str | Path, timeout: int = 60, kernel_name: str | None = None) -> GradeReport:
-    """Run the notebook at ``path`` in its folder and score its exercises (the file is not changed)."""
-    path = Path(path)
-    return grade_notebook(read_notebook(path), path.parent, str(path), timeout, kernel_name)
+def grade(path: str | Path, solution: str | Path | None = None, timeout: int = CELL_TIMEOUT,
+          limit: float = LIMIT, package_root: Path = ROOT) -> GradeReport:
+    """Grade the student notebook at ``path`` (the file is not changed, nor run in its folder).
 
-
-def verify(path: str | Path, timeout: int = 60, kernel_name: str | None = None) -> tuple[bool, GradeReport, GradeReport]:
-    """Grade the solution notebook at ``path`` and its student version: ``(ok, solved, released)``.
-
-    ``ok`` when the solutions score every exercise and the student version none. Both run in the
-    notebook's folder, so relative paths in the notebook work for both.
+    ``solution`` is the instructor's notebook; by default the one of the chapter the notebook's
+    metadata names (``solution_notebook``).
     """
     path = Path(path)
-    nb = read_notebook(path)
-    solved = grade_notebook(nb, path.parent, str(path), timeout, kernel_name)
-    released = grade_notebook(release_notebook(nb), path.parent, f"{path} (student version)", timeout, kernel_name)
+    student = read_notebook(path)
+    source_path = Path(solution) if solution is not None else solution_notebook(student, path)
+    source = read_notebook(source_path)
+    resources = source_path.parent.parent if source_path.parent.name == "solutions" else source_path.parent
+    return grade_against(source, student, str(path), resources, timeout, limit, package_root)
+
+
+def verify(path: str | Path, timeout: int = CELL_TIMEOUT, limit: float = LIMIT) -> tuple[bool, GradeReport, GradeReport]:
+    """Grade the instructor's notebook at ``path`` and its student version: ``(ok, solved, released)``.
+
+    ``ok`` when the solutions score every exercise and the student version none. Given a student
+    version (a notebook without solution markers), its instructor's notebook is verified.
+    """
+    path = Path(path)
+    source = read_notebook(path)
+    if BEGIN not in nbformat.writes(source):
+        path = solution_notebook(source, path)
+        source = read_notebook(path)
+    resources = path.parent.parent if path.parent.name == "solutions" else path.parent
+    solved = grade_against(source, source, str(path), resources, timeout, limit)
+    released = grade_against(source, release_notebook(source), f"{path} (student version)", resources,
+                             timeout, limit)
     return solved.score == solved.total and released.score == 0, solved, released
+
+
+def write_junit(reports: list[GradeReport], path: str | Path) -> None:
+    """JUnit XML for a learning-management system: one test suite per notebook, one case per exercise."""
+    suites = ET.Element("testsuites", tests=str(sum(r.total for r in reports)),
+                        failures=str(sum(r.total - r.score for r in reports)))
+    for report in reports:
+        suite = ET.SubElement(suites, "testsuite", name=report.notebook, tests=str(report.total),
+                              failures=str(report.total - report.score))
+        for result in report.results:
+            case = ET.SubElement(suite, "testcase", classname=report.notebook,
+                                 name=f"exercise {result.number}: {result.title}")
+            if not result.passed:
+                ET.SubElement(case, "failure", message=result.error).text = result.error
+    ET.indent(suites)
+    Path(path).write_text(ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n")

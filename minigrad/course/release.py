@@ -4,7 +4,7 @@
 ``### END SOLUTION`` markers (a signature, a docstring), replaces each block with
 ``raise NotImplementedError("exercise N")`` at the block's indentation, clears the outputs and
 execution counts of the exercise and check cells (a stored output could give the answer away) and
-stamps their metadata; lesson cells are left as they are. ``release`` does that for one notebook or
+stamps their metadata, and drops the hidden checks; lesson cells are left as they are. ``release`` does that for one notebook or
 a folder of them, never writes into the source, and gives the same files when run again.
 """
 
@@ -20,7 +20,7 @@ import nbformat
 
 from minigrad.course.exercises import BEGIN, END, METADATA_KEY, CourseError, find_exercises, read_notebook
 
-__all__ = ["release", "release_notebook", "strip_solutions"]
+__all__ = ["release", "release_notebook", "ship", "strip_solutions"]
 
 
 def strip_solutions(source: str, number: int) -> str:
@@ -42,7 +42,9 @@ def strip_solutions(source: str, number: int) -> str:
 def release_notebook(nb: Any) -> Any:
     """The student version of notebook ``nb`` (a new node; ``nb`` is not changed)."""
     student = copy.deepcopy(nb)
-    for exercise in find_exercises(student, strict=True):
+    exercises = find_exercises(student, strict=True)
+    hidden = {index for exercise in exercises for index in exercise.hidden_cells}
+    for exercise in exercises:
         (solution,), (check,) = exercise.solution_cells, exercise.check_cells
         for index, role in ((solution, "solution"), (check, "check")):
             cell = student.cells[index]
@@ -54,6 +56,7 @@ def release_notebook(nb: Any) -> Any:
                 meta["title"] = exercise.title
                 cell.source = strip_solutions(cell.source, exercise.number)
             cell.metadata[METADATA_KEY] = meta
+    student.cells = [cell for index, cell in enumerate(student.cells) if index not in hidden]
     return student
 
 
@@ -106,3 +109,26 @@ def release(src: str | Path, dest: str | Path) -> list[Path]:
         else:
             nbformat.write(content, target)
     return [target for target, _ in outputs]
+
+
+def ship(chapters: str | Path, check: bool = False) -> list[Path]:
+    """Write each ``chapters/*/solutions/X.ipynb``'s student version to ``chapters/*/X.ipynb``.
+
+    With ``check`` nothing is written: the student versions that are missing or differ from what
+    the release gives are returned (an empty list means the shipped notebooks are up to date).
+    Otherwise the files written are returned.
+    """
+    chapters = Path(chapters)
+    sources = sorted(chapters.glob("*/solutions/*.ipynb"))
+    if not sources:
+        raise CourseError(f"{chapters}: no instructor notebooks (chapters/*/solutions/*.ipynb)")
+    out = []
+    for source in sources:
+        target = source.parent.parent / source.name
+        text = nbformat.writes(release_notebook(read_notebook(source))) + "\n"
+        if not check:
+            target.write_text(text)
+            out.append(target)
+        elif not target.exists() or target.read_text() != text:
+            out.append(target)
+    return out

@@ -58,6 +58,7 @@ def default_collate(batch: Sequence) -> Any:
     collated field by field (a tuple sample gives a list of batches, as in torch). Samples'
     Tensors are stacked as data: the batch is a new leaf, detached from any graph.
     """
+    ### BEGIN SOLUTION chapter 01: collate
     elem = batch[0]
     who = "default_collate"
     if isinstance(elem, Tensor):
@@ -88,6 +89,7 @@ def default_collate(batch: Sequence) -> Any:
         fields = [default_collate(list(s)) for s in zip(*batch)]
         return fields if isinstance(elem, (tuple, list)) else _rebuild(type(elem), fields)
     raise TypeError(f"{who}: batch must contain {_COLLATE_TYPES}; found {type(elem).__name__}")
+    ### END SOLUTION
 
 
 def _collate_numbers(batch: Sequence, who: str) -> Tensor:

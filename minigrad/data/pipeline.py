@@ -83,6 +83,7 @@ class _ParallelMap:
 
 
 def _shuffle(source: Pipeline, buffer_size: int, rng: numpy.random.Generator) -> Iterator:
+    ### BEGIN SOLUTION chapter 01: the shuffle buffer
     buffer: list = []
     for element in source:
         if len(buffer) < buffer_size:
@@ -96,9 +97,11 @@ def _shuffle(source: Pipeline, buffer_size: int, rng: numpy.random.Generator) ->
         i = int(rng.integers(len(buffer)))
         buffer[i], buffer[-1] = buffer[-1], buffer[i]
         yield buffer.pop()
+    ### END SOLUTION
 
 
 def _batches(source: Pipeline, batch_size: int, drop_remainder: bool) -> Iterator:
+    ### BEGIN SOLUTION chapter 01: batching
     it = iter(source)
     while True:
         items = list(itertools.islice(it, batch_size))
@@ -106,6 +109,7 @@ def _batches(source: Pipeline, batch_size: int, drop_remainder: bool) -> Iterato
             return
         batch = default_collate(items)
         yield tuple(batch) if type(items[0]) is tuple else batch
+    ### END SOLUTION
 
 
 class Pipeline:

@@ -124,6 +124,7 @@ class DistributedDataParallel(Module):
 
     # -- the reducer ----------------------------------------------------------------------------
     def _on_gradient(self, p: Parameter, g: Tensor) -> Tensor | None:
+        ### BEGIN SOLUTION chapter 04: DDP's bucket hooks
         if not self._sync:
             return None  # inside no_sync: the engine accumulates into .grad as usual
         if not self._arrived:
@@ -147,6 +148,7 @@ class DistributedDataParallel(Module):
         # The engine stores this last gradient just after this hook returns: give it the average.
         grad, p.grad = p.grad, None
         return grad
+        ### END SOLUTION
 
     def _launch_ready(self) -> None:
         while self._launched < len(self._buckets) and self._buckets[self._launched].pending == 0:

@@ -49,6 +49,7 @@ class DistributedSampler(Sampler):
         self.total_size = self.num_samples * num_replicas
 
     def __iter__(self) -> Iterator[int]:
+        ### BEGIN SOLUTION chapter 04: DistributedSampler
         n = len(self.dataset)
         if self.shuffle:
             indices = numpy.random.default_rng(self.seed + self.epoch).permutation(n).tolist()
@@ -60,6 +61,7 @@ class DistributedSampler(Sampler):
         else:
             indices = indices[:self.total_size]
         return iter(indices[self.rank:self.total_size:self.num_replicas])
+        ### END SOLUTION
 
     def __len__(self) -> int:
         return self.num_samples

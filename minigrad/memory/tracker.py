@@ -152,10 +152,12 @@ class _HostCounter:
 
     def grow(self, nbytes: int) -> None:
         """Add ``nbytes`` (negative when a buffer is freed) to the total, noting new peaks."""
+        ### BEGIN SOLUTION chapter 03: the memory tracker's peak
         self.current += nbytes
         for t in self.trackers:
             if self.current > t.peak:
                 t.peak = self.current
+        ### END SOLUTION
 
     def release(self, key: int) -> None:
         """Called when a counted buffer is freed."""

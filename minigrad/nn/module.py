@@ -98,6 +98,7 @@ class Module:
 
     # -- registration -------------------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
+        ### BEGIN SOLUTION chapter 02: Module registers its parameters
         d = self.__dict__
         params = d.get("_parameters")
         if isinstance(value, Parameter):
@@ -131,6 +132,7 @@ class Module:
             self._buffers[name] = value
         else:
             object.__setattr__(self, name, value)
+        ### END SOLUTION
 
     def _forget(self, name: str) -> None:
         """Drop ``name`` from wherever it was, so one name lives in exactly one place."""

@@ -72,8 +72,10 @@ class Mul(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Mul.backward
         a, b = ctx.saved_tensors
         return (g * b if b is not None else None), (g * a if a is not None else None)
+        ### END SOLUTION
 
 
 class Div(Op):
@@ -90,8 +92,10 @@ class Div(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Div.backward
         a, b = ctx.saved_tensors
         return (g / b if ctx.needs_input_grad[0] else None), (-g * a / (b * b) if a is not None else None)
+        ### END SOLUTION
 
 
 class Neg(Op):
@@ -124,11 +128,13 @@ class Pow(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Pow.backward
         a, b, out = ctx.saved_tensors
         ga = g * b * a ** (b - 1) if ctx.needs_input_grad[0] else None
         if ctx.needs_input_grad[1]:  # a may be a Python number (2 ** x)
             return ga, g * out * (log(a) if isinstance(a, Tensor) else math.log(a))
         return ga, None
+        ### END SOLUTION
 
 
 # -- math functions ----------------------------------------------------------------------------------
@@ -289,8 +295,10 @@ class TanhBackward(Op):
 
     @staticmethod
     def backward(ctx, gg):
+        ### BEGIN SOLUTION chapter 02: TanhBackward.backward
         g, y = ctx.saved_tensors
         return gg * (1 - y * y), -2 * gg * g * y
+        ### END SOLUTION
 
 
 class Sigmoid(Op):
@@ -324,8 +332,10 @@ class SigmoidBackward(Op):
 
     @staticmethod
     def backward(ctx, gg):
+        ### BEGIN SOLUTION chapter 02: SigmoidBackward.backward
         g, y = ctx.saved_tensors
         return gg * y * (1 - y), gg * g * (1 - 2 * y)
+        ### END SOLUTION
 
 
 class Clamp(Op):
@@ -365,9 +375,11 @@ class Maximum(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Maximum.backward
         w = ctx.saved_tensors[0]
         need_a, need_b = ctx.needs_input_grad
         return (g * w if need_a else None), (g * (1 - w) if need_b else None)
+        ### END SOLUTION
 
 
 class Minimum(Op):
@@ -403,9 +415,11 @@ class Where(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Where.backward
         cond = ctx.saved_tensors[0]
         _, need_a, need_b = ctx.needs_input_grad
         return None, (where(cond, g, 0.0) if need_a else None), (where(cond, 0.0, g) if need_b else None)
+        ### END SOLUTION
 
 
 class Cast(Op):

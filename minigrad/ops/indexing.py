@@ -126,10 +126,12 @@ class IndexPut(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: IndexPut.backward
         need_a, _, need_v = ctx.needs_input_grad
         ga = IndexPut.apply(g, ctx.index, 0) if need_a else None  # overwritten elements get no gradient
         gv = GetItem.apply(g, ctx.index) if need_v else None  # the engine sums it to v's shape
         return ga, None, gv
+        ### END SOLUTION
 
 
 # -- index normalisation -----------------------------------------------------------------------------

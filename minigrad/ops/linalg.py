@@ -93,6 +93,7 @@ class Matmul(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Matmul.backward
         a, b = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad
         na, nb = ctx.ndims
@@ -113,6 +114,7 @@ class Matmul(Op):
             else:
                 gb = a.mT @ g
         return ga, gb
+        ### END SOLUTION
 
 
 def _dense(xp: Any, x: Any) -> Any:

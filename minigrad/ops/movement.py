@@ -62,9 +62,11 @@ class BroadcastTo(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: BroadcastTo.backward
         from minigrad.ops.reduce import sum_to  # reduce builds on this module
 
         return sum_to(g, ctx.shape), None
+        ### END SOLUTION
 
 
 class Permute(Op):
@@ -87,10 +89,12 @@ class Permute(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Permute.backward (transpose)
         inverse = [0] * len(ctx.dims)
         for i, d in enumerate(ctx.dims):
             inverse[d] = i
         return permute(g, tuple(inverse)), None
+        ### END SOLUTION
 
 
 class Cat(Op):
@@ -106,11 +110,13 @@ class Cat(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Cat.backward
         grads, start = [], 0
         for n, need in zip(ctx.sizes, ctx.needs_input_grad[1:]):
             grads.append(narrow(g, ctx.dim, start, n) if need else None)
             start += n
         return (None, *grads)
+        ### END SOLUTION
 
 
 class Flip(Op):

@@ -201,6 +201,7 @@ def sum(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
 
 def sum_to(x: Tensor, shape: tuple) -> Tensor:
     """Sum ``x`` down to ``shape`` (the shape it was broadcast from)."""
+    ### BEGIN SOLUTION chapter 02: undoing broadcasting
     shape = tuple(shape)
     if x.shape == shape:
         return x
@@ -208,6 +209,7 @@ def sum_to(x: Tensor, shape: tuple) -> Tensor:
     if lead < 0 or builtins.any(n != 1 and n != m for n, m in zip(shape, x.shape[lead:])):
         raise ShapeError(f"sum_to: cannot sum a tensor of shape {tuple(x.shape)} to shape {shape}")
     return SumTo.apply(x, shape)
+    ### END SOLUTION
 
 
 def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
@@ -300,6 +302,7 @@ class MaxDim(Op):
 
     @staticmethod
     def backward(ctx, g, _):
+        ### BEGIN SOLUTION chapter 02: MaxDim.backward
         (index,) = ctx.saved_tensors
         xp, dim = ctx.xp, ctx.dims[0]
         positions = xp.arange(ctx.shape[dim]).reshape((-1,) + (1,) * (len(ctx.shape) - dim - 1))
@@ -307,6 +310,7 @@ class MaxDim(Op):
         if not ctx.keepdim:
             g = reshape(g, _keep_shape(ctx.shape, ctx.dims))
         return where(hot, g, 0.0), None, None
+        ### END SOLUTION
 
 
 class MinDim(MaxDim):
@@ -447,9 +451,11 @@ class Var(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Var.backward
         (a,) = ctx.saved_tensors
         centred = a - mean(a, ctx.dims, keepdim=True)
         return _spread(g, ctx) * centred * ctx.scale, None, None, None
+        ### END SOLUTION
 
 
 def var(x: Tensor, dim=None, correction: float = 1, keepdim: bool = False) -> Tensor:
@@ -485,10 +491,12 @@ class Logsumexp(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Logsumexp.backward
         a, out = ctx.saved_tensors
         if not ctx.keepdim:
             out = reshape(out, _keep_shape(ctx.shape, ctx.dims))
         return _spread(g, ctx) * exp(a - out), None, None
+        ### END SOLUTION
 
 
 def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:

@@ -48,8 +48,10 @@ class Softmax(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Softmax.backward
         (y,) = ctx.saved_tensors
         return y * (g - sum(g * y, ctx.dim, keepdim=True)), None
+        ### END SOLUTION
 
 
 class LogSoftmax(Op):
@@ -72,8 +74,10 @@ class LogSoftmax(Op):
 
     @staticmethod
     def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: LogSoftmax.backward
         (y,) = ctx.saved_tensors
         return g - exp(y) * sum(g, ctx.dim, keepdim=True), None
+        ### END SOLUTION
 
 
 def _softmax_dim(x: Tensor, dim: int, op: str) -> int | None:

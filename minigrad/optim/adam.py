@@ -34,6 +34,7 @@ class Adam(Optimizer):
 
     @no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
+        ### BEGIN SOLUTION chapter 02: Adam
         loss = self._evaluate(closure)
         for group in self.param_groups:
             b1, b2 = group["betas"]
@@ -62,6 +63,7 @@ class Adam(Optimizer):
                 denom = (v / (1 - b2 ** t)).sqrt() + eps
                 p.sub_(m / denom, alpha=lr / (1 - b1 ** t))
         return loss
+        ### END SOLUTION
 
 
 class AdamW(Adam):

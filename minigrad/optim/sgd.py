@@ -26,6 +26,7 @@ class SGD(Optimizer):
 
     @no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
+        ### BEGIN SOLUTION chapter 02: SGD with momentum
         loss = self._evaluate(closure)
         for group in self.param_groups:
             mu, wd = group["momentum"], group["weight_decay"]
@@ -43,3 +44,4 @@ class SGD(Optimizer):
                     g = g + mu * buf if group["nesterov"] else buf
                 p.sub_(g, alpha=group["lr"])
         return loss
+        ### END SOLUTION

@@ -22,6 +22,7 @@ _SMALL = 64  # constant arrays up to this many elements are compared by value, l
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
     """A new graph in which each distinct (op, inputs, attributes) is computed by one node."""
+    ### BEGIN SOLUTION chapter 03: common-subexpression elimination
     seen: dict[Hashable, tuple[Node, Node]] = {}  # key -> (first old node, its new node)
 
     def visit(node: Node, rw: Rewriter) -> Node | None:
@@ -37,6 +38,7 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
         return first[1]
 
     return rewrite(graph, visit)
+    ### END SOLUTION
 
 
 def _key(node: Node, rw: Rewriter) -> Hashable | None:

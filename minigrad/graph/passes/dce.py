@@ -17,9 +17,11 @@ __all__ = ["eliminate_dead_code"]
 
 def eliminate_dead_code(graph: Graph) -> Graph:
     """A new graph without the nodes whose results reach no output or side effect."""
+    ### BEGIN SOLUTION chapter 03: dead-code elimination
     live = live_nodes(graph)
 
     def visit(node: Node, rw: Rewriter) -> object:
         return None if node in live else DROP
 
     return rewrite(graph, visit)
+    ### END SOLUTION

@@ -73,6 +73,7 @@ class _Group:
 def fusion_groups(graph: Graph, max_group_size: int = MAX_GROUP_SIZE) -> list[list[Node]]:
     """The groups fusion would make, each in topological order with its root (the node whose
     value leaves the group) last. Single nodes are not groups."""
+    ### BEGIN SOLUTION chapter 03: fusion grouping
     group_of: dict[Node, _Group] = {}
     groups: list[_Group] = []
     for node in reversed(graph.topological_order()):  # consumers first
@@ -89,6 +90,7 @@ def fusion_groups(graph: Graph, max_group_size: int = MAX_GROUP_SIZE) -> list[li
             group_of[node] = _Group(node, role)
             groups.append(group_of[node])
     return [g.members[::-1] for g in reversed(groups) if len(g.members) > 1]
+    ### END SOLUTION
 
 
 def fuse_elementwise(graph: Graph, max_group_size: int = MAX_GROUP_SIZE) -> Graph:

@@ -55,7 +55,7 @@ def two_branches(x, w):
 # `t.grad_fn` and following `node.next_functions` (pairs `(node, index)`, or `None`). Count
 # `AccumulateGrad` nodes too. A node reached along two paths counts once.
 
-# %%
+# %% minigrad={"forbid": ["minigrad.autograd.engine.topological_order", "minigrad.autograd.engine.consumers"]}
 # Exercise 1: Count the nodes of a graph
 def count_nodes(t):
     """The number of distinct nodes reachable from t.grad_fn."""
@@ -88,7 +88,7 @@ print("count_nodes agrees with minigrad.autograd.topological_order")
 # to the list of nodes that consume its output (once per edge: `a * a` consumes `a` twice). The
 # output node maps to `[]`.
 
-# %%
+# %% minigrad={"forbid": ["minigrad.autograd.engine.consumers"]}
 # Exercise 2: List the consumers of each node
 def out_edges(t):
     """node -> list of the nodes that read its output, for every node reachable from t.grad_fn."""
@@ -127,7 +127,7 @@ print("out_edges agrees with minigrad.autograd.consumers")
 # broken differently). Count, for each node, how many edges arrive at it from its consumers; start
 # from the nodes with none.
 
-# %%
+# %% minigrad={"forbid": ["minigrad.autograd.engine.topological_order"]}
 # Exercise 3: Topological sort with Kahn's algorithm
 def kahn_order(t):
     """Every node reachable from t.grad_fn, each before the nodes in its next_functions."""
@@ -170,6 +170,17 @@ for t in (minigrad.tensor(3.0, requires_grad=True) ** 2, example_loss()):
                     f"{edge[0].name()} (position {position[edge[0]]})"
 print("kahn_order is a topological order of the", len(got), "nodes")
 
+# %%
+# Hidden check 3
+_chain = minigrad.tensor(1.5, requires_grad=True)
+for _ in range(6):
+    _chain = (_chain * _chain).tanh() + _chain
+_order = kahn_order(_chain)
+_position = {node: i for i, node in enumerate(_order)}
+assert set(_order) == set(topological_order([_chain.grad_fn])) and len(_order) == len(_position)
+assert all(_position[node] < _position[edge[0]] for node in _order for edge in node.next_functions if edge)
+
+
 # %% [markdown]
 # ## Exercise 4: levels
 # In a traced IR graph (`trace(fn, ...).graph`), a node's *level* is 0 if it has no inputs and
@@ -177,7 +188,7 @@ print("kahn_order is a topological order of the", len(got), "nodes")
 # each other: they could run in parallel. Write `levels(graph)`: a list whose entry `k` is the
 # list of nodes at level `k`. Visit nodes in `graph.topological_order()`.
 
-# %%
+# %% minigrad={"forbid": ["minigrad.graph.ir.Graph.levels"]}
 # Exercise 4: Group a graph's nodes by level
 def levels(graph):
     """[[nodes at level 0], [nodes at level 1], ...]"""
@@ -208,7 +219,7 @@ print(len(got), "levels, widest:", max(map(len, got)), "nodes")
 # node without inputs to `graph.output_node`. Hint: for each node in topological order, remember
 # its deepest input.
 
-# %%
+# %% minigrad={"forbid": ["minigrad.graph.ir.Graph.levels"]}
 # Exercise 5: Find the critical path
 def critical_path(graph):
     """A longest chain source -> ... -> graph.output_node, as a list of nodes."""
@@ -282,7 +293,7 @@ print("the traced graph takes the right branch for both signs")
 # `rng.integers`) and put the new input in its place; when the input runs out, emit what is left
 # in random order. It must work on an endless input, reading only as far as it needs.
 
-# %%
+# %% minigrad={"forbid": ["minigrad.data.pipeline._shuffle"]}
 # Exercise 7: A shuffle buffer
 def shuffle_buffer(iterable, buffer_size, rng):
     """Yield the elements of iterable in an order shuffled through a buffer of buffer_size."""
@@ -325,7 +336,7 @@ print("a permutation, never early, lazy; Pipeline.shuffle(7) starts", reference[
 # returning `(images, labels)`: a float32 Tensor of shape (N, 1, 8, 8) and an int64 Tensor of
 # shape (N,).
 
-# %%
+# %% minigrad={"forbid": ["minigrad.data.dataloader.default_collate"]}
 # Exercise 8: A collate function
 def collate(samples):
     """[(image, label), ...] -> (images Tensor (N, 1, 8, 8) float32, labels Tensor (N,) int64)."""
@@ -349,6 +360,11 @@ for (x, y), (x_ref, y_ref) in zip(mine, theirs):
     assert np.array_equal(x.numpy(), x_ref.numpy()) and np.array_equal(y.numpy(), y_ref.numpy()), \
         "the batch differs from default_collate's"
 print("collate builds the same", len(mine), "batches as default_collate")
+
+# %%
+# Hidden check 8
+_x, _y = collate([(np.full((1, 8, 8), k, dtype=np.float32), k) for k in range(3)])
+assert _x.shape == (3, 1, 8, 8) and _x.dtype == minigrad.float32 and _y.tolist() == [0, 1, 2]
 
 # %% [markdown]
 # ## Exercise 9: checkpoint and resume

@@ -1,0 +1,101 @@
+"""One source, two builds: the package regions a student writes and the student repository.
+
+The chapter-order check itself (chapter k's tests with chapters 1..k written, for every k) runs
+many test files and lives behind ``make course-check``; these tests check the pieces it rests on.
+"""
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from minigrad.course.exercises import CourseError
+from minigrad.course.package import (
+    CHAPTER_LESSONS, CHAPTER_TESTS, ROOT, find_regions, grade_repository, release_package, strip_regions,
+)
+
+SOURCE = '''def f(x):
+    """Doc stays."""
+    y = x + 1
+    ### BEGIN SOLUTION chapter 02: f's answer
+    return y * 2
+    ### END SOLUTION
+
+
+def g():
+    ### BEGIN SOLUTION chapter 01: g
+    return 1
+    ### END SOLUTION
+'''
+
+
+def test_strip_regions_keeps_signature_docstring_and_earlier_chapters():
+    assert strip_regions(SOURCE) == (
+        'def f(x):\n    """Doc stays."""\n    y = x + 1\n    raise NotImplementedError("chapter 02: f\'s answer")\n'
+        '\n\ndef g():\n    raise NotImplementedError("chapter 01: g")\n')
+    assert strip_regions(SOURCE, upto=1).endswith('def g():\n    return 1\n')
+    assert "### " not in strip_regions(SOURCE, upto=2)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("    ### BEGIN SOLUTION\n    x = 1\n    ### END SOLUTION\n", "needs 'chapter NN: title'"),
+    ("### BEGIN SOLUTION chapter 01: a\nx = 1\n", "never closed"),
+    ("x = 1\n### END SOLUTION\n", "without a region"),
+])
+def test_strip_regions_refuses_malformed_markers(text, message):
+    with pytest.raises(CourseError, match=message):
+        strip_regions(text)
+
+
+def test_the_package_marks_the_regions_the_course_promises():
+    regions = find_regions()
+    per_chapter = Counter(r.chapter for r in regions)
+    assert per_chapter[1] >= 5 and per_chapter[2] >= 12 and per_chapter[3] >= 7 and per_chapter[4] >= 4, per_chapter
+    assert all(1 <= r.lines <= 40 for r in regions), [(r.tag, r.lines) for r in regions if not 1 <= r.lines <= 40]
+    assert len({r.tag for r in regions}) == len(regions), "two regions share a tag"
+    assert set(CHAPTER_TESTS) == set(CHAPTER_LESSONS) == set(per_chapter)
+
+
+def test_release_package_writes_a_student_repository_that_imports_and_raises_only_in_regions(tmp_path):
+    dest = tmp_path / "student"
+    regions = release_package(dest)
+    assert {p.name for p in dest.iterdir()} >= {"minigrad", "chapters", "tests", "Makefile", "README.md"}
+    assert not list(dest.glob("chapters/*/solutions")), "the solutions must not ship"
+    assert not [p for p in dest.rglob("*.py") if "### BEGIN SOLUTION chapter" in p.read_text()
+                and "course" not in p.parts]
+    text = (dest / "minigrad" / "autograd" / "engine.py").read_text()
+    assert 'raise NotImplementedError("chapter 01: topological order")' in text
+    assert 'def topological_order(roots: Iterable[Function]) -> list[Function]:' in text
+    script = """
+import minigrad
+from minigrad.autograd.engine import topological_order
+x = minigrad.ones(3)
+print(float((x + x).sum().item()))
+for call in (lambda: topological_order([]), lambda: minigrad.tensor(1.0, requires_grad=True) * 2):
+    try:
+        call()
+    except NotImplementedError as error:
+        print(error)
+"""
+    run = subprocess.run([sys.executable, "-c", script], cwd=dest, capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(dest), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:3] == ["6.0", "chapter 01: topological order",
+                                          "chapter 01: Function.apply records the in-edges"]
+    assert len(regions) == len(find_regions())
+    with pytest.raises(CourseError, match="not empty"):
+        release_package(dest)
+    with pytest.raises(CourseError, match="inside the source"):
+        release_package(ROOT / "build" / "student")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="grading runs under the Linux sandbox")
+def test_grading_a_student_repository_runs_the_instructors_tests_against_the_students_package(tmp_path):
+    release_package(tmp_path / "done", upto=1)
+    release_package(tmp_path / "empty", upto=0)
+    (done,) = grade_repository(tmp_path / "done", chapters=[1], notebooks=False)
+    (empty,) = grade_repository(tmp_path / "empty", chapters=[1], notebooks=False)
+    assert done.results[0].passed, str(done)
+    assert not empty.results[0].passed and "NotImplementedError: chapter 01" in empty.results[0].error, str(empty)
