@@ -54,6 +54,7 @@ def _host(*arrays: Any) -> None:
 _NOTICE_BYTES = 512
 _GRACE_S = 1.0  # a notice can overtake the last messages of a collective that is completing
 _PEER_CHECK_S = 0.2
+_FORWARD_S = 0.2  # before MPI_Abort: time for mpiexec to forward this rank's last output
 
 
 class MPIBackend(Backend):
@@ -173,6 +174,11 @@ class MPIBackend(Backend):
         self._wait([self.comm.Ibarrier()], "barrier")
 
     def abort(self, code: int) -> None:
+        # MPI_Abort takes the job down at once, and mpiexec may drop output it has not yet
+        # forwarded: give it a moment to pass on the message that says why.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(_FORWARD_S)
         self.comm.Abort(code)
 
 

@@ -104,7 +104,10 @@ class Sum(Op):
         return _out(a.sum(axis=dims, keepdims=keepdim, dtype=_acc_dtype(a)), a)
 
     @staticmethod
-    def backward(ctx, g): return _spread(g, ctx), None, None
+    def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Sum.backward
+        return _spread(g, ctx), None, None
+        ### END SOLUTION
 
 
 class SumTo(Op):
@@ -138,7 +141,10 @@ class Mean(Op):
         return a.mean(axis=dims, keepdims=keepdim)  # numpy accumulates float16 in float32 here
 
     @staticmethod
-    def backward(ctx, g): return _spread(g, ctx) * (1 / builtins.max(_count(ctx.shape, ctx.dims), 1)), None, None
+    def backward(ctx, g):
+        ### BEGIN SOLUTION chapter 02: Mean.backward
+        return _spread(g, ctx) * (1 / builtins.max(_count(ctx.shape, ctx.dims), 1)), None, None
+        ### END SOLUTION
 
 
 class Prod(Op):
