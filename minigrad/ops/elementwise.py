@@ -506,29 +506,28 @@ def _scalar_operand(s: Any, t: Tensor) -> tuple[Any, Tensor]:
 
 
 def _binary(cls: type[Function], a: Any, b: Any) -> Tensor:
+    """``cls`` applied to two operands promoted to one dtype, as PyTorch promotes them; a Python
+    int that an integer tensor's dtype cannot hold raises ``DTypeError`` (a ``try`` costs nothing
+    until something is raised, so the hot path stays one call)."""
     try:
-        return _promote_and_apply(cls, a, b)
-    except OverflowError as e:  # a Python int that the integer tensor's dtype cannot hold
-        raise DTypeError(f"{cls.__name__}: {e}") from None
-
-
-def _promote_and_apply(cls: type[Function], a: Any, b: Any) -> Tensor:
-    if isinstance(a, Tensor):
-        if isinstance(b, Tensor):
-            if a.data.dtype is not b.data.dtype:
-                dt = backend.result_type(a.dtype, b.dtype, a.ndim == 0, b.ndim == 0)
-                a, b = (a if a.dtype == dt else cast(a, dt)), (b if b.dtype == dt else cast(b, dt))
+        if isinstance(a, Tensor):
+            if isinstance(b, Tensor):
+                if a.data.dtype is not b.data.dtype:
+                    dt = backend.result_type(a.dtype, b.dtype, a.ndim == 0, b.ndim == 0)
+                    a, b = (a if a.dtype == dt else cast(a, dt)), (b if b.dtype == dt else cast(b, dt))
+                return cls.apply(a, b)
+            if type(b) is float and a.data.dtype.kind == "f" or type(b) is int:
+                return cls.apply(a, b)  # the common case, decided without _scalar_operand
+            b, a = _scalar_operand(b, a)
+            if isinstance(b, Tensor):
+                return _binary(cls, a, b)
             return cls.apply(a, b)
-        if type(b) is float and a.data.dtype.kind == "f" or type(b) is int:
-            return cls.apply(a, b)  # the common case, decided without _scalar_operand
-        b, a = _scalar_operand(b, a)
-        if isinstance(b, Tensor):
-            return _promote_and_apply(cls, a, b)
+        a, b = _scalar_operand(a, b)
+        if isinstance(a, Tensor):
+            return _binary(cls, a, b)
         return cls.apply(a, b)
-    a, b = _scalar_operand(a, b)
-    if isinstance(a, Tensor):
-        return _promote_and_apply(cls, a, b)
-    return cls.apply(a, b)
+    except OverflowError as e:
+        raise DTypeError(f"{cls.__name__}: {e}") from None
 
 
 def add(a, b): return _binary(Add, a, b)
