@@ -83,8 +83,15 @@ print("gradient order:    ", arrivals)
 # parameters in reverse registration order...
 
 # %%
-print(inspect.getsource(ddp._make_buckets))
-print(inspect.getsource(ddp._Bucket))
+def show(obj):
+    """Print ``obj``'s source without the build track's region markers (``### BEGIN SOLUTION``), so
+    it reads the same in the full package and in a student's finished one."""
+    print("".join(line for line in inspect.getsource(obj).splitlines(True)
+                  if not line.lstrip().startswith(("### BEGIN SOLUTION", "### END SOLUTION"))))
+
+
+show(ddp._make_buckets)
+show(ddp._Bucket)
 
 # %% [markdown]
 # ...and the reducer is the hook each parameter calls when its gradient is ready: copy it into the
@@ -94,7 +101,7 @@ print(inspect.getsource(ddp._Bucket))
 # %%
 for method in (DistributedDataParallel._on_gradient, DistributedDataParallel._launch_ready,
                DistributedDataParallel._finish):
-    print(inspect.getsource(method))
+    show(method)
 
 # %% [markdown]
 # The buckets of the model above, drawn with that same `_make_buckets` (in one process, no
