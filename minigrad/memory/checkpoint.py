@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from minigrad import backend
 from minigrad.autograd import engine
