@@ -1,6 +1,6 @@
 """``Tensor``: an N-D array on a device, plus what autograd needs to differentiate through it.
 
-A Tensor holds ``data`` (an ``xp`` array), ``requires_grad``, ``grad`` and ``grad_fn`` (the graph
+A Tensor holds ``array`` (an ``xp`` array: numpy on the CPU, cupy on a GPU), ``requires_grad``, ``grad`` and ``grad_fn`` (the graph
 node that produced it, ``None`` for a leaf). Every operator and method below is one line that
 applies a ``Function`` from ``minigrad.ops``; the graph is recorded there (chapter 01 draws it,
 chapter 02 walks it backwards). Views share memory with their base and its version counter, so
@@ -28,7 +28,7 @@ class Tensor:
     """An N-D array with autograd. Create one with ``minigrad.tensor(...)`` or ``Tensor(data)``."""
 
     __slots__ = (
-        "data", "device", "requires_grad", "grad", "grad_fn", "_output_nr", "_vc", "_base",
+        "array", "device", "requires_grad", "grad", "grad_fn", "_output_nr", "_vc", "_base",
         "_accum", "_hooks", "__weakref__",
     )
     __array_priority__ = 1000  # numpy array (op) tensor defers to Tensor's reflected operator
@@ -51,15 +51,15 @@ class Tensor:
     # -- metadata -------------------------------------------------------------------------------
     @property
     def shape(self) -> tuple:
-        return self.data.shape
+        return self.array.shape
 
     @property
     def ndim(self) -> int:
-        return self.data.ndim
+        return self.array.ndim
 
     @property
     def dtype(self):
-        return self.data.dtype
+        return self.array.dtype
 
     @property
     def is_leaf(self) -> bool:
@@ -70,36 +70,36 @@ class Tensor:
         return (self._base if self._base is not None else self)._vc
 
     def size(self, dim: int | None = None):
-        return self.data.shape if dim is None else self.data.shape[_dim(dim, self.ndim, "size")]
+        return self.array.shape if dim is None else self.array.shape[_dim(dim, self.ndim, "size")]
 
     def dim(self) -> int:
-        return self.data.ndim
+        return self.array.ndim
 
     def numel(self) -> int:
-        return self.data.size
+        return self.array.size
 
     def element_size(self) -> int:
-        return self.data.itemsize
+        return self.array.itemsize
 
     @property
     def nbytes(self) -> int:
-        return self.data.nbytes
+        return self.array.nbytes
 
     def __len__(self) -> int:
         if self.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
-        return self.data.shape[0]
+        return self.array.shape[0]
 
     # -- conversion -----------------------------------------------------------------------------
     def item(self) -> Any:
-        if self.data.size != 1:
+        if self.array.size != 1:
             raise ShapeError(f"item(): only one-element tensors can be converted, got shape {self.shape}")
-        return self.data.item()
+        return self.array.item()
 
     def numpy(self):
         if self.requires_grad:
             raise AutogradError("numpy(): the tensor requires grad; call tensor.detach().numpy()")
-        return self.data if self.device is cpu else self.data.get()
+        return self.array if self.device is cpu else self.array.get()
 
     def tolist(self) -> Any:
         return self.detach().numpy().tolist()
@@ -116,8 +116,8 @@ class Tensor:
         return int(self.item())
 
     def __bool__(self) -> bool:
-        if self.data.size != 1:
-            raise RuntimeError(f"the truth value of a tensor with {self.data.size} elements is ambiguous")
+        if self.array.size != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self.array.size} elements is ambiguous")
         return bool(self.item())
 
     def __array__(self, dtype=None, copy=None):
@@ -162,9 +162,22 @@ class Tensor:
         self.requires_grad = bool(requires_grad)
         return self
 
+    @property
+    def data(self) -> Tensor:
+        """As in PyTorch: a tensor sharing this one's memory, outside autograd (no graph, and its
+        own version counter, so in-place changes through it are not checked). The raw ``xp`` array
+        is ``tensor.array``."""
+        return _wrap(self.array, self.device)
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"tensor.data = value: expected a Tensor, got {type(value).__name__}")
+        self.array, self.device = value.array, value.device
+
     def detach(self) -> Tensor:
         """The same data (shared memory, shared version counter), cut from the graph."""
-        t = _wrap(self.data, self.device)
+        t = _wrap(self.array, self.device)
         t._base = self._base if self._base is not None else self
         return t
 
@@ -257,7 +270,7 @@ class Tensor:
         return _ops.contiguous(self)
 
     def is_contiguous(self) -> bool:
-        return bool(self.data.flags.c_contiguous)
+        return bool(self.array.flags.c_contiguous)
 
     # -- arithmetic (numpy broadcasting; Python scalars do not promote the tensor's dtype) -------
     def __add__(self, other): return _ops.add(self, other)
@@ -395,7 +408,7 @@ class Tensor:
 
 # ---------------------------------------------------------------------------------------------
 def _init(t: Tensor, data: Any, device: Device) -> None:
-    t.data, t.device = data, device
+    t.array, t.device = data, device
     t.requires_grad, t.grad, t.grad_fn = False, None, None
     t._output_nr, t._vc, t._base, t._accum, t._hooks = 0, 0, None, None, None
     if _current_modes():  # the memory tracker counts each new tensor's memory
@@ -405,7 +418,7 @@ def _init(t: Tensor, data: Any, device: Device) -> None:
 def _wrap(data: Any, device: Device) -> Tensor:
     """A Tensor around an array, without copying or checking it (used on every op's output)."""
     t = object.__new__(Tensor)
-    t.data, t.device = data, device
+    t.array, t.device = data, device
     t.requires_grad, t.grad, t.grad_fn = False, None, None
     t._output_nr, t._vc, t._base, t._accum, t._hooks = 0, 0, None, None, None
     if _current_modes():
@@ -417,7 +430,7 @@ def _as_array(data: Any, dtype: Any, dev: Device) -> Any:
     """Copy ``data`` (a Tensor, array, scalar or nested list) into a new array on ``dev``."""
     xp = dev.xp
     if isinstance(data, Tensor):
-        data = data.data
+        data = data.array
     if dtype is not None:
         dtype = backend.as_dtype(dtype)
     elif not hasattr(data, "dtype"):

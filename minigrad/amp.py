@@ -57,7 +57,7 @@ class AutocastMode(Mode):
         policy = getattr(cls, "autocast", "promote")
         if policy == "keep":
             return args
-        dtypes = [a.data.dtype for a in args if isinstance(a, Tensor) and a.data.dtype.kind == "f"]
+        dtypes = [a.array.dtype for a in args if isinstance(a, Tensor) and a.array.dtype.kind == "f"]
         if not dtypes:
             return args
         region = self.regions.get(next(a for a in args if isinstance(a, Tensor)).device.type)
@@ -80,7 +80,7 @@ class AutocastMode(Mode):
             return args
         out, i = [], 0
         for a in args:
-            if isinstance(a, Tensor) and a.data.dtype.kind == "f":
+            if isinstance(a, Tensor) and a.array.dtype.kind == "f":
                 a = self._cast(a, target, region.cache) if wanted[i] else a
                 i += 1
             out.append(a)
@@ -261,7 +261,7 @@ class GradScaler:
                     if g.dtype == backend.float16:
                         raise ValueError("Attempting to unscale FP16 gradients.")
                     dev = g.device
-                    bad = ~dev.xp.isfinite(g.data).all()  # a 0-d array on the device: no sync here
+                    bad = ~dev.xp.isfinite(g.array).all()  # a 0-d array on the device: no sync here
                     found[dev] = bad if dev not in found else found[dev] | bad
                     g.mul_(inv_scale)
         state["found_inf_per_device"] = found

@@ -126,7 +126,7 @@ class profile(Mode):
         if stack:
             stack[-1].child_ns += duration
         frame.caller = None  # let the Python frame go
-        meta = [(a.data.shape, a.data.dtype) for a in args if isinstance(a, Tensor)] if self.record_shapes else ()
+        meta = [(a.array.shape, a.array.dtype) for a in args if isinstance(a, Tensor)] if self.record_shapes else ()
         nbytes = _allocated(outputs, args) if self.profile_memory else 0
         self._records.append((frame, duration, is_backward_running(), nbytes, meta))
 
@@ -180,11 +180,11 @@ def _allocated(outputs: Any, args: tuple) -> int:
     """Bytes of the outputs, except those that are views of an input (a reshape allocates nothing)."""
     if outputs is None:
         return 0
-    owners = {id(_owner(a.data)) for a in args if isinstance(a, Tensor)}
+    owners = {id(_owner(a.array)) for a in args if isinstance(a, Tensor)}
     total = 0
     for o in outputs if type(outputs) is tuple else (outputs,):
-        if isinstance(o, Tensor) and id(_owner(o.data)) not in owners:
-            total += o.data.nbytes
+        if isinstance(o, Tensor) and id(_owner(o.array)) not in owners:
+            total += o.array.nbytes
     return total
 
 

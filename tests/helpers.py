@@ -4,7 +4,7 @@ skipping what the simulated cupy (fake_cupy.py) cannot run: the CUDA kernels tha
 for groups on a cuda device (``cupy.ElementwiseKernel``, ``ReductionKernel``); a real GPU runs them.
 
 The suite runs with any default device (``MINIGRAD_TEST_DEVICE=cuda``, see conftest.py), so a test
-never hands ``tensor.data`` to numpy: on cuda that is a cupy array, which numpy cannot read. It
+never hands ``tensor.array`` to numpy: on cuda that is a cupy array, which numpy cannot read. It
 compares ``to_numpy(tensor)`` against numpy on the host instead.
 """
 
@@ -51,7 +51,7 @@ def cpu_only(reason: str) -> Callable[[Callable], Callable]:
 def shares_memory(a: minigrad.Tensor, b: minigrad.Tensor) -> bool:
     """Whether two tensors' data overlap in memory, asked of their device's array module (a view
     shares its base's memory on a GPU as on the cpu; cupy has ``shares_memory`` too)."""
-    return bool(a.device.xp.shares_memory(a.data, b.data))
+    return bool(a.device.xp.shares_memory(a.array, b.array))
 
 
 def simulated() -> bool:

@@ -244,7 +244,7 @@ def _param_step(scaler, opt, p, x, inf=False):
     opt.zero_grad()
     if inf:
         x = x.clone()
-        x.data[0] = math.inf
+        x.array[0] = math.inf
     scaler.scale((p * x).sum()).backward()
     result = scaler.step(opt)
     scaler.update()

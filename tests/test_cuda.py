@@ -193,8 +193,8 @@ def test_simulated_device_api(simulated_cuda):
     mg.cuda.synchronize(0)
     assert simulated_cuda.cuda.synchronized == 2
     x = mg.tensor(np.arange(6.0).reshape(2, 3), device="cuda")
-    assert x.device is mg.device("cuda:0") is mg.device("cuda") and type(x.data) is simulated_cuda.ndarray
-    assert mg.tensor(x.data).device == "cuda"  # an array already on a GPU stays there
+    assert x.device is mg.device("cuda:0") is mg.device("cuda") and type(x.array) is simulated_cuda.ndarray
+    assert mg.tensor(x.array).device == "cuda"  # an array already on a GPU stays there
     assert repr(x).endswith("device='cuda:0')") and x.tolist() == [[0, 1, 2], [3, 4, 5]]
     assert x.sum().item() == 15.0 and float(x[1, 2]) == 5.0
     with pytest.raises(DeviceError, match="expected a cuda device, got cpu"):
@@ -205,12 +205,12 @@ def test_simulated_second_gpu(simulated_cuda):
     """cupy allocates on the current GPU: a tensor made for cuda:1 must be allocated there."""
     before = mg.cuda.memory_allocated(1)
     made = [mg.zeros(1000, device="cuda:1"), mg.randn(1000, device="cuda:1"), mg.tensor(np.ones(1000), device="cuda:1")]
-    assert [t.data.device.id for t in made] == [1, 1, 1] and all(t.device == "cuda:1" for t in made)
+    assert [t.array.device.id for t in made] == [1, 1, 1] and all(t.device == "cuda:1" for t in made)
     assert mg.cuda.memory_allocated(1) - before >= 3 * 4000
     moved = made[0].to("cuda:0")
-    assert moved.device == "cuda:0" and moved.data.device.id == 0
+    assert moved.device == "cuda:0" and moved.array.device.id == 0
     with mg.device("cuda:1"):
-        assert mg.cuda.current_device() == 1 and mg.ones(2).data.device.id == 1
+        assert mg.cuda.current_device() == 1 and mg.ones(2).array.device.id == 1
     assert mg.cuda.current_device() == 0
 
 

@@ -71,7 +71,7 @@ def test_grad_wrt_a_non_leaf_does_not_run_or_free_its_producer():
 
 def test_full_reductions_hold_arrays_so_in_place_ops_work():
     s = mg.ones(3).sum()
-    assert isinstance(s.data, np.ndarray) and s.shape == ()
+    assert isinstance(s.array, np.ndarray) and s.shape == ()
     s.add_(1)
     assert s.item() == 4.0
     s.zero_()

@@ -202,11 +202,11 @@ def test_an_optimizer_step_writes_its_updates_into_the_tensors(parallel):
     # buf.mul_(0.9).add_(g) and p.sub_(0.1 * buf): every new value lands in its tensor as it is computed
     assert set(ex.writes.into.values()) == {n.inputs[0] for n in copies} and ex.writes.absorbed == set(copies)
     assert sorted(n.op for n in ex.writes.into) == ["Add", "Add", "Mul", "Mul", "Sub", "Sub"]
-    arrays = [t.data for t in tensors]
+    arrays = [t.array for t in tensors]
     before = [a.copy() for a in arrays]
     x = randn(4, 3)
     ex.run([x])
-    assert all(t.data is a for t, a in zip(tensors, arrays))  # the same buffers, updated
+    assert all(t.array is a for t, a in zip(tensors, arrays))  # the same buffers, updated
     want = [a.copy() for a in arrays]
     for a, b in zip(arrays, before):
         a[...] = b
@@ -222,10 +222,10 @@ def _updates(f, x, p, fuse=False):
     graph = trace(f, x).graph
     graph = fuse_elementwise(graph) if fuse else graph
     ex = Executor(graph)
-    start = p.data.copy()
-    got = ex.run([x]) + [p.data.copy()]
-    p.data[...] = start
-    close(got, run_graph(graph, [x]) + [p.data])
+    start = p.array.copy()
+    got = ex.run([x]) + [p.array.copy()]
+    p.array[...] = start
+    close(got, run_graph(graph, [x]) + [p.array])
     return ex
 
 
@@ -307,11 +307,11 @@ def test_a_tensor_given_another_array_is_updated_in_that_array():
 
     x = randn(3, 4)
     ex = _updates(f, x, p)
-    new = p.data.astype(np.float32)  # another array, of another dtype than traced
-    p.data = new
+    new = p.array.astype(np.float32)  # another array, of another dtype than traced
+    p.array = new
     want = to_numpy(new) * x.numpy()
     ex.run([x])
-    assert p.data is new
+    assert p.array is new
     np.testing.assert_allclose(to_numpy(new), want, rtol=1e-6)
 
 
@@ -325,7 +325,7 @@ def test_a_returned_gradient_is_not_the_tensors_grad():
 
     ex = Executor(trace(f, randn(3, 2)).graph)
     (g,) = ex.run([randn(3, 2)])
-    assert not ex.writes.own_grads and not w.device.xp.shares_memory(g, w.grad.data)
+    assert not ex.writes.own_grads and not w.device.xp.shares_memory(g, w.grad.array)
 
 
 UPDATE = st.tuples(st.sampled_from(["read", "view", "mul_", "add_", "sub_", "copy_"]), st.integers(0, 99),
@@ -365,4 +365,4 @@ def test_random_updates_run_as_in_eager(optimise, steps, parallel):
     for _ in range(2):
         x = randn(3, 4)
         close(ex.run([x]), [program(twins)(x).numpy()])
-        close([p.data for p in ps], [t.data for t in twins])
+        close([p.array for p in ps], [t.array for t in twins])

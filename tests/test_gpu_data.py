@@ -121,7 +121,7 @@ def test_pin_memory_pins_the_cpu_batches():
     batches = list(DataLoader(Numbered(5), batch_size=2, pin_memory=True))
     assert contents(batches) == contents(DataLoader(Numbered(5), batch_size=2))
     for x, i, _ in batches:
-        assert x.device == "cpu" and is_pinned(x.data) and is_pinned(i.data)
+        assert x.device == "cpu" and is_pinned(x.array) and is_pinned(i.array)
     assert not is_pinned(np.zeros(3))
 
 
@@ -186,9 +186,9 @@ def test_async_copier_queues_copies_between_the_compute_streams_waits(monkeypatc
     batch = [minigrad.tensor(np.arange(4.0).reshape(2, 2), device="cpu"),
              minigrad.tensor([7, 8], device="cpu"), ["a", "b"]]
     prepared = copier.prepare(batch)  # pinned copies, in the background thread of the prefetcher
-    assert all(cuda_copy.is_pinned(t.data) for t in prepared[:2]) and prepared[2] == ["a", "b"]
-    assert not cuda_copy.is_pinned(batch[0].data)
-    owner = prepared[0].data
+    assert all(cuda_copy.is_pinned(t.array) for t in prepared[:2]) and prepared[2] == ["a", "b"]
+    assert not cuda_copy.is_pinned(batch[0].array)
+    owner = prepared[0].array
     while isinstance(owner, np.ndarray):
         owner = owner.base
     memory = weakref.ref(owner.obj)
@@ -198,7 +198,7 @@ def test_async_copier_queues_copies_between_the_compute_streams_waits(monkeypatc
     log.clear()
     x, y, names = copier.finish(flight)
     assert log == [("wait", "compute", "copy#1")]  # on the GPU: the CPU does not block
-    assert x.device is gpu and x.data.tolist() == [[0.0, 1.0], [2.0, 3.0]] and names == ["a", "b"]
+    assert x.device is gpu and x.array.tolist() == [[0.0, 1.0], [2.0, 3.0]] and names == ["a", "b"]
     del prepared, flight, batch, owner
     assert memory() is not None  # the copy may still be reading it
     copier.stream.events[0].done = True

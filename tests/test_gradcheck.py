@@ -137,7 +137,7 @@ class CubeFrozenBackward(Function):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        return g * minigrad.tensor(3 * x.data ** 2)
+        return g * minigrad.tensor(3 * x.array ** 2)
 
 
 def test_gradgradcheck_catches_a_backward_that_is_not_differentiable():

@@ -185,7 +185,7 @@ def test_basic_indexing_is_a_view_and_advanced_a_copy():
     x = rand(3, 4, requires_grad=False)
     for y in (x[1], x[:, 1:3], x[..., ::-1], x[None, 2, 3]):
         assert shares_memory(y, x) and y._base is x
-    assert x[1, 2].shape == () and x[1, 2].data.ndim == 0  # an array, not a numpy scalar
+    assert x[1, 2].shape == () and x[1, 2].array.ndim == 0  # an array, not a numpy scalar
     for y in (x[[1]], x[x > 0], x[mg.tensor([0, 1])]):
         assert not shares_memory(y, x) and y._base is None
 
@@ -211,7 +211,7 @@ def test_index_errors_name_op_index_and_shape(index, pattern):
 def test_setitem_without_autograd_writes_in_place():
     x = mg.zeros(3, 4, dtype="float64")
     a = np.zeros((3, 4))
-    data = x.data
+    data = x.array
     for index, value in [((1, slice(None, None, 2)), 5.0), (([0, 2], [1, 1]), mg.tensor([7.0, 8.0])),
                          (slice(None), np.arange(4.0)), ((Ellipsis, -1), [1.0, 2.0, 3.0])]:
         x[index] = value
@@ -219,14 +219,14 @@ def test_setitem_without_autograd_writes_in_place():
     x[x > 6] = 0.0
     a[a > 6] = 0.0
     np.testing.assert_array_equal(x.numpy(), a)
-    assert x.data is data and x._version == 5
+    assert x.array is data and x._version == 5
 
 
 def test_setitem_under_no_grad_updates_a_leaf():
     w = rand(3, 2)
     with mg.no_grad():
         w[0] = 0.0
-    assert w.is_leaf and w.requires_grad and w.data[0].sum() == 0
+    assert w.is_leaf and w.requires_grad and w.array[0].sum() == 0
 
 
 def test_setitem_through_a_view_reaches_the_base():

@@ -83,8 +83,8 @@ def test_no_op_movements_still_return_a_new_tensor(fn):
     with mg.no_grad():
         y = fn(x)
     assert y is not x and not y.requires_grad and y.shape == x.shape
-    y.data[0, 0] = 7.0  # writable, and a view exactly when torch's is one
-    assert (x.data[0, 0] == 7.0) == (y._base is x)
+    y.array[0, 0] = 7.0  # writable, and a view exactly when torch's is one
+    assert (x.array[0, 0] == 7.0) == (y._base is x)
 
 
 def test_inplace_on_base_invalidates_a_saved_view():
@@ -112,7 +112,7 @@ def test_inplace_on_view_invalidates_a_saved_base():
     x = arange(2, 3)
     z = (x * w).sum()
     x.view(6)[0] = 5.0  # writes through the view, into x's memory
-    assert x.data[0, 0] == 5.0
+    assert x.array[0, 0] == 5.0
     with pytest.raises(AutogradError):
         z.backward()
 
@@ -256,8 +256,8 @@ def test_cat_gradient_only_for_inputs_that_need_it():
 def test_repeat_and_flip_copy_like_torch():
     x = arange(2, 3)
     for y in (x.flip(0), x.repeat(1, 1)):
-        y.data[...] = -1
-    assert x.data.min() == 0 and x._version == 0
+        y.array[...] = -1
+    assert x.array.min() == 0 and x._version == 0
 
 
 # -- errors ----------------------------------------------------------------------------------------------

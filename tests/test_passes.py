@@ -38,7 +38,7 @@ def run(graph, *inputs):
 
 def array(values):
     """A float64 array on the suite's device, for a hand-built graph's constant."""
-    return mg.tensor(values, dtype=mg.float64).data
+    return mg.tensor(values, dtype=mg.float64).array
 
 
 def assert_same(graph, new, *inputs, rtol=1e-12):

@@ -223,3 +223,20 @@ def test_clone_does_not_share_memory():
     x = minigrad.zeros(3)
     c = x.clone()
     assert not shares_memory(c, x)
+
+
+def test_data_is_a_detached_tensor_sharing_memory_as_in_torch():
+    w = minigrad.ones(2, 3, requires_grad=True)
+    d = w.data
+    assert isinstance(d, minigrad.Tensor) and not d.requires_grad and d.grad_fn is None
+    assert d.size(0) == 2 and shares_memory(d, w)
+    y = (w * w).sum()
+    d.mul_(3.0)  # through .data autograd does not see the write: no version error in backward
+    y.backward()
+    assert w.detach().numpy().tolist() == [[3.0] * 3] * 2 and w.grad.numpy().tolist() == [[6.0] * 3] * 2
+    minigrad.nn.init.xavier_uniform_(w.data)
+    assert w.shape == (2, 3) and float(w.detach().abs().max()) <= (6 / 5) ** 0.5
+    w.data = minigrad.zeros(4)  # assigning replaces the storage, shape included, as torch does
+    assert w.shape == (4,) and w.requires_grad
+    with pytest.raises(TypeError, match="expected a Tensor"):
+        w.data = np.zeros(4)

@@ -133,9 +133,9 @@ def _non_finite(t: Any) -> str | None:
     if not isinstance(t, Tensor) or t.dtype.kind not in "fc":
         return None
     xp = t.device.xp
-    if bool(xp.isnan(t.data).any()):
+    if bool(xp.isnan(t.array).any()):
         return "nan"
-    if bool(xp.isinf(t.data).any()):
+    if bool(xp.isinf(t.array).any()):
         return "inf"
     return None
 

@@ -96,7 +96,7 @@ def _root_node(t: Tensor, i: int) -> tuple[Function, int]:
 
 def _root_grad(t: Tensor, g: Tensor | None) -> Tensor:
     if g is None:
-        if t.data.size != 1:
+        if t.array.size != 1:
             raise AutogradError(
                 f"backward: grad can be implicitly created only for scalar outputs, got shape "
                 f"{tuple(t.shape)}; pass gradient= a tensor of that shape"
@@ -210,7 +210,7 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
         if not node.array_forward or g is grads[0] or (len(grads) > 1 and any(g is gi for gi in grads)):
             shared.add(id(g))  # passed through, or from a user backward that may keep it
         shape, dtype = meta
-        data = g.data
+        data = g.array
         if data.shape != shape:
             g = _unbroadcast(node, g, shape)
         if data.dtype is not dtype and data.dtype != dtype:
@@ -256,8 +256,8 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> N
         return
     if create_graph:
         t.grad = g
-    elif id(g) in shared or g.data.base is not None:
-        t.grad = _wrap(g.data.copy(), t.device)
+    elif id(g) in shared or g.array.base is not None:
+        t.grad = _wrap(g.array.copy(), t.device)
     else:
         t.grad = g
         shared.add(id(g))

@@ -117,7 +117,7 @@ class Function:
                     )
                 if a.requires_grad:
                     requires_grad = True
-                arrays.append(a.data)
+                arrays.append(a.array)
             else:
                 arrays.append(a)
         if device is None:
@@ -178,7 +178,7 @@ def _fresh_output(out: Any, args: tuple) -> Any:
     if not isinstance(out, Tensor):
         return out
     if any(out is a for a in args):
-        return _wrap(out.data, out.device)
+        return _wrap(out.array, out.device)
     return out
 
 
@@ -207,7 +207,7 @@ def _connect(ctx: Function, args: tuple) -> None:
                 edges.append((a.grad_fn, a._output_nr))
             else:
                 edges.append((_accumulator(a), 0) if rg else None)
-            meta.append((a.data.shape, a.data.dtype))
+            meta.append((a.array.shape, a.array.dtype))
         else:
             needs.append(False)
             edges.append(None)
@@ -224,14 +224,14 @@ def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, st
     non_diff = ctx._non_differentiable
     if type(outputs) is tuple:
         ctx._n_outputs = len(outputs)
-        ctx._output_meta = tuple([(o.data.shape, o.data.dtype) for o in outputs])
+        ctx._output_meta = tuple([(o.array.shape, o.array.dtype) for o in outputs])
         for i, o in enumerate(outputs):
-            if isinstance(o, Tensor) and o.data.dtype.kind == "f" and not any(o is n for n in non_diff):
+            if isinstance(o, Tensor) and o.array.dtype.kind == "f" and not any(o is n for n in non_diff):
                 o.requires_grad, o.grad_fn, o._output_nr = True, ctx, i
         out_list, raw_list = outputs, raw
     else:
         ctx._n_outputs = 1
-        if outputs.data.dtype.kind == "f" and not non_diff:
+        if outputs.array.dtype.kind == "f" and not non_diff:
             outputs.requires_grad = True
             outputs.grad_fn = ctx
         out_list, raw_list = (outputs,), (raw,)
@@ -259,8 +259,8 @@ def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any
             if isinstance(a, Tensor):
                 return (0, a, a._version)
     for i, (o, r) in enumerate(zip(outputs, raws)):
-        if s is o or s is o.data or s is r:
-            return (SAVED_OUTPUT, (o.data, i, weakref.ref(o)), o._version)
+        if s is o or s is o.array or s is r:
+            return (SAVED_OUTPUT, (o.array, i, weakref.ref(o)), o._version)
     if isinstance(s, Tensor):
         return (0, s, s._version)
     return (SAVED_ARRAY, s, 0)

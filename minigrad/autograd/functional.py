@@ -262,7 +262,7 @@ def _stack(rows: list[Tensor], like: Tensor, shape: tuple) -> Tensor:
     """The Jacobian rows (each shaped like the input ``like``) stacked into ``shape``."""
     xp = like.device.xp
     if not any(r.requires_grad for r in rows):
-        data = xp.stack([r.data for r in rows]) if rows else xp.zeros(shape, like.dtype)
+        data = xp.stack([r.array for r in rows]) if rows else xp.zeros(shape, like.dtype)
         return _wrap(data.reshape(shape), like.device)
     # Rows with a graph are stacked with elementwise ops, so the result stays differentiable:
     # stack(rows) = sum_j onehot_j (outer) rows[j].

@@ -102,12 +102,12 @@ def _numerical_jacobian(fn: Callable, inputs: tuple, wrt: list[int], outputs: tu
         for a, index in enumerate(_indices(x.shape)):
             # Write into the array itself: an in-place op would bump the version counter and be
             # recorded; the value is restored exactly afterwards.
-            orig = x.data[index].item()
-            x.data[index] = orig + eps
+            orig = x.array[index].item()
+            x.array[index] = orig + eps
             plus = _evaluate(fn, inputs, checked)
-            x.data[index] = orig - eps
+            x.array[index] = orig - eps
             minus = _evaluate(fn, inputs, checked)
-            x.data[index] = orig
+            x.array[index] = orig
             for j, p, m in zip(checked, plus, minus):
                 jac[i, j][a] = (p - m) / (2 * eps)
     return jac
@@ -118,7 +118,7 @@ def _evaluate(fn: Callable, inputs: tuple, checked: list[int]) -> list:
     """The checked outputs of ``fn`` as flat copies (an output may be a view of a perturbed input).
     Grad mode stays on, as in torch: ``fn`` may differentiate inside (a MAML step, a gradient penalty)."""
     outputs = _as_tuple(fn(*inputs))
-    return [outputs[j].data.flatten() for j in checked]
+    return [outputs[j].array.flatten() for j in checked]
 
 
 def _analytical_jacobian(inputs: tuple, wrt: list[int], outputs: tuple) -> dict:
@@ -138,7 +138,7 @@ def _analytical_jacobian(inputs: tuple, wrt: list[int], outputs: tuple) -> dict:
                        retain_graph=True, allow_unused=True)
             for i, g in zip(wrt, row):
                 if g is not None:
-                    jac[i, j][:, b] = g.data.reshape(-1)
+                    jac[i, j][:, b] = g.array.reshape(-1)
     return jac
 
 

@@ -51,9 +51,9 @@ def pin_memory(batch: Any) -> Any:
     cupy = _cupy()
 
     def pin(t: Tensor) -> Tensor:
-        if t.device.type != "cpu" or t.data.size == 0 or is_pinned(t.data):
+        if t.device.type != "cpu" or t.array.size == 0 or is_pinned(t.array):
             return t
-        return _wrap(_pinned_copy(t.data, cupy), backend.cpu)
+        return _wrap(_pinned_copy(t.array, cupy), backend.cpu)
 
     return map_tensors(pin, batch)
 
@@ -96,7 +96,7 @@ class AsyncCopier:
                 return t
             if t.device.type != "cpu":  # another GPU: an ordinary device-to-device copy
                 return t.to(self.device)
-            host = numpy.ascontiguousarray(t.data)
+            host = numpy.ascontiguousarray(t.array)
             out = cupy.empty(host.shape, host.dtype)
             out.set(host, stream=self.stream)
             sources.append(host)

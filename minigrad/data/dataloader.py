@@ -66,7 +66,7 @@ def default_collate(batch: Sequence) -> Any:
         if any(t.device is not elem.device for t in batch):
             raise DeviceError(f"{who}: samples are on different devices: "
                               f"{sorted({str(t.device) for t in batch})}")
-        return _wrap(elem.device.xp.stack([t.data for t in batch]), elem.device)
+        return _wrap(elem.device.xp.stack([t.array for t in batch]), elem.device)
     if isinstance(elem, numpy.ndarray):
         _check_same_shape([a.shape for a in batch], who)
         return _from_numpy(numpy.stack(batch), who)

@@ -62,7 +62,7 @@ class TensorDataset(Dataset):
                              f"same first dimension, got shapes {shapes}")
 
     def __getitem__(self, index: int) -> tuple[Tensor, ...]:
-        return tuple(_wrap(t.data[index], t.device) for t in self.tensors)
+        return tuple(_wrap(t.array[index], t.device) for t in self.tensors)
 
     def __len__(self) -> int:
         return self.tensors[0].shape[0]

@@ -39,7 +39,7 @@ def _slices(structure: Any) -> tuple[list, Callable[[int], Any]]:
         parts = [_slices(s) for s in structure]
         return [leaf for p in parts for leaf in p[0]], lambda i: tuple(p[1](i) for p in parts)
     if isinstance(structure, Tensor):
-        return [structure], lambda i: _wrap(structure.data[i], structure.device)
+        return [structure], lambda i: _wrap(structure.array[i], structure.device)
     array = numpy.asarray(structure)
     if array.ndim == 0:
         raise ShapeError(f"Pipeline.from_tensor_slices: cannot slice a 0-d value {structure!r}")

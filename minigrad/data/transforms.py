@@ -25,7 +25,7 @@ __all__ = ["Compose", "ToTensor", "Normalize", "RandomCrop", "RandomHorizontalFl
 def _unwrap(x: Any, who: str):
     """(array, its array module, a function that puts a result back in x's kind of container)."""
     if isinstance(x, Tensor):
-        return x.detach().data, x.device.xp, lambda a: _wrap(a, x.device)
+        return x.detach().array, x.device.xp, lambda a: _wrap(a, x.device)
     if isinstance(x, numpy.ndarray):
         return x, numpy, lambda a: a
     raise TypeError(f"{who}: expected a numpy array or a Tensor, got {type(x).__name__}")

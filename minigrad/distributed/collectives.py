@@ -60,7 +60,7 @@ def check_same(op: str, tensor: Tensor, pg: ProcessGroup | None = None) -> None:
 def _buffer(tensor: Tensor) -> tuple[Any, Callable[[], None]]:
     """A contiguous array with the tensor's values, and what to run once the backend has written
     into it: copy back if it was a copy, and bump the tensor's version (autograd's saved-tensor check)."""
-    data = tensor.data
+    data = tensor.array
     if data.flags.c_contiguous:
         return data, tensor._bump_version
     buf = tensor.device.xp.ascontiguousarray(data)
@@ -103,7 +103,7 @@ def all_gather_into_tensor(output_tensor: Tensor, input_tensor: Tensor, *, async
     _check_sizes("all_gather_into_tensor", output_tensor, input_tensor, pg)
     check_same("all_gather_into_tensor", input_tensor, pg)
     out, done = _buffer(output_tensor)
-    src = input_tensor.device.xp.ascontiguousarray(input_tensor.data)
+    src = input_tensor.device.xp.ascontiguousarray(input_tensor.array)
     return _finish(pg.backend.all_gather(out, src, async_op).then(done), async_op)
 
 
@@ -117,10 +117,10 @@ def all_gather(tensor_list: Sequence[Tensor], tensor: Tensor, *, async_op: bool 
 
     def scatter_to_list() -> None:
         for t, part in zip(tensor_list, out):
-            xp.copyto(t.data, part)
+            xp.copyto(t.array, part)
             t._bump_version()
 
-    work = pg.backend.all_gather(out, xp.ascontiguousarray(tensor.data), async_op).then(scatter_to_list)
+    work = pg.backend.all_gather(out, xp.ascontiguousarray(tensor.array), async_op).then(scatter_to_list)
     return _finish(work, async_op)
 
 
@@ -132,7 +132,7 @@ def reduce_scatter_tensor(output: Tensor, input: Tensor, op: ReduceOp = ReduceOp
     _check_sizes("reduce_scatter_tensor", input, output, pg)
     check_same("reduce_scatter_tensor", input, pg)
     out, done = _buffer(output)
-    src = input.device.xp.ascontiguousarray(input.data)
+    src = input.device.xp.ascontiguousarray(input.array)
     return _finish(pg.backend.reduce_scatter(out, src, op, async_op).then(done), async_op)
 
 
@@ -142,7 +142,7 @@ def reduce_scatter(output: Tensor, input_list: Sequence[Tensor], op: ReduceOp = 
     pg = group()
     _check_list("reduce_scatter", input_list, output, pg)
     xp = output.device.xp
-    stacked = xp.stack([t.data for t in input_list])
+    stacked = xp.stack([t.array for t in input_list])
     check_same("reduce_scatter", output, pg)
     out, done = _buffer(output)
     return _finish(pg.backend.reduce_scatter(out, stacked, op, async_op).then(done), async_op)
@@ -157,7 +157,7 @@ def isend(tensor: Tensor, dst: int, tag: int = 0) -> Work:
     """Start sending ``tensor``; do not change it before ``wait()``."""
     pg = group()
     _check_rank("isend", dst, pg)
-    return pg.backend.send(tensor.device.xp.ascontiguousarray(tensor.data), dst, tag, True)
+    return pg.backend.send(tensor.device.xp.ascontiguousarray(tensor.array), dst, tag, True)
 
 
 def recv(tensor: Tensor, src: int | None = None, tag: int = 0) -> int:

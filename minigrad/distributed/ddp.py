@@ -133,9 +133,9 @@ class DistributedDataParallel(Module):
         xp, slot = p.device.xp, bucket.slot(i)
         # pre-divide by N, so that the all-reduce's sum is already the average
         if p.grad is None:
-            xp.multiply(g.data, 1.0 / self._pg.size(), out=slot)
+            xp.multiply(g.array, 1.0 / self._pg.size(), out=slot)
         else:
-            xp.add(p.grad.data, g.data, out=slot)
+            xp.add(p.grad.array, g.array, out=slot)
             xp.multiply(slot, 1.0 / self._pg.size(), out=slot)
         bucket.pending -= 1
         self._arrived.add(id(p))

@@ -69,9 +69,9 @@ class ColumnParallelLinear(Module):
         """This rank's shard of an existing (full) ``Linear``."""
         layer = cls(linear.in_features, linear.out_features, linear.bias is not None, gather_output)
         r, k = group().rank(), layer.weight.shape[0]
-        _copy_into(layer.weight, linear.weight.data[r * k:(r + 1) * k])
+        _copy_into(layer.weight, linear.weight.array[r * k:(r + 1) * k])
         if linear.bias is not None:
-            _copy_into(layer.bias, linear.bias.data[r * k:(r + 1) * k])
+            _copy_into(layer.bias, linear.bias.array[r * k:(r + 1) * k])
         return layer
 
     def forward(self, input: Tensor) -> Tensor:
@@ -100,9 +100,9 @@ class RowParallelLinear(Module):
         """This rank's shard of an existing (full) ``Linear``."""
         layer = cls(linear.in_features, linear.out_features, linear.bias is not None, input_is_parallel)
         r, k = group().rank(), layer.weight.shape[1]
-        _copy_into(layer.weight, linear.weight.data[:, r * k:(r + 1) * k])
+        _copy_into(layer.weight, linear.weight.array[:, r * k:(r + 1) * k])
         if linear.bias is not None:
-            _copy_into(layer.bias, linear.bias.data)
+            _copy_into(layer.bias, linear.bias.array)
         return layer
 
     def forward(self, input: Tensor) -> Tensor:
@@ -116,5 +116,5 @@ class RowParallelLinear(Module):
 
 
 def _copy_into(param: Parameter, values: Any) -> None:
-    param.data[...] = values
+    param.array[...] = values
     param._bump_version()

@@ -74,7 +74,7 @@ def _send(be: Backend, t: Tensor, dst: int, tag: int) -> list[Work]:
     header = xp.asarray([list(_backend.DTYPES).index(t.dtype.name), t.ndim] + list(t.shape)
                         + [0] * (_MAX_DIMS - t.ndim), dtype=xp.int64)
     return [be.send(header, dst, tag, async_op=True),
-            be.send(xp.ascontiguousarray(t.data), dst, tag, async_op=True)]
+            be.send(xp.ascontiguousarray(t.array), dst, tag, async_op=True)]
 
 
 def _recv(be: Backend, src: int, tag: int, device: Any) -> Tensor:

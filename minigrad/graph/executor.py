@@ -88,7 +88,7 @@ class Executor:
 
     def _run(self, inputs: Sequence[Tensor], report: bool = False) -> list[Any]:
         given = dict(zip(self.graph.placeholders, inputs))
-        env: dict[Node, Any] = {n: x.data for n, x in given.items()}
+        env: dict[Node, Any] = {n: x.array for n, x in given.items()}
         ctxs: dict[Node, Any] = {}
         self._in_place = not self._watched or self._apart(given)
         pool = ThreadPoolExecutor(self.max_workers) if self.parallel else None
@@ -128,8 +128,8 @@ class Executor:
         """Whether the tensors written in place share no memory with the sources that the plan
         assumes apart from them (a constant that is a view of a parameter would see the update
         early), and still have the shapes and dtypes traced. Checked again only when an array changes."""
-        arrays = [given[n].data if n.op == "placeholder" else n.attrs["value"] if n.op == "constant"
-                  else source_tensor(n, given).data for n in self._watched]
+        arrays = [given[n].array if n.op == "placeholder" else n.attrs["value"] if n.op == "constant"
+                  else source_tensor(n, given).array for n in self._watched]
         if self._seen is not None and all(a is b for a, b in zip(arrays, self._seen[0])):
             return self._seen[1]
         array_of = dict(zip(self._watched, arrays))
@@ -184,9 +184,9 @@ class Executor:
         t = target.meta["target"]
         if n.op == "fused":
             kernel = n.fn
-            return lambda arrays: (kernel(*arrays, out=t.data if self._in_place else None), None)
+            return lambda arrays: (kernel(*arrays, out=t.array if self._in_place else None), None)
         ufunc = getattr(n.meta["ctx_device"].xp, n.fn.ufunc)
-        return lambda arrays: (ufunc(*ufunc_args(n, arrays), out=t.data if self._in_place else None), None)
+        return lambda arrays: (ufunc(*ufunc_args(n, arrays), out=t.array if self._in_place else None), None)
 
     def _plan_memory(self) -> list[int]:
         """Bytes of intermediate values alive during each step. A buffer is born at the step of

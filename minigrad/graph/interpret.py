@@ -50,8 +50,8 @@ def run_node(node: Node, arrays: Sequence[Any]) -> tuple[Any, Any]:
     with grad_mode.no_grad():
         out = cls.forward(ctx, *args, **kwargs)
     if type(out) is tuple:
-        return tuple(o.data if isinstance(o, Tensor) else o for o in out), ctx
-    return out.data if isinstance(out, Tensor) else out, ctx
+        return tuple(o.array if isinstance(o, Tensor) else o for o in out), ctx
+    return out.array if isinstance(out, Tensor) else out, ctx
 
 
 def source_tensor(node: Node, given: dict[Node, Tensor]) -> Tensor:
@@ -74,7 +74,7 @@ def saved_value(ctx: Any, node: Node) -> Any:
     if value is None:
         raise TraceError(f"traced function: {node.inputs[0].op} did not save array "
                                f"{node.attrs['index']} at replay")
-    return value.data if isinstance(value, Tensor) else value
+    return value.array if isinstance(value, Tensor) else value
 
 
 def node_step(n: Node, compute: Callable[[list], tuple[Any, Any]], keep_ctx: bool) -> Step:
@@ -91,10 +91,10 @@ def node_step(n: Node, compute: Callable[[list], tuple[Any, Any]], keep_ctx: boo
         t = n.meta["target"]
 
         def step(env: dict, ctxs: dict) -> None:
-            env[n] = t.data
+            env[n] = t.array
     elif op == "grad":
         def step(env: dict, ctxs: dict) -> None:
-            env[n] = source_tensor(n, {}).data
+            env[n] = source_tensor(n, {}).array
     elif op == "getitem":
         index = n.attrs["index"]
 
@@ -118,7 +118,7 @@ def apply_effect(op: str, target: Tensor, value: Any, written: bool = False, own
     run made the array for it alone: ``own``), or clears it when ``value`` is None."""
     if op == "copy_":
         if not written:
-            target.device.xp.copyto(target.data, value, casting="same_kind")
+            target.device.xp.copyto(target.array, value, casting="same_kind")
         target._bump_version()
     elif value is not None:
         target.grad = _wrap(value if own else value.copy(), target.device)
@@ -135,7 +135,7 @@ def run_graph(graph: Graph, inputs: Sequence[Tensor]) -> list[Any]:
     """Execute ``graph`` on input tensors, in topological order, keeping every value, then apply its
     writes in order; returns the output arrays."""
     given = dict(zip(graph.placeholders, inputs))
-    env: dict[Node, Any] = {n: x.data for n, x in given.items()}
+    env: dict[Node, Any] = {n: x.array for n, x in given.items()}
     ctxs: dict[Node, Any] = {}
     effects = []
     for node in graph.topological_order():

@@ -130,7 +130,7 @@ def _graph_of(obj: Any, inputs: tuple) -> tuple[Graph, dict, list[str], str]:
         if was_training:
             obj.train()
     weights = chain(obj.named_parameters(), obj.named_buffers()) if is_module else ()
-    names = {id(t.data): name for name, t in weights}
+    names = {id(t.array): name for name, t in weights}
     fn = obj.forward if is_module else obj
     title = type(obj).__name__ if is_module else getattr(obj, "__name__", "fn")
     return graph, names, list(positional_names(fn, len(inputs), 0, "input")), title
@@ -160,7 +160,7 @@ def _names(given: Sequence[str] | None, default: list[str], what: str, n: int) -
 
 def _array_id(node: Node) -> int | None:
     if node.op == "parameter":
-        return id(node.meta["target"].data)
+        return id(node.meta["target"].array)
     return id(node.attrs["value"]) if node.op == "constant" else None
 
 
@@ -262,7 +262,7 @@ class _Builder:
 def _emit(b: _Builder, node: Node) -> Any:
     op = node.op
     if op in ("constant", "parameter"):
-        return b.initializer(node.attrs["value"] if op == "constant" else node.meta["target"].data)
+        return b.initializer(node.attrs["value"] if op == "constant" else node.meta["target"].array)
     if op == "getitem":
         value = b.values[node.inputs[0]][node.attrs["index"]]
         if value is None:

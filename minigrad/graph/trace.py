@@ -38,7 +38,7 @@ def trace(fn: Callable[..., Any], *example_inputs: Tensor) -> TracedFunction:
     A branch taken at trace time is baked in. What a trace cannot capture: Python values read from
     tensors (``if x.sum() > 0``, ``loss.item()``) or kept outside them (Adam's step count and bias
     corrections), which are baked in as constants; arrays computed outside ops (random masks drawn
-    with the device RNG, arrays built from ``tensor.data`` and passed to an op), which become
+    with the device RNG, arrays built from ``tensor.array`` and passed to an op), which become
     constants; writes that bypass ops (``t[i] = v`` under ``no_grad``, ``fill_``/``zero_``), which
     raise ``TraceError`` when the tracer notices them; and state created during the trace (an
     optimizer's first momentum buffer), which a replay re-creates instead of keeping: trace a
@@ -189,7 +189,7 @@ class Tracer(Mode):
                 target.meta["target"] = t
             self.graph.add_node("copy_", [target, value])
         self._bind(t, value)
-        self._arrays[id(t.data)] = value
+        self._arrays[id(t.array)] = value
 
     # -- tensors to nodes ---------------------------------------------------------------------------
     def add_input(self, x: Tensor, name: str) -> Node:
@@ -228,12 +228,12 @@ class Tracer(Mode):
     def _bind(self, t: Tensor, node: Node) -> None:
         self._bound[id(t)] = (node, t._version, t._base)
         self._alive.append(t)
-        self._alive.append(t.data)
-        self._arrays.setdefault(id(t.data), node)
+        self._alive.append(t.array)
+        self._arrays.setdefault(id(t.array), node)
 
     def _source_node(self, t: Tensor) -> Node:
         """A node for a tensor no traced op produced."""
-        found = self._arrays.get(id(t.data))
+        found = self._arrays.get(id(t.array))
         if found is not None:  # a detached wrapper, or an array an op saved for backward
             return self._saved_node(*found) if type(found) is tuple else found
         for p, pnode, start in self._leaves.values():
@@ -248,7 +248,7 @@ class Tracer(Mode):
             if t.requires_grad:
                 self._watch_leaf(t, node)
         else:
-            node = add("constant", attrs={"value": t.data}, shape=t.shape, dtype=t.dtype, meta={"device": t.device})
+            node = add("constant", attrs={"value": t.array}, shape=t.shape, dtype=t.dtype, meta={"device": t.device})
         self._home[id(t)] = (t, node)
         return node
 

@@ -69,7 +69,7 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool = False, pres
     own = {id(d) for d in cut}
     seg.params = [n.variable for n in nodes if type(n) is AccumulateGrad and id(n.variable) not in own]
     seg.inner = weakref.WeakSet([n for n in nodes if type(n) is not AccumulateGrad])
-    fresh = tuple([_wrap(o.data, o.device) for o in outputs])  # the same data, without the graph
+    fresh = tuple([_wrap(o.array, o.device) for o in outputs])  # the same data, without the graph
     seg.outputs = fresh[0] if isinstance(result, Tensor) else fresh
     del result, outputs, nodes, fresh
     return CheckpointFunction.apply(seg, *inputs, *seg.params)

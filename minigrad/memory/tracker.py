@@ -217,11 +217,11 @@ def _live_arrays() -> Iterator[tuple[Any, tuple[int, str]]]:
     for obj in gc.get_objects():
         if issubclass(type(obj), Tensor):  # type(): isinstance would read __class__, which some objects warn about
             if obj.grad_fn is not None:
-                yield obj.data, (0, obj.grad_fn.name())
+                yield obj.array, (0, obj.grad_fn.name())
             else:
-                yield obj.data, (3, "Parameter") if isinstance(obj, Parameter) else (4, "leaf")
+                yield obj.array, (3, "Parameter") if isinstance(obj, Parameter) else (4, "leaf")
             if obj.grad is not None:
-                yield obj.grad.data, (2, "grad")
+                yield obj.grad.array, (2, "grad")
         elif issubclass(type(obj), Function) and type(obj._saved) is tuple:
             # saved entries are (kind, value, version), see minigrad.autograd.function
             for entry in obj._saved:

@@ -51,7 +51,7 @@ def _additive(mask: Tensor, dtype: Any, name: str, blocked_if_true: bool) -> Ten
     """A mask as something to add to the scores: -inf where a bool mask blocks, a float mask as is."""
     if mask.dtype.kind == "b":
         xp = mask.device.xp
-        blocked = mask.data if blocked_if_true else ~mask.data
+        blocked = mask.array if blocked_if_true else ~mask.array
         return Tensor(xp.where(blocked, -math.inf, 0.0).astype(dtype), device=mask.device)
     if mask.dtype.kind != "f":
         raise DTypeError(f"MultiheadAttention: {name} must be a bool or float tensor, got {mask.dtype}")

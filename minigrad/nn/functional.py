@@ -107,8 +107,8 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
     if scale_grad_by_freq or sparse:
         raise NotImplementedError("embedding: scale_grad_by_freq and sparse gradients are not supported")
     n = weight.shape[0]
-    if input.numel() and (int(input.data.min()) < 0 or int(input.data.max()) >= n):
-        raise IndexError(f"embedding: index out of range [{int(input.data.min())}, {int(input.data.max())}] "
+    if input.numel() and (int(input.array.min()) < 0 or int(input.array.max()) >= n):
+        raise IndexError(f"embedding: index out of range [{int(input.array.min())}, {int(input.array.max())}] "
                          f"for an embedding of {n} rows")
     if max_norm is not None:
         _renorm_rows(weight, input, max_norm, norm_type)
@@ -122,11 +122,11 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
 def _renorm_rows(weight: Tensor, input: Tensor, max_norm: float, norm_type: float) -> None:
     """Shrink the used rows whose norm exceeds ``max_norm`` in place (torch's embedding_renorm_)."""
     xp = weight.device.xp
-    rows = xp.unique(input.data)
-    w = weight.data[rows]
+    rows = xp.unique(input.array)
+    w = weight.array[rows]
     norms = (xp.abs(w) ** norm_type).sum(axis=1) ** (1.0 / norm_type)
     scale = xp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).astype(w.dtype)
-    weight.data[rows] = w * scale[:, None]
+    weight.array[rows] = w * scale[:, None]
     weight._bump_version()
 
 
@@ -136,10 +136,10 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
         raise DTypeError(f"one_hot: expected an integer tensor, got {tensor.dtype}")
     xp = tensor.device.xp
     if num_classes == -1:
-        num_classes = int(tensor.data.max()) + 1 if tensor.numel() else 0
-    if tensor.numel() and (int(tensor.data.min()) < 0 or int(tensor.data.max()) >= num_classes):
+        num_classes = int(tensor.array.max()) + 1 if tensor.numel() else 0
+    if tensor.numel() and (int(tensor.array.min()) < 0 or int(tensor.array.max()) >= num_classes):
         raise ValueError(f"one_hot: class values must be in [0, {num_classes}), got "
-                         f"[{int(tensor.data.min())}, {int(tensor.data.max())}]")
+                         f"[{int(tensor.array.min())}, {int(tensor.array.max())}]")
     classes = _wrap(xp.arange(num_classes), tensor.device)
     return _ops.cast(_ops.eq(tensor.unsqueeze(-1), classes), "int64")  # ops, so tracing sees the input
 
@@ -265,9 +265,9 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     if tuple(input.shape) != tuple(target.shape):
         raise ShapeError(f"binary_cross_entropy: target shape {tuple(target.shape)} must equal the input "
                          f"shape {tuple(input.shape)}")
-    if input.numel() and (float(input.data.min()) < 0.0 or float(input.data.max()) > 1.0):
+    if input.numel() and (float(input.array.min()) < 0.0 or float(input.array.max()) > 1.0):
         raise ValueError("binary_cross_entropy: all elements of input should be between 0 and 1, got values in "
-                         f"[{float(input.data.min())}, {float(input.data.max())}]")
+                         f"[{float(input.array.min())}, {float(input.array.max())}]")
     loss = -(target * input.log().clamp(min=-100) + (1 - target) * (1 - input).log().clamp(min=-100))
     if weight is not None:
         loss = loss * weight

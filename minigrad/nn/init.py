@@ -21,7 +21,7 @@ __all__ = [
 
 def _write(tensor: Tensor, values: Any) -> Tensor:
     """Store ``values`` in ``tensor``'s memory (no graph: initialisation is not differentiated)."""
-    tensor.data[...] = values
+    tensor.array[...] = values
     tensor._bump_version()
     return tensor
 

@@ -37,7 +37,7 @@ class Parameter(Tensor):
             data = Tensor(backend.numpy.empty((0,), backend.get_default_dtype()))
         elif not isinstance(data, Tensor):
             data = Tensor(data)
-        _init(self, data.data, data.device)
+        _init(self, data.array, data.device)
         if requires_grad:
             self.requires_grad_(True)
 
@@ -46,9 +46,9 @@ class Parameter(Tensor):
 
     def __deepcopy__(self, memo: dict) -> Parameter:
         # the default would copy the weak link to this leaf's graph node and share it
-        copy = Parameter(Tensor(self.data.copy(), device=self.device), self.requires_grad)
+        copy = Parameter(Tensor(self.array.copy(), device=self.device), self.requires_grad)
         if self.grad is not None:
-            copy.grad = Tensor(self.grad.data.copy(), device=self.device)
+            copy.grad = Tensor(self.grad.array.copy(), device=self.device)
         memo[id(self)] = copy
         return copy
 
@@ -359,15 +359,15 @@ class Module:
                 p.grad.zero_()
 
     def _apply(self, convert: Callable[[Tensor], Tensor]) -> Module:
-        """Convert every parameter, gradient and buffer by swapping its ``.data`` in place, so an
+        """Convert every parameter, gradient and buffer by swapping its ``.array`` in place, so an
         optimizer built before ``model.to(...)`` still holds the very same Parameter objects."""
         tensors = itertools.chain(self.parameters(), self.buffers())
         for t in tensors:
             new = convert(t)
-            t.data, t.device = new.data, new.device
+            t.array, t.device = new.array, new.device
             if t.grad is not None:
                 g = convert(t.grad)
-                t.grad.data, t.grad.device = g.data, g.device
+                t.grad.array, t.grad.device = g.array, g.device
         return self
 
     def to(self, *args: Any, dtype: Any = None, device: Any = None, non_blocking: bool = False) -> Module:

@@ -133,7 +133,7 @@ class Conv2d(Op):
         x, w, cols = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         gx = ConvTranspose2d.apply(gy, w, ctx.geometry, ctx.groups, ctx.hw) if need_x else None
-        gw = Conv2dWeight.apply(x, gy, ctx.geometry, ctx.groups, ctx.kernel, cols.data) if need_w else None
+        gw = Conv2dWeight.apply(x, gy, ctx.geometry, ctx.groups, ctx.kernel, cols.array) if need_w else None
         gb = gy.sum((0, 2, 3)) if need_b else None
         return gx, gw, gb, None, None
 

@@ -484,7 +484,7 @@ class ToDevice(Function):
     @staticmethod
     def forward(ctx, x, device):
         ctx.src = x.device
-        return _wrap(backend.to_device(x.data, device), device)
+        return _wrap(backend.to_device(x.array, device), device)
 
     @staticmethod
     def backward(ctx, g): return to_device(g, ctx.src), None
@@ -512,11 +512,11 @@ def _binary(cls: type[Function], a: Any, b: Any) -> Tensor:
     try:
         if isinstance(a, Tensor):
             if isinstance(b, Tensor):
-                if a.data.dtype is not b.data.dtype:
+                if a.array.dtype is not b.array.dtype:
                     dt = backend.result_type(a.dtype, b.dtype, a.ndim == 0, b.ndim == 0)
                     a, b = (a if a.dtype == dt else cast(a, dt)), (b if b.dtype == dt else cast(b, dt))
                 return cls.apply(a, b)
-            if type(b) is float and a.data.dtype.kind == "f" or type(b) is int:
+            if type(b) is float and a.array.dtype.kind == "f" or type(b) is int:
                 return cls.apply(a, b)  # the common case, decided without _scalar_operand
             b, a = _scalar_operand(b, a)
             if isinstance(b, Tensor):
@@ -590,7 +590,7 @@ def cos(x): return Cos.apply(_floating(x, "cos"))
 def tanh(x): return Tanh.apply(_floating(x, "tanh"))
 def sigmoid(x): return Sigmoid.apply(_floating(x, "sigmoid"))
 def clone(x): return Clone.apply(x)
-def contiguous(x): return x if x.data.flags.c_contiguous else Contiguous.apply(x)
+def contiguous(x): return x if x.array.flags.c_contiguous else Contiguous.apply(x)
 def to_device(x, device): return ToDevice.apply(x, device)
 
 

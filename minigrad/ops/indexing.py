@@ -27,7 +27,7 @@ def _as_view(out: Tensor, x: Tensor) -> Tensor:
     """Mark ``out`` as a view of ``x`` when its data lives in x's memory: it then shares x's
     version counter, so an in-place change through either one is caught by autograd's check of
     the tensors saved for backward. Every op that may return a view calls this on its output."""
-    if out is not x and x.device.xp.may_share_memory(out.data, x.data):
+    if out is not x and x.device.xp.may_share_memory(out.array, x.array):
         out._base = x._base if x._base is not None else x
     return out
 
@@ -143,7 +143,7 @@ def _describe(index: Any) -> str:
     if isinstance(index, tuple):
         return "(" + ", ".join(_describe(i) for i in index) + ")"
     if isinstance(index, Tensor):
-        index = index.data
+        index = index.array
     if hasattr(index, "shape") and getattr(index, "ndim", 0) > 0:
         return f"array(shape={tuple(index.shape)}, dtype={index.dtype})"
     if isinstance(index, slice):
@@ -155,7 +155,7 @@ def _describe(index: Any) -> str:
 def _to_array(item: Any, x: Tensor, op: str) -> Any:
     """An index given as a Tensor, array or list, as an integer or bool array on x's device."""
     if isinstance(item, Tensor):
-        item = item.data
+        item = item.array
     if not hasattr(item, "dtype"):
         item = backend.numpy.asarray(item)
         if item.size == 0:
@@ -306,13 +306,13 @@ def setitem(t: Tensor, index: Any, value: Any) -> None:
     idx = _normalize(t, index, "setitem")
     if isinstance(value, Tensor):
         _check_device("setitem", t, value)
-        value = value.data
+        value = value.array
     elif hasattr(value, "dtype"):
         value = backend.to_device(value, t.device)
     elif isinstance(value, (list, tuple)):
         value = t.device.xp.asarray(value)
     try:
-        _put(t.device.xp, t.data, idx, value)
+        _put(t.device.xp, t.array, idx, value)
     except ValueError as e:
         raise ShapeError(f"setitem: {e} (index {_describe(index)}, tensor shape {t.shape})") from None
     t._bump_version()

@@ -40,7 +40,7 @@ def _write_back(t: Tensor, result: Tensor, op: str) -> None:
         )
     if not t.device.xp.can_cast(result.dtype, t.dtype, casting="same_kind"):
         raise DTypeError(f"{op}: result type {result.dtype} can't be cast to the tensor's dtype {t.dtype} in place")
-    t.device.xp.copyto(t.data, result.data, casting="same_kind")
+    t.device.xp.copyto(t.array, result.array, casting="same_kind")
     t._bump_version()
     if mode.current_modes():  # a traced training step replays this write (optimizer updates)
         mode.inplace_write(t, result)
@@ -82,7 +82,7 @@ def _arithmetic_in_place(t: Tensor, fn: Callable, args: tuple) -> bool:
     if isinstance(other, Tensor):
         if other.device is not t.device or other.dtype != t.dtype:
             return False
-        other = other.data
+        other = other.array
     elif not isinstance(other, (int, float)) or (isinstance(other, float) and t.dtype.kind != "f"):
         return False
     shape = getattr(other, "shape", ())
@@ -91,7 +91,7 @@ def _arithmetic_in_place(t: Tensor, fn: Callable, args: tuple) -> bool:
             return False
     except ValueError:
         return False  # the general path raises the ShapeError
-    getattr(t.device.xp, name)(t.data, other, out=t.data)
+    getattr(t.device.xp, name)(t.array, other, out=t.array)
     t._bump_version()
     return True
 
@@ -112,7 +112,7 @@ def fill_(t: Tensor, value: Any) -> Tensor:
     """``t.fill_(v)`` / ``t.zero_()``: every element set to ``value`` (no gradient flows to t's old value)."""
     recording = grad_mode.is_grad_enabled() and t.requires_grad
     _check_target(t, "fill_", recording)
-    t.data[...] = value.data if isinstance(value, Tensor) else value
+    t.array[...] = value.array if isinstance(value, Tensor) else value
     if recording:
         t.grad_fn = None
         t.requires_grad = False

@@ -220,8 +220,8 @@ def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
 def view(x: Tensor, shape: Sequence[int]) -> Tensor:
     """Like ``reshape``, but always a view: raises when x's layout needs a copy (then use reshape)."""
     shape = _infer_shape("view", x, shape)
-    if not _viewable(x.shape, x.data.strides, shape):
-        strides = tuple(s // x.data.itemsize for s in x.data.strides)
+    if not _viewable(x.shape, x.array.strides, shape):
+        strides = tuple(s // x.array.itemsize for s in x.array.strides)
         raise ShapeError(
             f"view: a tensor of shape {x.shape} with strides {strides} (not contiguous) cannot be viewed "
             f"as shape {shape} without a copy; use .reshape(...) or .contiguous() first"

@@ -49,7 +49,7 @@ class MaxPool2d(Op):
     @staticmethod
     def backward(ctx, gy, _):
         (idx,) = ctx.saved_tensors
-        return WindowScatter.apply(gy, idx.data, ctx.geometry, ctx.hw), None, None
+        return WindowScatter.apply(gy, idx.array, ctx.geometry, ctx.hw), None, None
 
 
 class WindowScatter(Op):
@@ -71,7 +71,7 @@ class WindowScatter(Op):
     @staticmethod
     def backward(ctx, gx):
         (idx,) = ctx.saved_tensors
-        return WindowGather.apply(gx, idx.data, ctx.geometry), None, None, None
+        return WindowGather.apply(gx, idx.array, ctx.geometry), None, None, None
 
 
 class WindowGather(Op):
@@ -92,7 +92,7 @@ class WindowGather(Op):
     @staticmethod
     def backward(ctx, gy):
         (idx,) = ctx.saved_tensors
-        return WindowScatter.apply(gy, idx.data, ctx.geometry, ctx.hw), None, None
+        return WindowScatter.apply(gy, idx.array, ctx.geometry, ctx.hw), None, None
 
 
 class WindowSum(Op):
@@ -195,7 +195,7 @@ def max_pool2d(input: Tensor, kernel_size: IntPair, stride: IntPair | None = Non
     if return_indices:
         xp, w, (oh, ow) = x.device.xp, x.shape[3], out
         (kh, kw), (sh, sw), (pt, _, pl, _), (dh, dw) = g
-        offset = idx.data.astype("int64")
+        offset = idx.array.astype("int64")
         rows = xp.arange(oh).reshape(oh, 1) * sh + (offset // kw) * dh - pt
         cols = xp.arange(ow) * sw + (offset % kw) * dw - pl
         indices = Tensor(rows * w + cols, device=x.device)

@@ -312,7 +312,7 @@ class MaxDim(Op):
         (index,) = ctx.saved_tensors
         xp, dim = ctx.xp, ctx.dims[0]
         positions = xp.arange(ctx.shape[dim]).reshape((-1,) + (1,) * (len(ctx.shape) - dim - 1))
-        hot = _wrap(positions == index.data, ctx.device)  # one-hot at the picked index
+        hot = _wrap(positions == index.array, ctx.device)  # one-hot at the picked index
         if not ctx.keepdim:
             g = reshape(g, _keep_shape(ctx.shape, ctx.dims))
         return where(hot, g, 0.0), None, None
@@ -427,7 +427,7 @@ def allclose(a: Tensor, b: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal
         backend.numpy.broadcast_shapes(a.shape, b.shape)
     except ValueError:
         raise ShapeError(f"allclose: shapes {a.shape} and {b.shape} do not broadcast") from None
-    return bool(a.device.xp.allclose(a.data, b.data, rtol=rtol, atol=atol, equal_nan=equal_nan))
+    return bool(a.device.xp.allclose(a.array, b.array, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def argmax(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:

@@ -167,7 +167,7 @@ def _index_targets(x: Tensor, target: Tensor, ignore_index: int, op: str) -> tup
             f"{op}: for input of shape {tuple(x.shape)} the target must have shape {expected}, "
             f"got {tuple(target.shape)}"
         )
-    t = target.data
+    t = target.array
     counts = t != ignore_index
     classes = x.shape[1]
     bad = counts & ((t < 0) | (t >= classes))
@@ -235,7 +235,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
         if reduction == "none":
             out = -sum(term, 1)
         else:
-            out = -sum(term) if reduction == "sum" else -sum(term) / (x.data.size // max(classes, 1))
+            out = -sum(term) if reduction == "sum" else -sum(term) / (x.array.size // max(classes, 1))
     else:
         out, per, keep = _nll(logp, t, wb, ignore_index, reduction, op)
         if label_smoothing > 0:

@@ -40,7 +40,7 @@ def fold_constants(graph: Graph, freeze: bool = False) -> Graph:
             values[node] = node.attrs["value"]
             return None
         if op == "parameter":  # a copy: later updates of the parameter must not leak in
-            values[node] = node.meta["target"].data.copy()
+            values[node] = node.meta["target"].array.copy()
         elif op == "getitem":
             values[node] = values[node.inputs[0]][node.attrs["index"]]
         elif op == "saved":

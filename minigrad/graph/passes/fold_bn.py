@@ -64,20 +64,20 @@ def fuse_linear_bn_eval(linear: Linear, bn: BatchNorm1d) -> Linear:
 
 def _fused_layer(layer: Module, bn: Module) -> Module:
     xp = layer.weight.device.xp
-    var, mean = bn.running_var.data.astype("float64"), bn.running_mean.data.astype("float64")
+    var, mean = bn.running_var.array.astype("float64"), bn.running_mean.array.astype("float64")
     scale = 1.0 / xp.sqrt(var + bn.eps)
     if bn.weight is not None:
-        scale = scale * bn.weight.data
-    shift = -mean * scale + (bn.bias.data if bn.bias is not None else 0.0)
-    w = layer.weight.data
-    b = layer.bias.data if layer.bias is not None else None
+        scale = scale * bn.weight.array
+    shift = -mean * scale + (bn.bias.array if bn.bias is not None else 0.0)
+    w = layer.weight.array
+    b = layer.bias.array if layer.bias is not None else None
     new_w, new_b = _folded(w, b, scale, shift)
     fused = copy.deepcopy(layer)
-    fused.weight.data = new_w
+    fused.weight.array = new_w
     if fused.bias is None:
         fused.bias = Parameter(Tensor(new_b, device=layer.weight.device), layer.weight.requires_grad)
     else:
-        fused.bias.data = new_b
+        fused.bias.array = new_b
     return fused
 
 
