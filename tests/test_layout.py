@@ -107,6 +107,15 @@ def test_conv_bn_pool_on_channels_last_match_torch_and_keep_the_format():
     np.testing.assert_allclose(conv.weight.grad.numpy(), tconv.weight.grad.numpy(), atol=1e-10)
 
 
+def test_module_to_channels_last_converts_its_4d_parameters_only():
+    torch = pytest.importorskip("torch")
+    conv = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)).to(memory_format=mg.channels_last)
+    tconv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)).to(memory_format=torch.channels_last)
+    for (name, p), tp in zip(conv.named_parameters(), tconv.parameters()):
+        assert p.stride() == tp.stride(), name
+        assert p.is_leaf and p.requires_grad
+
+
 # -- as_strided ----------------------------------------------------------------------------------------
 def test_as_strided_is_a_view_of_the_storage_not_of_the_tensor():
     torch = pytest.importorskip("torch")
