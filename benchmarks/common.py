@@ -35,7 +35,7 @@ def blas_info() -> str:
         f"{i['internal_api']} {i.get('architecture', '')} x{i['num_threads']}" for i in blas)
 
 
-def interleaved(runs: dict[str, Callable[[], None]], repeats: int, steps: int) -> dict[str, float]:
+def interleaved(runs: dict, repeats: int, steps: int) -> dict:
     """Median milliseconds per call of each run, timed in turn within every repeat so that load
     changes on the machine hit all of them alike."""
     times: dict[str, list[float]] = {name: [] for name in runs}
@@ -47,6 +47,16 @@ def interleaved(runs: dict[str, Callable[[], None]], repeats: int, steps: int) -
                 run()
             times[name].append((time.perf_counter() - t0) * 1e3 / steps)
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def interleaved_cases(runs: dict[str, dict[str, Callable[[], None]]], repeats: int,
+                      steps: int) -> dict[str, dict[str, float]]:
+    """``interleaved`` over case -> {contender: fn}: every case and contender timed in turn."""
+    ms = interleaved({(case, who): fn for case, fns in runs.items() for who, fn in fns.items()}, repeats, steps)
+    out: dict[str, dict[str, float]] = {case: {} for case in runs}
+    for (case, who), t in ms.items():
+        out[case][who] = t
+    return out
 
 
 def table(rows: dict[str, dict[str, float]], targets: dict[str, float] | None = None) -> str:

@@ -25,7 +25,12 @@ from minigrad.ops import (  # the torch.* functions; each is also a Tensor metho
     roll, rsqrt, sigmoid, sign, sin, softmax, split, sqrt, squeeze, stack, std, sub, sum, tanh, transpose,
     unsqueeze, var, where,
 )
+from minigrad.ops.layout import (  # noqa: E402  (storage and memory formats, chapter 01 lesson 05)
+    as_strided, channels_last, contiguous_format, preserve_format,
+)
 from minigrad.serialization import load, save
+from minigrad.ops import sparse  # noqa: E402  (minigrad.sparse.mm; COO tensors, chapter 01 lesson 06)
+from minigrad.ops.sparse import sparse_coo_tensor  # noqa: E402
 from minigrad import autograd, data, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
 from minigrad import cuda  # noqa: E402,F401  (minigrad.cuda.is_available(); cupy is imported only on use)
 from minigrad import memory  # noqa: E402,F401  (minigrad.memory.checkpoint, .track)

@@ -31,6 +31,7 @@ class Tensor:
         "array", "device", "requires_grad", "grad", "grad_fn", "_output_nr", "_vc", "_base",
         "_accum", "_hooks", "__weakref__",
     )
+    is_sparse = False  # minigrad.sparse.SparseTensor says True
     __array_priority__ = 1000  # numpy array (op) tensor defers to Tensor's reflected operator
 
     def __init__(self, data: Any, dtype: Any = None, device: str | Device | None = None,
@@ -224,10 +225,11 @@ class Tensor:
         return self.grad_fn.register_prehook(prehook)
 
     # -- dtype and device -----------------------------------------------------------------------
-    def to(self, *args: Any, dtype: Any = None, device: Any = None) -> Tensor:
-        """``to(dtype)``, ``to(device)``, ``to(device, dtype)`` or ``to(other_tensor)``; differentiable."""
+    def to(self, *args: Any, dtype: Any = None, device: Any = None, memory_format: Any = None) -> Tensor:
+        """``to(dtype)``, ``to(device)``, ``to(device, dtype)`` or ``to(other_tensor)``, and
+        ``to(memory_format=minigrad.channels_last)``; differentiable."""
         dtype, device = parse_to_args(args, dtype, device)
-        out = self
+        out = self if memory_format is None else _ops.to_memory_format(self, memory_format)
         if device is not None and device is not self.device:
             out = _ops.to_device(out, device)
         if dtype is not None and dtype != out.dtype:
@@ -266,11 +268,36 @@ class Tensor:
     def clone(self) -> Tensor:
         return _ops.clone(self)
 
-    def contiguous(self) -> Tensor:
-        return _ops.contiguous(self)
+    # -- storage and strides (minigrad.ops.layout; chapter 01, lesson 05) --------------------------
+    def contiguous(self, memory_format: Any = None) -> Tensor:
+        return _ops.to_memory_format(self, memory_format or _ops.contiguous_format)
 
-    def is_contiguous(self) -> bool:
-        return bool(self.array.flags.c_contiguous)
+    def is_contiguous(self, memory_format: Any = None) -> bool:
+        return _ops.layout.is_contiguous(self, memory_format or _ops.contiguous_format)
+
+    def stride(self, dim: int | None = None):
+        """Steps, in elements, between neighbours along each dim: ``(3, 1)`` for a (2, 3) tensor."""
+        s = _ops.layout.array_strides(self.array)
+        return s if dim is None else s[_dim(dim, self.ndim, "stride")]
+
+    def storage_offset(self) -> int:
+        return _ops.layout.array_offset(self.array)
+
+    def data_ptr(self) -> int:
+        """The address of the first element: equal for two tensors that start at the same memory."""
+        return _ops.layout.data_ptr(self.array)
+
+    def untyped_storage(self) -> Any:
+        return _ops.layout.UntypedStorage(_ops.layout.storage_of(self.array))
+
+    def as_strided(self, size, stride, storage_offset=None): return _ops.as_strided(self, size, stride, storage_offset)
+
+    def to_sparse(self, sparse_dim: int | None = None) -> Any:
+        """A COO tensor of the non-zero entries (``minigrad.ops.sparse``; chapter 01, lesson 06)."""
+        return _ops.sparse.to_sparse(self, sparse_dim)
+
+    def to_dense(self) -> Tensor:
+        return self
 
     # -- arithmetic (numpy broadcasting; Python scalars do not promote the tensor's dtype) -------
     def __add__(self, other): return _ops.add(self, other)

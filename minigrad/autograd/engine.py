@@ -210,7 +210,7 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
         if not node.array_forward or g is grads[0] or (len(grads) > 1 and any(g is gi for gi in grads)):
             shared.add(id(g))  # passed through, or from a user backward that may keep it
         shape, dtype = meta
-        data = g.array
+        data = g if g.is_sparse else g.array  # a sparse gradient (minigrad.ops.sparse) has shape and dtype too
         if data.shape != shape:
             g = _unbroadcast(node, g, shape)
         if data.dtype is not dtype and data.dtype != dtype:
@@ -252,9 +252,9 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> N
                 g = new
         shared.add(id(g))  # a hook may have kept a reference to it
     if t.grad is not None:
-        t.grad = t.grad + g
+        t.grad = g + t.grad if g.is_sparse else t.grad + g  # dense + sparse is sparse's to add
         return
-    if create_graph:
+    if create_graph or g.is_sparse:
         t.grad = g
     elif id(g) in shared or g.array.base is not None:
         t.grad = _wrap(g.array.copy(), t.device)

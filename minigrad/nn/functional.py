@@ -19,6 +19,7 @@ from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.conv import conv1d, conv2d, conv_transpose2d  # noqa: F401  (they live with the ops)
 from minigrad.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
 from minigrad.ops.normalize import Standardize
+from minigrad.ops.sparse import embedding as sparse_embedding
 from minigrad._tensor import Tensor, _wrap
 
 __all__ = [
@@ -104,15 +105,15 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
     if not isinstance(input, Tensor) or input.dtype.kind not in "iu":
         got = input.dtype if isinstance(input, Tensor) else type(input).__name__
         raise DTypeError(f"embedding: expected an integer index tensor, got {got}")
-    if scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding: scale_grad_by_freq and sparse gradients are not supported")
+    if scale_grad_by_freq:
+        raise NotImplementedError("embedding: scale_grad_by_freq is not supported")
     n = weight.shape[0]
     if input.numel() and (int(input.array.min()) < 0 or int(input.array.max()) >= n):
         raise IndexError(f"embedding: index out of range [{int(input.array.min())}, {int(input.array.max())}] "
                          f"for an embedding of {n} rows")
     if max_norm is not None:
         _renorm_rows(weight, input, max_norm, norm_type)
-    out = weight[input]
+    out = sparse_embedding(input, weight) if sparse else weight[input]
     if padding_idx is not None:
         keep = _ops.ne(input, padding_idx % n).unsqueeze(-1)
         out = _ops.where(keep, out, out.detach())  # same values, no gradient at padding positions

@@ -370,16 +370,19 @@ class Module:
                 t.grad.array, t.grad.device = g.array, g.device
         return self
 
-    def to(self, *args: Any, dtype: Any = None, device: Any = None, non_blocking: bool = False) -> Module:
+    def to(self, *args: Any, dtype: Any = None, device: Any = None, non_blocking: bool = False,
+           memory_format: Any = None) -> Module:
         """``to(device)``, ``to(dtype)``, ``to(device, dtype)`` or ``to(tensor)``, in place.
-        A dtype applies to floating tensors only (integer buffers such as counters keep theirs)."""
+        A dtype applies to floating tensors only (integer buffers such as counters keep theirs);
+        a ``memory_format`` (``minigrad.channels_last``) to 4-D ones only, as in PyTorch."""
         dtype, device = parse_to_args(args, dtype, device)
         if dtype is not None and dtype.kind != "f":
             raise DTypeError(f"Module.to: only floating dtypes are accepted, got {dtype}")
 
         def convert(t: Tensor) -> Tensor:
             with no_grad():
-                return t.to(device=device, dtype=dtype if t.dtype.kind == "f" else None)
+                return t.to(device=device, dtype=dtype if t.dtype.kind == "f" else None,
+                            memory_format=memory_format if t.ndim == 4 else None)
 
         return self._apply(convert)
 

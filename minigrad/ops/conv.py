@@ -18,6 +18,7 @@ from typing import NamedTuple, Sequence
 from minigrad.autograd import mode  # autocast casts mixed dtypes itself
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.elementwise import Op
+from minigrad.ops.layout import is_channels_last
 from minigrad._tensor import Tensor
 
 __all__ = ["conv2d", "conv1d", "conv_transpose2d"]
@@ -126,6 +127,8 @@ class Conv2d(Op):
         if b is not None:
             y += b.reshape(o, 1)
         y = y.reshape(o, x.shape[0], *g.out_size(*x.shape[2:]))
+        if is_channels_last(x):  # as PyTorch: channels_last in, channels_last out, for the same one copy
+            return ctx.xp.ascontiguousarray(y.transpose(1, 2, 3, 0)).transpose(0, 3, 1, 2)
         return ctx.xp.ascontiguousarray(y.transpose(1, 0, 2, 3))
 
     @staticmethod

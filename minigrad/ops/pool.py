@@ -13,9 +13,18 @@ import math
 from minigrad.errors import ShapeError
 from minigrad.ops.conv import Geometry, IntPair, _check_image, _offsets, _pad, _pair, _windows
 from minigrad.ops.elementwise import Op
+from minigrad.ops.layout import is_channels_last
 from minigrad._tensor import Tensor
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "max_pool2d"]
+
+
+def _zeros(xp, shape, dtype, channels_last: bool):
+    """Zeros of (N, C, H, W) ``shape``, stored (N, H, W, C) when ``channels_last``."""
+    if channels_last:
+        n, c, h, w = shape
+        return xp.zeros((n, h, w, c), dtype=dtype).transpose(0, 3, 1, 2)
+    return xp.zeros(shape, dtype=dtype)
 
 
 class MaxPool2d(Op):
@@ -32,8 +41,13 @@ class MaxPool2d(Op):
         xp = ctx.xp
         n, c = x.shape[:2]
         # one contiguous copy, window offset first: then every step below is a fast whole-array op
-        win = _windows(xp, _pad(xp, x, g, -math.inf), g, *out_hw).transpose(2, 3, 0, 1, 4, 5)
-        win = xp.ascontiguousarray(win).reshape(g.kernel[0] * g.kernel[1], n, c, *out_hw)
+        # (channels_last input: channels innermost, so the result is channels_last too, as in PyTorch)
+        last = is_channels_last(x)
+        win = _windows(xp, _pad(xp, x, g, -math.inf), g, *out_hw).transpose(
+            (2, 3, 0, 4, 5, 1) if last else (2, 3, 0, 1, 4, 5))
+        win = xp.ascontiguousarray(win).reshape(g.kernel[0] * g.kernel[1], *win.shape[2:])
+        if last:
+            win = win.transpose(0, 1, 4, 2, 3)
         y = win.max(axis=0)
         # the first offset holding the maximum, as torch picks (a NaN window points at offset 0)
         idx = xp.zeros(y.shape, dtype="int8" if len(win) < 128 else "int64")
@@ -110,7 +124,7 @@ class WindowSum(Op):
     def forward(ctx, x, g, out_hw):
         ctx.geometry, ctx.hw = g, x.shape[2:]
         xpad = _pad(ctx.xp, x, g)
-        y = ctx.xp.zeros((*x.shape[:2], *out_hw), dtype=x.dtype)
+        y = _zeros(ctx.xp, (*x.shape[:2], *out_hw), x.dtype, is_channels_last(x))
         for _, _, rows, cols in _offsets(g, *out_hw):
             y += xpad[:, :, rows, cols]
         return y

@@ -6,5 +6,6 @@ from minigrad.optim.lbfgs import LBFGS
 from minigrad.optim.optimizer import Optimizer
 from minigrad.optim.rmsprop import RMSprop
 from minigrad.optim.sgd import SGD
+from minigrad.optim.sparse_adam import SparseAdam
 
-__all__ = ["Adam", "AdamW", "LBFGS", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]
+__all__ = ["Adam", "AdamW", "LBFGS", "Optimizer", "RMSprop", "SGD", "SparseAdam", "lr_scheduler"]

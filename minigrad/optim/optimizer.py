@@ -14,11 +14,14 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 from minigrad.autograd.grad_mode import enable_grad
+from minigrad.errors import ArgumentError
 from minigrad._tensor import Tensor
 
 
 class Optimizer:
     """Base class: subclasses set ``defaults`` and implement ``step(closure=None)``."""
+
+    accepts_sparse = False  # SGD and SparseAdam apply sparse gradients
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]) -> None:
         self.defaults = defaults
@@ -51,7 +54,7 @@ class Optimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         for group in self.param_groups:
             for p in group["params"]:
-                if set_to_none:
+                if set_to_none or (p.grad is not None and p.grad.is_sparse):  # a sparse grad is dropped
                     p.grad = None
                 elif p.grad is not None:
                     p.grad = p.grad.detach()
@@ -69,7 +72,14 @@ class Optimizer:
             return closure()
 
     def _params_with_grad(self, group: dict[str, Any]) -> Iterable[Tensor]:
-        return (p for p in group["params"] if p.grad is not None)
+        """The group's parameters that have a gradient; a sparse one (``minigrad.ops.sparse``) is an
+        error unless the optimizer sets ``accepts_sparse``, as in PyTorch."""
+        for p in group["params"]:
+            if p.grad is not None:
+                if p.grad.is_sparse and not self.accepts_sparse:
+                    raise ArgumentError(f"{type(self).__name__} does not support sparse gradients; use "
+                                        "optim.SparseAdam or optim.SGD")
+                yield p
 
     def state_dict(self) -> dict[str, Any]:
         """``{"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}``, as torch."""

@@ -10,11 +10,15 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from minigrad.autograd.grad_mode import no_grad
+from minigrad.errors import ArgumentError
 from minigrad.optim.optimizer import Optimizer
+from minigrad.ops.sparse import add_
 from minigrad._tensor import Tensor
 
 
 class SGD(Optimizer):
+    accepts_sparse = True
+
     def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False) -> None:
         if lr < 0 or momentum < 0 or weight_decay < 0:
@@ -31,6 +35,9 @@ class SGD(Optimizer):
         for group in self.param_groups:
             mu, wd = group["momentum"], group["weight_decay"]
             for p in self._params_with_grad(group):
+                if p.grad.is_sparse:
+                    self._sparse_step(p, group)
+                    continue
                 g = -p.grad if group["maximize"] else p.grad
                 if wd:
                     g = g + wd * p
@@ -45,3 +52,21 @@ class SGD(Optimizer):
                 p.sub_(g, alpha=group["lr"])
         return loss
         ### END SOLUTION
+
+    def _sparse_step(self, p: Tensor, group: dict) -> None:
+        """A sparse gradient (``nn.Embedding(sparse=True)``) moves only its rows. The momentum
+        buffer is sparse too, so untouched rows cost nothing, with the same values as the dense
+        rule: ``mu * buf`` decays every stored row. Weight decay would touch every row; PyTorch
+        refuses it with sparse gradients, and so does minigrad."""
+        if group["weight_decay"]:
+            raise ArgumentError("SGD: weight_decay is not supported with sparse gradients (it would update "
+                                f"every row); got weight_decay={group['weight_decay']}")
+        g = -p.grad if group["maximize"] else p.grad
+        mu = group["momentum"]
+        if mu:
+            state = self.state[p]
+            buf = state.get("momentum_buffer")
+            buf = g.coalesce() if buf is None else (buf * mu + g * (1 - group["dampening"])).coalesce()
+            state["momentum_buffer"] = buf
+            g = (g + buf * mu).coalesce() if group["nesterov"] else buf
+        add_(p, g, -group["lr"])
