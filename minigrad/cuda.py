@@ -16,6 +16,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.backend import Device, PeakAllocator, watch_memory_pool
 from minigrad.errors import DeviceError
+from minigrad.memory.pool import format_summary
 
 __all__ = [
     "current_device", "device_count", "empty_cache", "is_available", "manual_seed", "manual_seed_all",
@@ -109,8 +110,6 @@ def memory_stats(device: int | str | Device | None = None) -> dict[str, int]:
 
 def memory_summary(device: int | str | Device | None = None) -> str:
     """``memory_stats`` as a short table, as ``torch.cuda.memory_summary``."""
-    from minigrad.memory.pool import format_summary
-
     return format_summary(str(_device(device)), memory_stats(device))
 
 

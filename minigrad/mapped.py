@@ -32,7 +32,7 @@ from typing import Any, BinaryIO, Callable
 import numpy  # the arrays are numpy views of the mapped file
 
 from minigrad import backend
-from minigrad.errors import DTypeError
+from minigrad.errors import CheckpointError, DTypeError
 
 ALIGN = 64
 _ZIPALIGN_ID = 0xD935  # the extra-field id Android's zipalign uses for padding
@@ -65,8 +65,6 @@ def _check_digest(f: BinaryIO, start: int, length: int, digest: str, index: int,
 def read_checkpoint(f: BinaryIO, file_size: int, checked_metadata: Callable) -> tuple[dict, list]:
     """The metadata and the arrays, as private maps, of an open native checkpoint.
     ``checked_metadata`` is serialization's check of the zip members and the metadata."""
-    from minigrad.serialization import CheckpointError
-
     with zipfile.ZipFile(f) as z:
         meta = checked_metadata(z, file_size)
         infos = [z.getinfo(f"arr_{i}.npy") for i in range(len(meta["sha256"]))]
@@ -122,7 +120,6 @@ def save_safetensors(state_dict: dict, path: str | os.PathLike, metadata: dict[s
 def load_safetensors(path: str | os.PathLike, device: Any = None, mmap: bool = True) -> dict:
     """A ``.safetensors`` file as ``{name: Tensor}``; on the cpu with ``mmap`` each tensor is a
     private map of the file. The header is checked against the file before anything is mapped."""
-    from minigrad.serialization import CheckpointError
     from minigrad._tensor import Tensor, _wrap
 
     path = Path(path)
@@ -146,8 +143,6 @@ def load_safetensors(path: str | os.PathLike, device: Any = None, mmap: bool = T
 def _safetensors_header(f: BinaryIO, size: int) -> tuple[dict, int]:
     """``{name: (dtype, shape, offset)}`` and where the data starts, after checking that the
     tensors tile the data section exactly, as the format requires."""
-    from minigrad.serialization import CheckpointError
-
     if size < 8:
         raise CheckpointError(f"not a safetensors file ({size} bytes)")
     (n,) = struct.unpack("<Q", f.read(8))

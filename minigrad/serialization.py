@@ -33,14 +33,11 @@ import numpy  # file I/O on host arrays: .npy encoding is numpy's format
 
 from minigrad import backend, mapped
 from minigrad._tensor import Tensor, _wrap
+from minigrad.errors import CheckpointError
 
 FORMAT = "minigrad-checkpoint"
 VERSION = 1
 _META = "metadata.json"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be read back: damaged, truncated, tampered or not one at all."""
 
 
 def save(obj: Any, path: str | os.PathLike) -> None:

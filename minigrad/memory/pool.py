@@ -244,34 +244,3 @@ def format_summary(device: str, stats: dict) -> str:
 
 cpu_allocator = CachingAllocator()  # the pool that minigrad's CPU temporaries use (see its callers)
 
-
-def _device(device: Any) -> Any:
-    from minigrad.backend import Device
-
-    return Device("cpu" if device is None else device)
-
-
-def memory_stats(device: Any = None) -> dict[str, int | float]:
-    """The caching allocator's figures for ``device`` (default: cpu): minigrad's CPU pool, or
-    CuPy's pool on cuda (``minigrad.cuda.memory_stats``)."""
-    dev = _device(device)
-    if dev.type == "cuda":
-        from minigrad import cuda
-
-        return cuda.memory_stats(dev)
-    return cpu_allocator.memory_stats()
-
-
-def memory_summary(device: Any = None) -> str:
-    """``memory_stats(device)`` as a short table."""
-    return format_summary(str(_device(device)), memory_stats(device))
-
-
-def empty_cache(device: Any = None) -> None:
-    """Give the cached, unused blocks of ``device``'s pool (default: cpu) back to the system."""
-    dev = _device(device)
-    if dev.type == "cuda":
-        from minigrad import cuda
-
-        return cuda.empty_cache()
-    cpu_allocator.empty_cache()
