@@ -1,4 +1,4 @@
-"""The caching allocator (minigrad.memory.pool), measured: a training step's allocations with and
+"""The caching allocator (minigrad.allocator), measured: a training step's allocations with and
 without the pool, time and peak reserved memory side by side.
 
 The step's allocation pattern is an MLP's: forward allocates one activation per layer and keeps
@@ -8,6 +8,10 @@ buffer with ``numpy.empty``; "pool" takes it from a ``CachingAllocator``. Peak m
 numpy, the most bytes live at once (what malloc must hold at least), and for the pool its peak
 reserved bytes. Run with a small width (many small buffers: Python's per-call cost dominates) and
 a large one (buffers of several MiB: malloc maps and the kernel zero-fills fresh pages each step).
+
+Then the pool where minigrad uses it: im2col's columns (``ops/conv.py``), the one CPU temporary
+of 256 KiB and more that an op copies into a buffer of its own choosing; a small CNN's training
+step (forward, loss, backward, SGD) with ``allocator.enable(False)`` and with the pool.
 
 ``python benchmarks/bench_pool.py [--repeats R] [--steps N]``.
 """
@@ -20,7 +24,9 @@ from common import interleaved  # first: sets BLAS threads before numpy
 
 import numpy
 
-from minigrad.memory.pool import CachingAllocator
+import minigrad
+from minigrad import allocator, nn
+from minigrad.allocator import CachingAllocator
 
 
 def step_pattern(batch: int, width: int, layers: int) -> list[tuple[str, int, int]]:
@@ -77,6 +83,28 @@ def main() -> None:
         case = f"batch {batch} x {width}, {layers} layers ({mib:.2f} MiB)"
         print(f"{case:34}{times['numpy']:10.3f}{times['pool']:10.3f}{times['pool'] / times['numpy']:11.2f}x"
               f"{peak_live(events) / 2**20:16.1f}{pool.memory_stats()['reserved_bytes.all.peak'] / 2**20:19.1f}")
+
+    minigrad.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(32 * 32 * 32, 10))
+    opt = minigrad.optim.SGD(model.parameters(), lr=0.01)
+    x, y = minigrad.randn(32, 3, 32, 32), minigrad.randint(0, 10, (32,))
+
+    def step(pooled: bool) -> None:
+        allocator.enable(pooled)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    allocator.cpu_allocator.reset_stats()
+    times = interleaved({"no pool": lambda: step(False), "pool": lambda: step(True)}, args.repeats, args.steps)
+    allocator.enable(True)
+    stats = allocator.cpu_allocator.memory_stats()
+    print(f"\nCNN step (batch 32, 3->32->32 channels, 32x32): no pool {times['no pool']:.1f} ms, pool "
+          f"{times['pool']:.1f} ms ({times['pool'] / times['no pool']:.2f}x); pool reserved "
+          f"{stats['reserved_bytes.all.peak'] / 2**20:.1f} MiB at peak, {stats['num_cache_hits']} of "
+          f"{stats['num_alloc']} allocations served from the cache")
 
 
 if __name__ == "__main__":

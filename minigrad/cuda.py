@@ -16,7 +16,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.backend import Device, PeakAllocator, watch_memory_pool
 from minigrad.errors import DeviceError
-from minigrad.memory.pool import format_summary
+from minigrad.allocator import format_summary
 
 __all__ = [
     "current_device", "device_count", "empty_cache", "is_available", "manual_seed", "manual_seed_all",
@@ -95,7 +95,7 @@ def reset_peak_memory_stats(device: int | str | Device | None = None) -> None:
 
 def memory_stats(device: int | str | Device | None = None) -> dict[str, int]:
     """CuPy's pool in ``torch.cuda.memory_stats``'s names (CuPy is a caching allocator of the
-    same design as minigrad's CPU pool, ``minigrad.memory.pool``; it reports no block layout)."""
+    same design as minigrad's CPU pool, ``minigrad.allocator``; it reports no block layout)."""
     allocator, index = _pool(device)
     with allocator.cupy.cuda.Device(index):  # the pool answers for the current GPU
         pool = allocator.pool

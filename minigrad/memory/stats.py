@@ -1,5 +1,5 @@
 """``memory_stats``, ``memory_summary`` and ``empty_cache`` for either device, as ``minigrad.*``
-(chapter 03): minigrad's caching allocator on the cpu (``memory.pool``), CuPy's pool on cuda
+(chapter 03): minigrad's caching allocator on the cpu (``minigrad.allocator``), CuPy's pool on cuda
 (``minigrad.cuda``). torch has these under ``torch.cuda`` only; minigrad has both there too.
 """
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from minigrad import cuda
 from minigrad.backend import Device
-from minigrad.memory.pool import cpu_allocator, format_summary
+from minigrad.allocator import cpu_allocator, format_summary
 
 
 def _device(device: Any) -> Device:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import threading
 import weakref
 from typing import Any
 
@@ -86,10 +87,15 @@ class CachingAllocator:
         self.segments: dict[int, Segment] = {}
         self.free_lists: dict[tuple[int, bool], list] = {}  # (stream, small) -> sorted [(key, block)]
         self._next_id = 0
+        # blocks whose arrays died: a weakref callback may run inside malloc (the garbage collector
+        # runs at any allocation) or on another thread, so it only queues; malloc frees them first
+        self._dead: list[Block] = []
+        self._lock = threading.RLock()  # bookkeeping is shared by every thread
         self.reset_stats()
 
     def reset_stats(self) -> None:
         """Zero the counters and start the peaks from what is in use now."""
+        self._free_dead()
         self.allocated = sum(b.size for b in self.blocks() if b.allocated)
         self.requested = sum(b.requested for b in self.blocks() if b.allocated)
         self.reserved = sum(s.size for s in self.segments.values())
@@ -100,6 +106,16 @@ class CachingAllocator:
     def malloc(self, nbytes: int, stream: int = 0) -> Block:
         """A block of at least ``nbytes`` for ``stream``: the best-fitting cached one, split if it
         is much larger, or a fresh segment when none fits."""
+        with self._lock:
+            self._free_dead()
+            return self._malloc(nbytes, stream)
+
+    def _free_dead(self) -> None:
+        with self._lock:
+            while self._dead:
+                self._free(self._dead.pop())
+
+    def _malloc(self, nbytes: int, stream: int) -> Block:
         size = round_size(nbytes)
         small = size <= SMALL_SIZE
         free = self.free_lists.setdefault((stream, small), [])
@@ -136,6 +152,10 @@ class CachingAllocator:
 
     def free(self, block: Block) -> None:
         """Return ``block`` to its stream's free list, merged with free neighbours."""
+        with self._lock:
+            self._free(block)
+
+    def _free(self, block: Block) -> None:
         if not block.allocated:
             raise ValueError(f"free: block at offset {block.offset} of segment {block.segment.id} is not allocated")
         block.allocated, block.ref = False, None
@@ -170,11 +190,16 @@ class CachingAllocator:
         block = self.malloc(nbytes, stream)
         view = memoryview(block.segment.buffer)[block.offset:block.offset + nbytes]
         array = numpy.frombuffer(view, dtype)
-        block.ref = weakref.ref(array, lambda _, b=block: self.free(b))
+        block.ref = weakref.ref(array, lambda _, b=block: self._dead.append(b))
         return array.reshape(shape)
 
     def empty_cache(self) -> None:
         """Give back every segment that holds no live block."""
+        with self._lock:
+            self._free_dead()
+            self._release_free_segments()
+
+    def _release_free_segments(self) -> None:
         for segment in list(self.segments.values()):
             first = segment.head
             if not first.allocated and first.size == segment.size:
@@ -201,6 +226,7 @@ class CachingAllocator:
         cannot be given back and serves only requests that fit in its pieces. ``fragmentation``
         is ``1 - largest free block / free bytes`` (0: all free memory in one piece).
         """
+        self._free_dead()
         free = [b.size for b in self.blocks() if not b.allocated]
         partly_used = {b.segment.id for b in self.blocks() if b.allocated}
         split = sum(b.size for b in self.blocks() if not b.allocated and b.segment.id in partly_used)
@@ -242,5 +268,27 @@ def format_summary(device: str, stats: dict) -> str:
     return "\n".join(lines)
 
 
-cpu_allocator = CachingAllocator()  # the pool that minigrad's CPU temporaries use (see its callers)
+cpu_allocator = CachingAllocator()  # the pool that minigrad's CPU temporaries use
+
+# bench_pool.py: the pool's Python bookkeeping costs ~20 us a call, several times numpy.empty for
+# small arrays, and halves the cost of buffers of 256 KiB and more, whose fresh pages malloc maps
+# and the kernel zero-fills on every step. So only large temporaries come from the pool.
+POOL_MIN_BYTES = 256 << 10
+_enabled = True
+
+
+def enable(on: bool) -> bool:
+    """Turn the CPU pool on or off for minigrad's temporaries (it is on); returns the old setting."""
+    global _enabled
+    old, _enabled = _enabled, bool(on)
+    return old
+
+
+def ascontiguousarray(xp: Any, a: Any) -> Any:
+    """``xp.ascontiguousarray(a)``, copied into a pooled block on the cpu when ``a`` is large."""
+    if xp is not numpy or not _enabled or a.nbytes < POOL_MIN_BYTES:
+        return xp.ascontiguousarray(a)
+    out = cpu_allocator.empty(a.shape, a.dtype)
+    numpy.copyto(out, a)
+    return out
 
