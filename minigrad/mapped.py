@@ -130,13 +130,15 @@ def load_safetensors(path: str | os.PathLike, device: Any = None, mmap: bool = T
             header, start = _safetensors_header(f, size)
         except CheckpointError as e:
             raise CheckpointError(f"{path}: {e}") from None
-        whole = Map(f.fileno(), 0, access=ACCESS_COPY)
-    out = {}
-    for name, (dtype, shape, begin) in header.items():
-        array = _view(whole, shape, dtype, start + begin)
-        if not mmap:
-            array = array.copy()
-        out[name] = _wrap(array, device) if device is backend.cpu else Tensor(array, device=device)
+        whole = Map(f.fileno(), 0, access=ACCESS_COPY) if mmap else None
+        out = {}
+        for name, (dtype, shape, begin) in header.items():
+            if mmap:
+                array = _view(whole, shape, dtype, start + begin)
+            else:  # read straight into the tensor's own array (a map then a copy would hold both)
+                f.seek(start + begin)
+                array = numpy.fromfile(f, dtype, math.prod(shape)).reshape(shape)
+            out[name] = _wrap(array, device) if device is backend.cpu else Tensor(array, device=device)
     return out
 
 
