@@ -7,6 +7,7 @@ import pytest
 import minigrad as mg
 from minigrad import nn
 from minigrad.errors import DeviceError, ShapeError
+from minigrad.meta import MetaArray
 
 
 def test_creation_and_ops_compute_shapes_and_dtypes_only():
@@ -18,7 +19,7 @@ def test_creation_and_ops_compute_shapes_and_dtypes_only():
     assert y.T.shape == (5, 4) and y[1:, None].shape == (3, 1, 5) and mg.cat([y, y]).shape == (8, 5)
     assert (x > 0).dtype == mg.bool_ and mg.arange(5, device="meta").dtype == mg.int64
     assert repr(x) == "tensor(..., device='meta', size=(4, 3))"
-    assert x.array.nbytes == 48 and isinstance(x.array, mg.meta.MetaArray)
+    assert x.array.nbytes == 48 and isinstance(x.array, MetaArray)
 
 
 def test_matches_torch_on_meta():
