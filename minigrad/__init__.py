@@ -34,6 +34,7 @@ from minigrad.ops.sparse import sparse_coo_tensor  # noqa: E402
 from minigrad import autograd, data, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
 from minigrad import cuda  # noqa: E402,F401  (minigrad.cuda.is_available(); cupy is imported only on use)
 from minigrad import memory  # noqa: E402,F401  (minigrad.memory.checkpoint, .track)
+from minigrad.memory.stats import empty_cache, memory_stats, memory_summary  # noqa: E402  (cpu or cuda)
 from minigrad.amp import autocast, GradScaler  # noqa: E402
 from minigrad import profiler  # noqa: E402,F401  (minigrad.profiler.profile())
 from minigrad import distributed  # noqa: E402,F401  (MPI is imported only by init_process_group)

@@ -133,6 +133,9 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
+        if self.device.type == "meta":  # no values to print, as torch: tensor(..., device='meta', size=(2, 3))
+            return f"tensor(..., device='meta', size={tuple(self.shape)}" + (
+                f", dtype={self.dtype})" if self.dtype is not backend.get_default_dtype() else ")")
         body = backend.numpy.array2string(
             self.detach().numpy(), separator=", ", precision=4, prefix="tensor(", threshold=100
         )
@@ -481,7 +484,7 @@ def parse_to_args(args: tuple, dtype: Any, device: Any) -> tuple[Any, Device | N
     for a in args:
         if isinstance(a, Tensor):
             dtype, device = a.dtype, a.device
-        elif isinstance(a, Device) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
+        elif isinstance(a, Device) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda", "meta")):
             device = a
         else:
             dtype = a

@@ -98,8 +98,8 @@ class Device:
         if dev is not None:
             return dev
         kind, _, index = key.partition(":")
-        if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
-            raise DeviceError(f"unknown device {spec!r}; expected 'cpu', 'cuda' or 'cuda:N'")
+        if kind not in ("cpu", "cuda", "meta") or (index and not index.isdigit()) or (kind == "meta" and index):
+            raise DeviceError(f"unknown device {spec!r}; expected 'cpu', 'cuda', 'cuda:N' or 'meta'")
         if kind == "cuda" and not index:
             dev = cls("cuda:0")
             cls._cache[key] = dev
@@ -160,6 +160,8 @@ class Device:
 def _array_module(dev: Device):
     if dev.type == "cpu":
         return numpy
+    if dev.type == "meta":  # shapes and dtypes only (minigrad.meta, chapter 01)
+        return importlib.import_module("minigrad.meta").xp
     try:
         cupy = importlib.import_module("cupy")
     except ImportError:
@@ -250,15 +252,23 @@ def device(spec: str | Device = "cpu") -> Device:
 
 def device_of(array: Any) -> Device:
     """The device an array lives on: a cupy array's ``device`` is its GPU; a numpy array's is the
-    string ``"cpu"``, and scalars and lists have none."""
+    string ``"cpu"`` (a meta array's ``"meta"``), and scalars and lists have none."""
     gpu = getattr(array, "device", "cpu")
-    return cpu if isinstance(gpu, str) else Device(f"cuda:{gpu.id}")
+    if isinstance(gpu, str):
+        return cpu if gpu == "cpu" else Device(gpu)
+    return Device(f"cuda:{gpu.id}")
 
 
 def to_device(array: Any, dev: Device) -> Any:
-    """Copy an array to ``dev`` (no copy when it is already there)."""
-    if device_of(array) is dev:
+    """Copy an array to ``dev`` (no copy when it is already there). Going to ``meta`` keeps the
+    shape and dtype only; a meta array has nothing to copy anywhere else."""
+    source = device_of(array)
+    if source is dev:
         return array
+    if dev.type == "meta":
+        return dev.xp.empty(numpy.shape(array), array.dtype)
+    if source.type == "meta":
+        array.get()  # raises: a meta tensor has no data to copy
     if dev.type == "cpu":
         return array.get()
     with selected(dev):

@@ -16,10 +16,11 @@ from typing import Any
 from minigrad import backend
 from minigrad.backend import Device, PeakAllocator, watch_memory_pool
 from minigrad.errors import DeviceError
+from minigrad.allocator import format_summary
 
 __all__ = [
     "current_device", "device_count", "empty_cache", "is_available", "manual_seed", "manual_seed_all",
-    "max_memory_allocated", "memory_allocated", "reset_peak_memory_stats", "synchronize",
+    "max_memory_allocated", "memory_allocated", "memory_stats", "memory_summary", "reset_peak_memory_stats", "synchronize",
 ]
 
 
@@ -90,6 +91,26 @@ def reset_peak_memory_stats(device: int | str | Device | None = None) -> None:
     """Start measuring ``max_memory_allocated`` again from what is in use now."""
     allocator, index = _pool(device)
     allocator.peak[index] = allocator.used(index)
+
+
+def memory_stats(device: int | str | Device | None = None) -> dict[str, int]:
+    """CuPy's pool in ``torch.cuda.memory_stats``'s names (CuPy is a caching allocator of the
+    same design as minigrad's CPU pool, ``minigrad.allocator``; it reports no block layout)."""
+    allocator, index = _pool(device)
+    with allocator.cupy.cuda.Device(index):  # the pool answers for the current GPU
+        pool = allocator.pool
+        return {
+            "allocated_bytes.all.current": pool.used_bytes(),
+            "allocated_bytes.all.peak": max(allocator.peak.get(index, 0), pool.used_bytes()),
+            "reserved_bytes.all.current": pool.total_bytes(),
+            "cached_bytes": pool.free_bytes(),
+            "cached_blocks": pool.n_free_blocks(),
+        }
+
+
+def memory_summary(device: int | str | Device | None = None) -> str:
+    """``memory_stats`` as a short table, as ``torch.cuda.memory_summary``."""
+    return format_summary(str(_device(device)), memory_stats(device))
 
 
 def empty_cache() -> None:

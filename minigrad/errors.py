@@ -36,3 +36,7 @@ class AnomalyError(RuntimeError):
 class TraceError(RuntimeError):
     """Something the tracer cannot record faithfully (a write that bypassed the ops, a bad output),
     or a recorded graph that cannot replay (a ``.grad`` it reads is gone)."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read back: damaged, truncated, tampered or not one at all."""

@@ -31,20 +31,20 @@ from typing import Any
 
 import numpy  # file I/O on host arrays: .npy encoding is numpy's format
 
-from minigrad import backend
-from minigrad._tensor import Tensor
+from minigrad import backend, mapped
+from minigrad._tensor import Tensor, _wrap
+from minigrad.errors import CheckpointError
 
 FORMAT = "minigrad-checkpoint"
 VERSION = 1
 _META = "metadata.json"
 
 
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be read back: damaged, truncated, tampered or not one at all."""
-
-
 def save(obj: Any, path: str | os.PathLike) -> None:
-    """Write ``obj`` (dicts, lists, tuples, Tensors, arrays, numbers, strings, None) to ``path``."""
+    """Write ``obj`` (dicts, lists, tuples, Tensors, arrays, numbers, strings, None) to ``path``;
+    a path ending in ``.safetensors`` takes a flat ``{name: Tensor}`` state dict in that format."""
+    if str(path).endswith(".safetensors"):
+        return mapped.save_safetensors(obj, path)
     ### BEGIN SOLUTION chapter 01: saving a checkpoint
     path = Path(path)
     arrays: list[numpy.ndarray] = []
@@ -69,7 +69,7 @@ def save(obj: Any, path: str | os.PathLike) -> None:
         with os.fdopen(fd, "wb") as f:
             with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
                 for i, b in enumerate(buffers):
-                    z.writestr(f"arr_{i}.npy", b)
+                    z.writestr(mapped.aligned_member(f"arr_{i}.npy", f.tell()), b)
                 z.writestr(_META, json.dumps(meta))
             f.flush()
             os.fsync(f.fileno())
@@ -105,19 +105,25 @@ def _running(pid: int) -> bool:
     return True
 
 
-def load(path: str | os.PathLike, map_location: Any = None) -> Any:
+def load(path: str | os.PathLike, map_location: Any = None, mmap: bool = False) -> Any:
     """Read a checkpoint written by ``save``; tensors go to ``map_location`` (default: cpu).
 
     Everything in the file is checked before it is used: member sizes against the file size,
     the metadata against its schema, every array's digest and its ``.npy`` header against the
     bytes present. A file that fails any check raises ``CheckpointError`` saying what is wrong;
-    nothing is allocated beyond the size of the file.
+    nothing is allocated beyond the size of the file. With ``mmap=True`` the arrays are private
+    (copy-on-write) maps of the file instead of copies (``minigrad.mapped``): the digests are
+    checked by streaming the file once, and pages are read when a tensor is first used.
+    A ``.safetensors`` path returns its ``{name: Tensor}`` dict (mapped too with ``mmap=True``).
     """
     path = Path(path)
+    if path.suffix == ".safetensors":
+        return mapped.load_safetensors(path, map_location, mmap)
     device = backend.Device(map_location) if map_location is not None else backend.cpu
     with open(path, "rb") as f:  # a missing or unreadable file raises the usual OSError
         try:
-            meta, arrays = _read(f, os.fstat(f.fileno()).st_size)
+            size = os.fstat(f.fileno()).st_size
+            meta, arrays = mapped.read_checkpoint(f, size, _checked_metadata) if mmap else _read(f, size)
         except CheckpointError as e:
             raise CheckpointError(f"{path}: {e}") from None
         except Exception as e:  # whatever else zipfile or numpy raise on bytes they cannot parse
@@ -132,18 +138,7 @@ def _read(f: Any, file_size: int) -> tuple[dict, list]:
     """The metadata and the arrays of an open checkpoint file, each checked before it is read."""
     ### BEGIN SOLUTION chapter 01: loading a checkpoint
     with zipfile.ZipFile(f) as z:
-        infos = {i.filename: i for i in z.infolist()}
-        if _META not in infos:
-            raise CheckpointError(f"not a minigrad checkpoint (no {_META} inside)")
-        for info in infos.values():
-            _check_member(info, file_size)
-        if infos[_META].file_size > MAX_METADATA_BYTES:
-            raise CheckpointError(f"{_META} is {infos[_META].file_size} bytes, more than the "
-                                  f"{MAX_METADATA_BYTES} a checkpoint's metadata may take")
-        meta = _parse_metadata(z.read(_META))
-        expected = {_META} | {f"arr_{i}.npy" for i in range(len(meta["sha256"]))}
-        if set(infos) != expected:
-            raise CheckpointError(f"members {sorted(set(infos) ^ expected)} are missing or unexpected")
+        meta = _checked_metadata(z, file_size)
         arrays = []
         for i, digest in enumerate(meta["sha256"]):
             raw = z.read(f"arr_{i}.npy")
@@ -152,6 +147,23 @@ def _read(f: Any, file_size: int) -> tuple[dict, list]:
             arrays.append(_read_npy(raw, i))
     return meta, arrays
     ### END SOLUTION
+
+
+def _checked_metadata(z: zipfile.ZipFile, file_size: int) -> dict:
+    """The metadata of an open checkpoint, once its members are known to be those ``save`` writes."""
+    infos = {i.filename: i for i in z.infolist()}
+    if _META not in infos:
+        raise CheckpointError(f"not a minigrad checkpoint (no {_META} inside)")
+    for info in infos.values():
+        _check_member(info, file_size)
+    if infos[_META].file_size > MAX_METADATA_BYTES:
+        raise CheckpointError(f"{_META} is {infos[_META].file_size} bytes, more than the "
+                              f"{MAX_METADATA_BYTES} a checkpoint's metadata may take")
+    meta = _parse_metadata(z.read(_META))
+    expected = {_META} | {f"arr_{i}.npy" for i in range(len(meta["sha256"]))}
+    if set(infos) != expected:
+        raise CheckpointError(f"members {sorted(set(infos) ^ expected)} are missing or unexpected")
+    return meta
 
 
 def _check_member(info: zipfile.ZipInfo, file_size: int) -> None:
@@ -297,7 +309,8 @@ def _decode(node: Any, arrays: list, device: Any) -> Any:
         if array.dtype.name not in backend.DTYPES or (node["requires_grad"] and array.dtype.kind != "f"):
             raise CheckpointError(f"tensor of dtype {array.dtype} (requires_grad={node['requires_grad']}) "
                                   "is not one minigrad can hold")
-        t = Tensor(array, device=device)
+        # the array is the tensor's own (read from the file, or a private map of it): no copy on the cpu
+        t = _wrap(array, device) if device is backend.cpu else Tensor(array, device=device)
         return t.requires_grad_(True) if node["requires_grad"] else t
     if "__ndarray__" in node:
         return arrays[node["__ndarray__"]]

@@ -237,7 +237,13 @@ def test_simulated_memory_pool_figures(simulated_cuda):
     assert mg.cuda.max_memory_allocated() == start + 8000  # y was alive for a moment
     mg.cuda.reset_peak_memory_stats()
     assert mg.cuda.max_memory_allocated() == start + 4000
+    stats = mg.memory_stats("cuda")
+    assert stats == mg.cuda.memory_stats()
+    assert stats["allocated_bytes.all.current"] == start + 4000 == stats["allocated_bytes.all.peak"]
+    assert stats["reserved_bytes.all.current"] == stats["allocated_bytes.all.current"] + stats["cached_bytes"]
+    assert "allocated_bytes.all.current" in mg.memory_summary("cuda") and "cuda:0" in mg.cuda.memory_summary()
     mg.cuda.empty_cache()
+    mg.empty_cache("cuda")
 
 
 def test_simulated_memory_tracker_counts_the_pool(simulated_cuda):

@@ -14,7 +14,7 @@ import itertools
 from collections import OrderedDict, namedtuple
 from typing import Any, Callable, Iterator
 
-from minigrad import backend
+from minigrad import backend, creation
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.backend import Device
 from minigrad.errors import DTypeError
@@ -297,9 +297,13 @@ class Module:
                 m.state_dict(out, prefix + name + ".", keep_vars)
         return out
 
-    def load_state_dict(self, state_dict: dict, strict: bool = True):
+    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False):
         """Copy values into this model's tensors, in place (optimizers keep pointing at them).
 
+        With ``assign=True`` each tensor takes the state dict's memory, device and dtype instead
+        of a copy, as in torch: how a model built on the meta device gets its weights, and how a
+        memory-mapped checkpoint stays mapped. The Parameter objects stay the same (only their
+        array changes), so an optimizer built before still holds them.
         Returns ``(missing_keys, unexpected_keys)``; with ``strict`` either one is an error, and a
         shape mismatch is an error in both modes. All problems are reported together.
         """
@@ -328,7 +332,11 @@ class Module:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
         with no_grad():
             for target, value in pending:
-                target.copy_(value)
+                if assign:
+                    target.array, target.device = value.array, value.device
+                    target._bump_version()
+                else:
+                    target.copy_(value)
         return _IncompatibleKeys(missing, unexpected)
 
     # -- modes, devices and dtypes ----------------------------------------------------------------
@@ -385,6 +393,11 @@ class Module:
                             memory_format=memory_format if t.ndim == 4 else None)
 
         return self._apply(convert)
+
+    def to_empty(self, *, device: Any) -> Module:
+        """Give every parameter and buffer new, uninitialised storage on ``device``, as torch: the
+        step after building a model on the meta device, before loading its weights."""
+        return self._apply(lambda t: creation.empty(*t.shape, dtype=t.dtype, device=device))
 
     def cpu(self) -> Module:
         return self.to(device="cpu")

@@ -17,6 +17,7 @@ from typing import NamedTuple, Sequence
 
 from minigrad.autograd import mode  # autocast casts mixed dtypes itself
 from minigrad.errors import DTypeError, ShapeError
+from minigrad import allocator as pool  # im2col's columns, the largest temporary of a conv step
 from minigrad.ops.elementwise import Op
 from minigrad.ops.layout import is_channels_last
 from minigrad._tensor import Tensor
@@ -81,7 +82,7 @@ def _im2col(xp, x, g: Geometry, groups: int):
     oh, ow = g.out_size(*x.shape[2:])
     win = _windows(xp, _pad(xp, x, g), g, oh, ow).transpose(1, 2, 3, 0, 4, 5)  # (C, KH, KW, N, OH, OW)
     c, kh, kw = win.shape[:3]
-    return xp.ascontiguousarray(win).reshape(groups, c // groups * kh * kw, x.shape[0] * oh * ow)
+    return pool.ascontiguousarray(xp, win).reshape(groups, c // groups * kh * kw, x.shape[0] * oh * ow)
 
 
 def _col2im(xp, cols, g: Geometry, h: int, w: int):
