@@ -1,0 +1,92 @@
+"""Compiling generated C with the system compiler into a cached shared library (chapter 03).
+
+``build(source)`` compiles a kernel's C source once into a shared library and loads it with
+ctypes. Libraries live in a cache directory (``MINIGRAD_CACHE_DIR``, else ``~/.cache/minigrad``),
+named by a hash of the source, the compiler and its flags, so a second process (or a second run)
+loads the library without compiling. Each compile writes a private temporary file and renames it
+into place, which is atomic: processes compiling the same kernel at once never see half a library.
+
+The flags are ``-O3 -march=native -fopenmp`` plus the fast-math ones that keep eager's answers:
+``-ffast-math`` lets gcc reassociate and call glibc's vector math library (``libmvec``) for
+``tanhf`` and ``expf``, and ``-fno-finite-math-only`` keeps NaN and Inf meaning what they mean in
+numpy (without it ``x != x`` is folded to false, and ``relu(nan)`` would be 0). When no compiler is
+found, or it fails, ``build`` raises ``CompilerUnavailable`` saying why; the caller then runs the
+blocked numpy kernel and warns once (``minigrad.graph.codegen.c``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+__all__ = ["FLAGS", "CompilerUnavailable", "build", "cache_dir", "compiler"]
+
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffast-math", "-fno-finite-math-only", "-fPIC", "-shared")
+LIBS = ("-lmvec", "-lm")  # libmvec: the vector tanhf/expf that -ffast-math loops call
+
+_lock = threading.Lock()
+_loaded: dict[str, ctypes.CDLL] = {}
+
+
+class CompilerUnavailable(RuntimeError):
+    """No C compiler, or it failed on a kernel: the message says which and why."""
+
+
+def compiler() -> str | None:
+    """The C compiler to use: ``$CC`` if set, else ``gcc`` or ``cc`` on the PATH; None if none."""
+    cc = os.environ.get("CC")
+    if cc:
+        return shutil.which(cc)
+    return shutil.which("gcc") or shutil.which("cc")
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels are kept: ``$MINIGRAD_CACHE_DIR`` or ``~/.cache/minigrad``, then ``kernels``."""
+    root = os.environ.get("MINIGRAD_CACHE_DIR") or Path.home() / ".cache" / "minigrad"
+    return Path(root) / "kernels"
+
+
+def build(source: str) -> ctypes.CDLL:
+    """Compile ``source`` (once per source, compiler and flags) and load it."""
+    cc = compiler()
+    if cc is None:
+        raise CompilerUnavailable("no C compiler found ($CC, gcc or cc on the PATH)")
+    key = hashlib.sha256("\0".join([source, cc, *FLAGS, *LIBS]).encode()).hexdigest()[:24]
+    with _lock:
+        if key in _loaded:
+            return _loaded[key]
+        directory = cache_dir()
+        library = directory / f"k{key}.so"
+        if not library.exists():
+            _compile(cc, source, directory, library)
+        try:
+            _loaded[key] = ctypes.CDLL(str(library))
+        except OSError as e:
+            raise CompilerUnavailable(f"{cc} built {library.name}, but it does not load: {e}") from e
+        return _loaded[key]
+
+
+def _compile(cc: str, source: str, directory: Path, library: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
+    os.close(fd)
+    c_file = tmp[:-3] + ".c"
+    try:
+        Path(c_file).write_text(source)
+        run = subprocess.run([cc, *FLAGS, "-o", tmp, c_file, *LIBS], capture_output=True, text=True)
+        if run.returncode != 0:
+            tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
+            raise CompilerUnavailable(f"{Path(cc).name} failed ({run.returncode}): " + " / ".join(tail))
+        os.replace(tmp, library)  # atomic: another process sees no library or a whole one
+    except OSError as e:
+        raise CompilerUnavailable(f"{Path(cc).name} could not run: {e}") from e
+    finally:
+        for path in (tmp, c_file):
+            if os.path.exists(path):
+                os.unlink(path)
