@@ -44,7 +44,7 @@ __all__ = ["CKernel", "KernelWarning", "generate", "unsupported"]
 xp = _cpu_device.xp
 _C_TYPES = {"bool": "_Bool", "float32": "float", "float64": "double"}
 PARALLEL_MIN_SIZE = 1 << 15  # elements; smaller loops run on one thread (waking the others costs more)
-# glibc's vector math functions: declared ``simd`` here, so -fno-finite-math-only loops still call them
+# glibc's vector math functions: declared ``simd`` here, as -ffast-math would (codegen.cc says why not it)
 _VECTOR_MATH = ("exp", "log", "sin", "cos", "tanh", "pow", "erf", "log1p")
 _warned: set[str] = set()
 

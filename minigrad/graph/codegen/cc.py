@@ -6,10 +6,12 @@ named by a hash of the source, the compiler and its flags, so a second process (
 loads the library without compiling. Each compile writes a private temporary file and renames it
 into place, which is atomic: processes compiling the same kernel at once never see half a library.
 
-The flags are ``-O3 -march=native -fopenmp`` plus the fast-math ones that keep eager's answers:
-``-ffast-math`` lets gcc reassociate and call glibc's vector math library (``libmvec``) for
-``tanhf`` and ``expf``, and ``-fno-finite-math-only`` keeps NaN and Inf meaning what they mean in
-numpy (without it ``x != x`` is folded to false, and ``relu(nan)`` would be 0). When no compiler is
+The flags are ``-O3 -march=native -fopenmp`` and the parts of ``-ffast-math`` that keep eager's
+answers: no ``errno`` (so ``sqrtf`` vectorises), reassociation (so a row's sum vectorises), but
+not ``-ffinite-math-only`` (which folds ``x != x`` to false: ``relu(nan)`` would be 0) nor
+``-funsafe-math-optimizations`` (which rewrites ``pow(x, -1.5)`` through ``sqrt``, so that
+``(-inf) ** -1.5`` is NaN, not 0). The generated source declares glibc's vector math functions
+(``libmvec``: ``tanhf``, ``expf``...) itself, which ``-ffast-math`` would have done. When no compiler is
 found, or it fails, ``build`` raises ``CompilerUnavailable`` saying why; the caller then runs the
 blocked numpy kernel and warns once (``minigrad.graph.codegen.c``).
 """
@@ -27,8 +29,9 @@ from pathlib import Path
 
 __all__ = ["FLAGS", "CompilerUnavailable", "build", "cache_dir", "compiler"]
 
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffast-math", "-fno-finite-math-only", "-fPIC", "-shared")
-LIBS = ("-lmvec", "-lm")  # libmvec: the vector tanhf/expf that -ffast-math loops call
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
+         "-fassociative-math", "-fPIC", "-shared")
+LIBS = ("-lmvec", "-lm")  # libmvec: the vector tanhf/expf the loops call
 
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
