@@ -132,6 +132,7 @@ def test_libraries_are_cached_by_source_and_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(cc, "_loaded", {})
     cc.build(SOURCE)
     (library,) = (tmp_path / "kernels").glob("*.so")
+    assert library == cc.library_path(SOURCE)
     stamp = library.stat().st_mtime_ns
     monkeypatch.setattr(cc, "_loaded", {})  # a new process: loads the library, compiles nothing
     fn = cc.build(SOURCE).twice

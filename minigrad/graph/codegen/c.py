@@ -152,12 +152,14 @@ def generate(group: Graph) -> CKernel | cpu.CpuKernel:
     args = ", ".join([f"{_ctype(prog.root)} *out"] + [f"const {_ctype(p)} *{names[p]}" for p in params])
     ops = ", ".join(n.op for n in [prog.anchor] * (prog.anchor is not None) + prog.ops)
     how = f", by rows of {math.prod(rows[_row_split(prog, rows):])}" if rows else ""
-    lines = [f"/* {prog.name}: {ops} -> {tuple(prog.root.shape)} {prog.root.dtype}{how} */", "#include <math.h>",
-             '#define SIMD __attribute__((__simd__("notinbranch")))',
-             " ".join(f"SIMD float {f}f(float{', float' * (f == 'pow')});" for f in _VECTOR_MATH),
-             " ".join(f"SIMD double {f}(double{', double' * (f == 'pow')});" for f in _VECTOR_MATH),
-             "#include <tgmath.h>", "", f"void {prog.name}({args})", "{"]
-    lines += _by_rows(prog, params, names, rows) if rows else _flat(prog, params, names)
+    body = _by_rows(prog, params, names, rows) if rows else _flat(prog, params, names)
+    used = [f for f in _VECTOR_MATH if re.search(rf"\b{f}\(", "\n".join(body))]
+    lines = [f"/* {prog.name}: {ops} -> {tuple(prog.root.shape)} {prog.root.dtype}{how} */", "#include <math.h>"]
+    if used:
+        lines.append('#define SIMD __attribute__((__simd__("notinbranch")))  /* glibc has vector versions */')
+        lines += [f"SIMD float {f}f(float{', float' * (f == 'pow')}); SIMD double {f}(double{', double' * (f == 'pow')});"
+                  for f in used]
+    lines += ["#include <tgmath.h>", "", f"void {prog.name}({args})", "{"] + body
     source = "\n".join(lines + ["}", ""])
     return CKernel(prog, source, [prog.inputs.index(p) for p in leaves], fallback)
 

@@ -27,7 +27,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["FLAGS", "CompilerUnavailable", "build", "cache_dir", "compiler"]
+__all__ = ["FLAGS", "CompilerUnavailable", "build", "cache_dir", "compiler", "library_path"]
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
          "-fassociative-math", "-fPIC", "-shared")
@@ -55,24 +55,28 @@ def cache_dir() -> Path:
     return Path(root) / "kernels"
 
 
+def library_path(source: str) -> Path:
+    """Where the library built from ``source`` by this compiler with these flags is cached."""
+    key = hashlib.sha256("\0".join([source, compiler() or "", *FLAGS, *LIBS]).encode()).hexdigest()[:24]
+    return cache_dir() / f"k{key}.so"
+
+
 def build(source: str) -> ctypes.CDLL:
     """Compile ``source`` (once per source, compiler and flags) and load it."""
     cc = compiler()
     if cc is None:
         raise CompilerUnavailable("no C compiler found ($CC, gcc or cc on the PATH)")
-    key = hashlib.sha256("\0".join([source, cc, *FLAGS, *LIBS]).encode()).hexdigest()[:24]
+    library = library_path(source)
     with _lock:
-        if key in _loaded:
-            return _loaded[key]
-        directory = cache_dir()
-        library = directory / f"k{key}.so"
+        if str(library) in _loaded:
+            return _loaded[str(library)]
         if not library.exists():
-            _compile(cc, source, directory, library)
+            _compile(cc, source, library.parent, library)
         try:
-            _loaded[key] = ctypes.CDLL(str(library))
+            _loaded[str(library)] = ctypes.CDLL(str(library))
         except OSError as e:
             raise CompilerUnavailable(f"{cc} built {library.name}, but it does not load: {e}") from e
-        return _loaded[key]
+        return _loaded[str(library)]
 
 
 def _compile(cc: str, source: str, directory: Path, library: Path) -> None:
