@@ -188,7 +188,8 @@ def main() -> None:
               rng.standard_normal(SHAPE[1:]).astype(numpy.float32)]
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"bench_fusion on {os.cpu_count()} cores, load average {load} (1, 5, 15 min); {blas_info()}")
-    print(f"kernels: C ({' '.join(cc.FLAGS[:-2])}, {os.environ.get('OMP_NUM_THREADS', 'all')} OpenMP threads); "
+    flags = " ".join(f for f in cc.FLAGS if f not in ("-fPIC", "-shared"))
+    print(f"kernels: C ({flags}, {os.environ.get('OMP_NUM_THREADS', 'all')} OpenMP threads); "
           f"numpy blocks of {cpu.BLOCK_SIZE} elements on {cpu.NUM_THREADS} thread(s); "
           f"median of {args.repeats} interleaved repeats x {args.steps} calls")
     print()

@@ -19,8 +19,11 @@ axis does not advance on it (a bias reads ``x1[i1]``, a per-row value ``x2[i0]``
 written as its class declares (``c``: a C expression of its arguments ``{0}, {1}, ...`` and
 ``{T}``, the type it computes in; ``minigrad.ops.op``). This is what TorchInductor's C++ backend
 and tinygrad's Clang backend do. Elementwise groups, with or without a product computed first
-(a matmul's epilogue), become C; groups with a reduction, dtypes C does not share with numpy
-(float16, integers) and ops without a ``c`` declaration keep the blocked numpy kernel. The
+(a matmul's epilogue), become one loop nest. Groups holding reductions over whole rows (a
+LayerNorm, a softmax's sum) become a loop over rows and, in each row, one loop over its columns
+per stretch of ops between reductions (``_by_rows``); a reduction declares its C in ``c_reduce``.
+Groups ending in any other reduction, dtypes C does not share with numpy (float16, integers) and
+ops without a ``c`` declaration keep the blocked numpy kernel (``unsupported`` says why). The
 library is built on the first call (``codegen.cc``); where no compiler is found or it fails,
 the numpy kernel runs instead and a ``KernelWarning`` says why, once.
 """

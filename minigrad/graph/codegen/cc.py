@@ -6,14 +6,14 @@ named by a hash of the source, the compiler and its flags, so a second process (
 loads the library without compiling. Each compile writes a private temporary file and renames it
 into place, which is atomic: processes compiling the same kernel at once never see half a library.
 
-The flags are ``-O3 -march=native -fopenmp`` and the parts of ``-ffast-math`` that keep eager's
-answers: no ``errno`` (so ``sqrtf`` vectorises), reassociation (so a row's sum vectorises), but
-not ``-ffinite-math-only`` (which folds ``x != x`` to false: ``relu(nan)`` would be 0) nor
-``-funsafe-math-optimizations`` (which rewrites ``pow(x, -1.5)`` through ``sqrt``, so that
-``(-inf) ** -1.5`` is NaN, not 0). The generated source declares glibc's vector math functions
-(``libmvec``: ``tanhf``, ``expf``...) itself, which ``-ffast-math`` would have done. When no compiler is
-found, or it fails, ``build`` raises ``CompilerUnavailable`` saying why; the caller then runs the
-blocked numpy kernel and warns once (``minigrad.graph.codegen.c``).
+The flags are ``-O3 -march=native -fopenmp`` (256-bit vectors preferred on x86) and the parts of
+``-ffast-math`` that keep eager's answers: no ``errno`` (so ``sqrtf`` vectorises), reassociation
+(so a row's sum vectorises), but not ``-ffinite-math-only`` (which folds ``x != x`` to false:
+``relu(nan)`` would be 0) nor ``-funsafe-math-optimizations`` (which rewrites ``pow(x, -1.5)``
+through ``sqrt``, so that ``(-inf) ** -1.5`` is NaN, not 0). The generated source declares glibc's
+vector math functions (``libmvec``: ``tanhf``, ``expf``...) itself, as ``-ffast-math`` would.
+When no compiler is found, or it fails, ``build`` raises ``CompilerUnavailable`` saying why; the
+caller then runs the blocked numpy kernel and warns once (``minigrad.graph.codegen.c``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -31,6 +32,8 @@ __all__ = ["FLAGS", "CompilerUnavailable", "build", "cache_dir", "compiler", "li
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
          "-fassociative-math", "-fPIC", "-shared")
+if platform.machine().lower() in ("x86_64", "amd64"):  # gcc tunes some AVX2 CPUs (AMD Zen 1) to 128-bit
+    FLAGS += ("-mprefer-vector-width=256",)            # vectors; 256-bit ones ran the chain ~20% faster
 LIBS = ("-lmvec", "-lm")  # libmvec: the vector tanhf/expf the loops call
 
 _lock = threading.Lock()
