@@ -185,3 +185,21 @@ def test_the_backend_is_chosen_by_argument_or_environment(monkeypatch):
         assert mg.compile(f).backend == "numpy"
     with pytest.raises(ArgumentError, match="'c', 'numpy'.*got 'fortran'"):
         mg.compile(f, backend="fortran")
+
+
+@pytest.mark.parametrize("fn, x", [(lambda a: (a * 2).tanh() + 1, mg.randn(4, 3).half()),  # float16
+                                   (lambda a: (a * 2) + 1, mg.arange(12).reshape(3, 4)),  # integers
+                                   (lambda a: (a * 2).exp().sum(), mg.randn(4, 3))])  # a reduction of everything
+def test_groups_c_does_not_write_keep_the_numpy_kernel(fn, x):
+    graph = trace(fn, x).graph
+    (node,) = [n for n in fuse_elementwise(graph, backend="c") if n.op == "fused"]
+    assert isinstance(node.fn, cpu.CpuKernel)
+    np.testing.assert_array_equal(run_graph(fuse_elementwise(graph, backend="c"), [x])[0], run_graph(graph, [x])[0])
+
+
+def test_large_groups_are_shared_among_threads():
+    """Past ``PARALLEL_MIN_SIZE`` elements the outer loop is an OpenMP loop, and still agrees."""
+    x, y = mg.randn(300, 200), mg.randn(300, 200)
+    (flat,) = check(lambda a, b: (a * b).tanh() - a, x, y)
+    (rows,) = check(layer_norm, x, mg.randn(200), mg.randn(200))
+    assert "parallel for simd schedule(simd: dynamic" in flat.source and "parallel for schedule(dynamic" in rows.source

@@ -5,7 +5,7 @@ per block, each giving up and retaking the GIL. Written as one C loop, each elem
 the whole chain in registers, the compiler vectorises the loop (``tanhf`` and ``expf`` through
 glibc's vector math library) and OpenMP shares it among the cores:
 
-    #pragma omp parallel for simd
+    #pragma omp parallel for simd schedule(simd: dynamic, 131072)
     for (long i = 0; i < 4194304; i++) {
         float a0 = x0[i];
         float v1 = a0 * a0;  // %3 Mul
@@ -47,6 +47,7 @@ __all__ = ["CKernel", "KernelWarning", "generate", "unsupported"]
 xp = _cpu_device.xp
 _C_TYPES = {"bool": "_Bool", "float32": "float", "float64": "double"}
 PARALLEL_MIN_SIZE = 1 << 15  # elements; smaller loops run on one thread (waking the others costs more)
+CHUNKS = 32  # pieces a parallel loop is cut into
 # glibc's vector math functions: declared ``simd`` here, as -ffast-math would (codegen.cc says why not it)
 _VECTOR_MATH = ("exp", "log", "sin", "cos", "tanh", "pow", "erf", "log1p")
 _warned: set[str] = set()
@@ -284,8 +285,7 @@ def _by_rows(prog: Program, params: list[Node], names: dict[Node, str], rows: tu
             body.append(f"{_ctype(n)} {value[n]} = ({_ctype(n)})({final});")
             if n is prog.root:
                 body.append(f"out[r] = {value[n]};")
-    threads = "parallel for" if n_rows * n_cols >= PARALLEL_MIN_SIZE and n_rows > 1 else None
-    head = [f"    #pragma omp {threads}"] if threads else []
+    head = [f"    #pragma omp {_shared(n_rows)}"] if n_rows * n_cols >= PARALLEL_MIN_SIZE and n_rows > 1 else []
     return head + [f"    for (long r = 0; r < {n_rows}L; r++) {{"] + ["        " + line for line in body] + ["    }"]
 
 
@@ -323,16 +323,23 @@ def _index(dims: list[int], full: tuple[bool, ...]) -> str:
     return " + ".join(terms) or "0"
 
 
+def _shared(n: int, simd: bool = False) -> str:
+    """The OpenMP pragma that shares ``n`` iterations among threads in ``CHUNKS`` pieces handed out
+    as threads ask: on a busy machine a thread the OS has not run yet leaves its share to the others."""
+    chunk = max(1, n // CHUNKS)
+    return f"parallel for simd schedule(simd: dynamic, {chunk})" if simd else f"parallel for schedule(dynamic, {chunk})"
+
+
 def _loops(dims: list[int], body: list[str], size: int) -> list[str]:
     """Nested loops over the merged axes: the outer shared among threads, the inner vectorised."""
-    threads = "parallel for " if size >= PARALLEL_MIN_SIZE else ""
+    threads = size >= PARALLEL_MIN_SIZE
     if len(dims) <= 1:
         n = dims[0] if dims else 1
-        return [f"    #pragma omp {threads}simd", f"    for (long i = 0; i < {n}L; i++) {{"] + [
-            "        " + line for line in body] + ["    }"]
+        return [f"    #pragma omp {_shared(n, simd=True) if threads else 'simd'}",
+                f"    for (long i = 0; i < {n}L; i++) {{"] + ["        " + line for line in body] + ["    }"]
     lines, pad = [], "    "
     for k, n in enumerate(dims):
-        pragma = ("simd" if k == len(dims) - 1 else threads.strip() if k == 0 and threads else None)
+        pragma = "simd" if k == len(dims) - 1 else _shared(n) if k == 0 and threads else None
         if pragma:
             lines.append(f"{pad}#pragma omp {pragma}")
         lines.append(f"{pad}for (long i{k} = 0; i{k} < {n}L; i{k}++) {{")
