@@ -13,7 +13,7 @@ BENCH_ENV := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 # JupyterLab refuses to start as root unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv graphviz lab chapters test course-check torch onnx check-install bench clean
+.PHONY: help venv graphviz gcc lab chapters test course-check torch onnx check-install bench clean
 
 help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
@@ -26,9 +26,10 @@ help:
 	@echo "make bench     run every benchmark in benchmarks/"
 	@echo "make venv      create .venv and install minigrad with its dev extra"
 	@echo "make graphviz  install graphviz's 'dot' (needed to draw graphs) if it is missing"
+	@echo "make gcc       install a C compiler (compiled kernels; without one they run as numpy) if missing"
 	@echo "make clean     remove caches and build outputs (rm -rf .venv to start over)"
 
-venv: $(STAMP)
+venv: $(STAMP) gcc
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +46,19 @@ graphviz:
 	else \
 		echo "graphviz's 'dot' is missing (graphs will not render); install it with:"; \
 		echo "    sudo apt-get install -y graphviz"; \
+	fi
+
+# minigrad.compile writes fused kernels in C and builds them with the system compiler; without
+# one they run as blocked numpy (slower, same results), so a missing gcc is installed, not required.
+gcc:
+	@if command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1; then \
+		true; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null 2>&1 || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev; }; \
+	else \
+		echo "no C compiler (compiled kernels will run as numpy); install one with:"; \
+		echo "    sudo apt-get install -y gcc"; \
 	fi
 
 lab: venv graphviz

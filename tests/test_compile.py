@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import minigrad as mg
 from minigrad import nn, optim
 from minigrad.graph import CompileWarning, trace
-from minigrad.graph.codegen import cpu
+from minigrad.graph.codegen import BACKENDS, cpu
 from minigrad.graph.executor import Executor
 from helpers import cpu_only, skip_if_kernels_cannot_run, training_step
 
@@ -56,14 +56,15 @@ def run_program(steps, x, row, col, s):
     return values[-1], values[4 + len(values[4:]) // 2]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=30, deadline=None)
 @given(st.lists(STEP, min_size=1, max_size=12), st.integers(1, 5), st.integers(1, 7))
-def test_random_programs_compile_to_the_same_results(steps, rows, cols):
+def test_random_programs_compile_to_the_same_results(backend, steps, rows, cols):
     skip_if_kernels_cannot_run()
     def program(x, row, col, s):
         return run_program(steps, x, row, col, s)
 
-    compiled = mg.compile(program)
+    compiled = mg.compile(program, backend=backend)
     with small_blocks():
         for _ in range(3):  # the first call traces (and is eager), the next ones replay the fused graph
             inputs = mg.randn(rows, cols), mg.randn(rows, 1), mg.randn(cols), mg.randn()
@@ -80,9 +81,10 @@ def sgd(params):
     return optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-4)
 
 
-def train_both(build, x_shape, classes=3, steps=10, make_opt=sgd):
-    """Train a model and its copy for ``steps`` steps, one step compiled and one eager, after an
-    eager warm-up step each (so the momentum buffers exist before the trace)."""
+def train_both(build, x_shape, classes=3, steps=10, make_opt=sgd, backend=None):
+    """Train a model and its copy for ``steps`` steps, one step compiled (with the kernel
+    ``backend``) and one eager, after an eager warm-up step each (so the momentum buffers exist
+    before the trace)."""
     skip_if_kernels_cannot_run()
     model = build()
     twin = copy.deepcopy(model)
@@ -93,7 +95,7 @@ def train_both(build, x_shape, classes=3, steps=10, make_opt=sgd):
 
     for m, opt in zip((model, twin), opts):
         training_step(m, opt, nn.functional.cross_entropy)(*data[0])
-    compiled = mg.compile(training_step(model, opts[0], nn.functional.cross_entropy))
+    compiled = mg.compile(training_step(model, opts[0], nn.functional.cross_entropy), backend=backend)
     eager = training_step(twin, opts[1], nn.functional.cross_entropy)
     for x, t in data[1:]:
         assert_close(compiled(x, t), eager(x, t))
@@ -104,16 +106,31 @@ def train_both(build, x_shape, classes=3, steps=10, make_opt=sgd):
     return graph
 
 
-def test_mlp_training_step_matches_eager_for_ten_steps():
-    graph = train_both(mlp, (12, 8))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mlp_training_step_matches_eager_for_ten_steps(backend):
+    graph = train_both(mlp, (12, 8), backend=backend)
     kinds = [n.meta["kind"] for n in graph if n.op == "fused"]
     assert "matmul" in kinds and "reduction" in kinds and "elementwise" in kinds
 
 
-def test_cnn_training_step_matches_eager_for_ten_steps():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cnn_training_step_matches_eager_for_ten_steps(backend):
     graph = train_both(lambda: nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                                             nn.Linear(4 * 3 * 3, 3)), (6, 1, 8, 8))
+                                             nn.Linear(4 * 3 * 3, 3)), (6, 1, 8, 8), backend=backend)
     assert any(n.op == "fused" for n in graph)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_backward_of_gelu_tanh_and_sigmoid_fuses_and_matches_eager(backend):
+    """The elementwise backward of each activation joins its matmul's epilogue: one kernel each,
+    in C with the C backend."""
+    graph = train_both(lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 16), nn.Tanh(),
+                                             nn.Linear(16, 16), nn.Sigmoid(), nn.Linear(16, 3)), (12, 8),
+                       backend=backend)
+    kernels = {op: n.fn for n in graph if n.op == "fused" for op in n.attrs["ops"]}
+    for op in ("Erf", "TanhBackward", "SigmoidBackward"):
+        assert "Matmul" in next(n.attrs["ops"] for n in graph if n.op == "fused" and op in n.attrs["ops"])
+        assert type(kernels[op]).__name__ == ("CKernel" if backend == "c" else "CpuKernel")
 
 
 @pytest.mark.parametrize("make_opt", [sgd, lambda ps: optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True),

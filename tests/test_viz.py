@@ -99,3 +99,23 @@ def test_missing_dot_says_how_to_install_it(monkeypatch):
 def test_draw_rejects_other_objects():
     with pytest.raises(TypeError, match="expected a Tensor"):
         draw(3)
+
+
+def test_draw_pair_outlines_what_a_pass_changed():
+    from minigrad.graph.passes import eliminate_dead_code
+    from minigrad.graph.viz import changed_nodes, draw_pair
+
+    def f(x):
+        (x * 3).exp()  # dead: nothing reads it
+        return x.tanh() + 1
+
+    before = trace(f, mg.randn(2, 3)).graph
+    after = eliminate_dead_code(before)
+    dead = {n.name for n in before if n.op in ("Mul", "Exp")}
+    assert changed_nodes(before, after) == dead and changed_nodes(before, before) == set()
+    src = draw_pair(before, after, colours={n.name: "#abcdef" for n in after if n.op == "Tanh"}).source
+    assert "subgraph cluster_before" in src and "subgraph cluster_after" in src
+    assert src.count('color="#d7301f"') == len(dead)  # outlined in the graph before only
+    assert src.count('fillcolor="#abcdef"') == 2  # the tanh, in both graphs
+    assert draw_pair(before, after, marked=()).source.count("#d7301f") == 0
+    assert draw_pair(before, after).source == draw_pair(trace(f, mg.randn(2, 3)).graph, after).source  # byte for byte

@@ -17,6 +17,7 @@ from minigrad.autograd import grad_mode
 from minigrad.autograd.mode import active
 from minigrad.backend import cpu
 from minigrad.errors import TraceError
+from minigrad.graph.codegen import check_backend, default_backend
 from minigrad.graph.executor import Executor
 from minigrad.graph.helpers import flatten, positional_names, unflatten
 from minigrad.graph.ir import Graph
@@ -33,11 +34,13 @@ class CompileWarning(UserWarning):
 
 
 def compile(fn: Callable[..., Any] | None = None, *, passes: list | None = None,
-            max_group_size: int = MAX_GROUP_SIZE, verbose: bool = False, cache_size_limit: int = 8) -> Any:
+            max_group_size: int = MAX_GROUP_SIZE, verbose: bool = False, cache_size_limit: int = 8,
+            backend: str | None = None) -> Any:
     """Compile ``fn`` (a function of tensors, or a ``Module``, whose forward is then compiled).
     Use as ``compile(fn)``, ``@compile`` or ``@compile(verbose=True)``. ``passes`` replaces the
     default pass list; ``verbose`` prints what each pass changed; after ``cache_size_limit``
-    signatures, new ones run eagerly.
+    signatures, new ones run eagerly. ``backend`` writes fused CPU kernels in compiled C (``"c"``,
+    the default unless ``$MINIGRAD_KERNELS`` says ``"numpy"``) or blocked numpy (``"numpy"``).
 
     The first call with a new input signature (each tensor's shape, dtype, device and
     requires_grad, plus grad mode, autocast and a module's train/eval mode) runs the function for
@@ -53,8 +56,8 @@ def compile(fn: Callable[..., Any] | None = None, *, passes: list | None = None,
     """
     if fn is None:
         return functools.partial(compile, passes=passes, max_group_size=max_group_size, verbose=verbose,
-                                 cache_size_limit=cache_size_limit)
-    return CompiledFunction(fn, passes, max_group_size, verbose, cache_size_limit)
+                                 cache_size_limit=cache_size_limit, backend=backend)
+    return CompiledFunction(fn, passes, max_group_size, verbose, cache_size_limit, backend)
 
 
 _MISSING = object()  # no entry yet for a signature (None: the signature runs eagerly)
@@ -71,11 +74,12 @@ class CompiledFunction:
     optimised ``Graph`` (None where it runs eagerly)."""
 
     def __init__(self, fn: Callable[..., Any], passes: list | None, max_group_size: int, verbose: bool,
-                 cache_size_limit: int) -> None:
+                 cache_size_limit: int, backend: str | None = None) -> None:
         self.fn = fn
+        self.backend = check_backend(backend) if backend is not None else default_backend()
         self.passes = passes if passes is not None else default_passes() + [
-            fuse_elementwise if max_group_size == MAX_GROUP_SIZE
-            else functools.partial(fuse_elementwise, max_group_size=max_group_size)]
+            functools.partial(fuse_elementwise, backend=self.backend) if max_group_size == MAX_GROUP_SIZE
+            else functools.partial(fuse_elementwise, max_group_size=max_group_size, backend=self.backend)]
         self.verbose, self.cache_size_limit = verbose, cache_size_limit
         self._cache: dict[tuple, _Entry | None] = {}
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)

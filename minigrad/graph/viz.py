@@ -4,7 +4,8 @@
 to the leaves, and draws the data flowing forward: tensors as ellipses (inputs, parameters,
 constants and the output each in their own colour, with shape and dtype), ops as boxes, and each
 edge labelled with the shape that flows along it. ``draw(graph)`` draws an IR ``Graph`` coloured
-by op kind. Node names in the DOT text are counters in traversal order, never ``id()``, so the same
+by op kind. ``draw_pair(before, after)`` draws a graph before and after a pass side by side, with
+the nodes the pass changed (``changed_nodes``) outlined in red (chapter 03). Node names in the DOT text are counters in traversal order, never ``id()``, so the same
 computation gives the same picture byte for byte (nbval compares the stored SVG).
 """
 
@@ -23,7 +24,7 @@ except ImportError:  # pragma: no cover - the dev extra installs it
     raise ImportError("minigrad.graph.draw needs the graphviz Python package: pip install graphviz "
                       "(it comes with pip install -e '.[dev]')") from None
 
-__all__ = ["Digraph", "GraphvizNotFoundError", "draw"]
+__all__ = ["Digraph", "GraphvizNotFoundError", "changed_nodes", "draw", "draw_pair"]
 
 _INSTALL = ("Graphviz's `dot` program was not found, so the graph cannot be rendered (its DOT text is "
             "still in `.source`). Install it with `sudo apt-get install graphviz` (Debian/Ubuntu; "
@@ -81,12 +82,40 @@ def draw(tensor_or_graph: Tensor | Graph, show_grads: bool = False, rankdir: str
     return dot
 
 
+def changed_nodes(before: Graph, after: Graph) -> set[str]:
+    """The names of the nodes that a pass from ``before`` to ``after`` removed, added or changed:
+    those whose listing line (``node.format()``) is in one graph and not the other. Passes keep
+    the names of the nodes they do not replace, so one name serves both graphs."""
+    old, new = {n.format() for n in before}, {n.format() for n in after}
+    return {n.name for n in before if n.format() not in new} | {n.name for n in after if n.format() not in old}
+
+
+def draw_pair(before: Graph, after: Graph, colours: Mapping[str, str] | None = None,
+              marked: Any = None, titles: tuple[str, str] = ("before", "after")) -> Digraph:
+    """Draw two IR graphs side by side, each in a titled box. ``colours`` maps node names to fill
+    colours (a fusion group's members, say); the nodes named in ``marked`` (by default
+    ``changed_nodes(before, after)``) get a red outline."""
+    marked = changed_nodes(before, after) if marked is None else set(marked)
+    dot = Digraph(node_attr={"fontname": "Helvetica", "fontsize": "10"})
+    for title, graph in zip(titles, (before, after)):
+        nodes, edges = graph.dot_elements()  # ids follow the topological order
+        with dot.subgraph(name=f"cluster_{title}", graph_attr={"label": title, "fontname": "Helvetica"}) as box:
+            for node, (key, attrs) in zip(graph.topological_order(), nodes):
+                attrs = dict(attrs, fillcolor=(colours or {}).get(node.name, attrs["fillcolor"]))
+                if node.name in marked:
+                    attrs.update(color="#d7301f", penwidth="3")
+                box.node(f"{title}_{key}", **_escaped(attrs))
+            for a, b in edges:
+                box.edge(f"{title}_{a}", f"{title}_{b}")
+    return dot
+
+
 def _draw_ir(dot: Digraph, graph: Graph, max_nodes: int | None) -> None:
     nodes, edges = graph.dot_elements()
     kept = {name for name, _ in nodes[:max_nodes]} if max_nodes is not None else {name for name, _ in nodes}
     for name, attrs in nodes:
         if name in kept:
-            dot.node(name, **{k: v.replace("\n", "\\n") for k, v in attrs.items()})
+            dot.node(name, **_escaped(attrs))
     if len(kept) < len(nodes):
         dot.node("more", f"... {len(nodes) - len(kept)} more nodes", shape="box", style="dashed")
     summarised = set()  # edges from the summary box are drawn once per target
@@ -99,6 +128,11 @@ def _draw_ir(dot: Digraph, graph: Graph, max_nodes: int | None) -> None:
             a = "more"
             summarised.add(b)
         dot.edge(a, b)
+
+
+def _escaped(attrs: Mapping[str, str]) -> dict[str, str]:
+    """Graphviz attributes with line breaks as DOT writes them."""
+    return {k: v.replace("\n", "\\n") for k, v in attrs.items()}
 
 
 def _draw_autograd(dot: Digraph, root: Tensor, show_grads: bool, max_nodes: int | None,

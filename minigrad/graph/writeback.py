@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from minigrad.graph.codegen import is_anchor
+from minigrad.graph.codegen.c import CKernel
 from minigrad.graph.codegen.cpu import CpuKernel, one_ufunc
 from minigrad.graph.ir import EFFECT_OPS, SIDE_EFFECT_OPS, SOURCE_OPS, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
@@ -105,7 +106,7 @@ def _moves_in_after(v: Node, occupant: Node, step_of: dict[Node, int]) -> bool:
 def _writes_out(v: Node, keep_ctx: set[Node]) -> bool:
     """Whether the executor can have ``v`` computed into a given array."""
     if v.op == "fused":
-        return isinstance(v.fn, CpuKernel)
+        return isinstance(v.fn, (CpuKernel, CKernel))
     return (getattr(v.fn, "ufunc", None) is not None and not v.meta.get("kwargs")
             and v not in keep_ctx)  # a ctx must hold what forward saves: forward has to run
 
@@ -114,7 +115,9 @@ def _kernel_overwrites(v: Node, a: Node) -> bool:
     """Whether ``v``'s kernel may write its result over its input ``a``: it reads each element
     of ``a`` before writing that element of the result. Block by block, only the group's root
     writes the result, after the other members have read their inputs; the root itself may read
-    ``a`` only when it is one ufunc call (codegen's rule for writing a product's epilogue over it)."""
+    ``a`` only when it is one ufunc call (codegen's rule for writing a product's epilogue over it).
+    A C kernel reads every element before writing it, but falls back to blocks where it cannot be
+    built, so the blocks' rule holds for both."""
     group = v.meta["group"]
     (root,) = group.outputs
     twin = group.placeholders[v.inputs.index(a)]

@@ -36,6 +36,7 @@ class Add(Op):
     kind = "elementwise"
     ufunc = "add"
     cuda = "{0} + {1}"
+    c = cuda  # the same expression is C
     onnx = "Add"
     unit = (0, (0, 1))
 
@@ -49,6 +50,7 @@ class Sub(Op):
     kind = "elementwise"
     ufunc = "subtract"
     cuda = "{0} - {1}"
+    c = cuda  # the same expression is C
     onnx = "Sub"
     unit = (0, (1,))
 
@@ -62,6 +64,7 @@ class Mul(Op):
     kind = "elementwise"
     ufunc = "multiply"
     cuda = "{0} * {1}"
+    c = cuda  # the same expression is C
     onnx = "Mul"
     unit = (1, (0, 1))
 
@@ -82,6 +85,7 @@ class Div(Op):
     kind = "elementwise"
     ufunc = "divide"
     cuda = "{0} / {1}"
+    c = cuda  # the same expression is C
     onnx = "Div"
     unit = (1, (1,))
 
@@ -102,6 +106,7 @@ class Neg(Op):
     kind = "elementwise"
     cpu = "negative({0}, out={o})"
     cuda = "-{0}"
+    c = cuda  # the same expression is C
     onnx = "Neg"
     involution = True
 
@@ -115,6 +120,7 @@ class Pow(Op):
     kind = "elementwise"
     cpu = "power({0}, {1}, out={o})"
     cuda = "pow({0}, {1})"
+    c = cuda  # the same expression is C
     cuda_kinds = "f"  # C has no integer pow: integer powers run as their own op
     onnx = "Pow"
     autocast = "fp32"
@@ -142,6 +148,7 @@ class Exp(Op):
     kind = "elementwise"
     cpu = "exp({0}, out={o})"
     cuda = "exp({0})"
+    c = cuda  # the same expression is C
     onnx = "Exp"
     autocast = "fp32"
 
@@ -162,6 +169,7 @@ class Log(Op):
     kind = "elementwise"
     cpu = "log({0}, out={o})"
     cuda = "log({0})"
+    c = cuda  # the same expression is C
     onnx = "Log"
     autocast = "fp32"
 
@@ -181,6 +189,7 @@ class Sqrt(Op):
     kind = "elementwise"
     cpu = "sqrt({0}, out={o})"
     cuda = "sqrt({0})"
+    c = cuda  # the same expression is C
     onnx = "Sqrt"
 
     @staticmethod
@@ -197,6 +206,7 @@ class Rsqrt(Op):
     kind = "elementwise"
     cpu = "sqrt({0}, out={o}); divide(1, {o}, out={o})"
     cuda = "({T})1 / sqrt({0})"
+    c = cuda  # the same expression is C
     autocast = "fp32"
 
     @staticmethod
@@ -220,6 +230,7 @@ class Abs(Op):
     @staticmethod
     def cuda(args, T, out_type): return f"{'fabs' if T in ('float', 'double', 'float16') else 'abs'}({args[0]})"
 
+    c = cuda  # the same expression is C
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -233,6 +244,7 @@ class Sign(Op):
     kind = "elementwise"
     cpu = "sign({0}, out={o})"
     cuda = "({T})(({0} > ({T})0) - ({0} < ({T})0))"
+    c = "({0} != {0}) ? {0} : ({T})(({0} > ({T})0) - ({0} < ({T})0))"  # NaN stays NaN
     onnx = "Sign"
 
     @staticmethod
@@ -245,6 +257,7 @@ class Sin(Op):
     kind = "elementwise"
     cpu = "sin({0}, out={o})"
     cuda = "sin({0})"
+    c = cuda  # the same expression is C
     onnx = "Sin"
 
     @staticmethod
@@ -260,6 +273,7 @@ class Cos(Op):
     kind = "elementwise"
     cpu = "cos({0}, out={o})"
     cuda = "cos({0})"
+    c = cuda  # the same expression is C
     onnx = "Cos"
 
     @staticmethod
@@ -275,6 +289,7 @@ class Tanh(Op):
     kind = "elementwise"
     cpu = "tanh({0}, out={o})"
     cuda = "tanh({0})"
+    c = cuda  # the same expression is C
     onnx = "Tanh"
 
     @staticmethod
@@ -293,6 +308,7 @@ class TanhBackward(Op):
     kind = "elementwise"
     cpu = "multiply({1}, {1}, out={o}); subtract(1, {o}, out={o}); multiply({0}, {o}, out={o})"
     cuda = "{0} * (({T})1 - {1} * {1})"
+    c = cuda  # the same expression is C
 
     @staticmethod
     def forward(ctx, g, y):
@@ -311,6 +327,7 @@ class Sigmoid(Op):
     kind = "elementwise"
     cpu = "multiply(0.5, {0}, out={o}); tanh({o}, out={o}); multiply(0.5, {o}, out={o}); add(0.5, {o}, out={o})"
     cuda = "({T})0.5 + ({T})0.5 * tanh(({T})0.5 * {0})"
+    c = cuda  # the same expression is C
     onnx = "Sigmoid"
 
     @staticmethod
@@ -330,6 +347,7 @@ class SigmoidBackward(Op):
     kind = "elementwise"
     cpu = "multiply({0}, {1}, out={o}); subtract(1, {1}, out={t}); multiply({o}, {t}, out={o})"
     cuda = "{0} * {1} * (({T})1 - {1})"
+    c = cuda  # the same expression is C
 
     @staticmethod
     def forward(ctx, g, y):
@@ -354,6 +372,7 @@ class Clamp(Op):
         x = x if lo == "None" else f"({x} < {lo} ? {lo} : {x})"
         return x if hi == "None" else f"({x} > {hi} ? {hi} : {x})"
 
+    c = cuda  # the same expression is C
     @staticmethod
     def onnx(b, node, a, lo, hi):
         return b.add("Clip", [a] + ["" if v is None else b.scalar(v, node.dtype) for v in (lo, hi)])
@@ -371,6 +390,7 @@ class Maximum(Op):
     kind = "elementwise"
     cpu = "maximum({0}, {1}, out={o})"
     cuda = "({0} > {1} || {0} != {0}) ? {0} : {1}"  # NaN propagates, as in numpy
+    c = cuda  # the same expression is C
     onnx = "Max"
 
     @staticmethod
@@ -392,6 +412,7 @@ class Minimum(Op):
     kind = "elementwise"
     cpu = "minimum({0}, {1}, out={o})"
     cuda = "({0} < {1} || {0} != {0}) ? {0} : {1}"
+    c = cuda  # the same expression is C
     onnx = "Min"
 
     @staticmethod
@@ -410,6 +431,7 @@ class Where(Op):
     kind = "elementwise"
     cpu = "copyto({o}, {2}); copyto({o}, {1}, where={0})"
     cuda = "{0} ? {1} : {2}"
+    c = cuda  # the same expression is C
 
     @staticmethod
     def onnx(b, node, c, x, y): return b.add("Where", [c, b.operand(x, node.dtype), b.operand(y, node.dtype)])
@@ -438,6 +460,7 @@ class Cast(Op):
     @staticmethod
     def cuda(args, T, out_type): return f"({out_type}){args[0]}"
 
+    c = cuda  # the same expression is C
     @staticmethod
     def onnx(b, node, a, dtype): return b.add("Cast", [a], to=b.onnx_dtype(node.dtype))
 
@@ -456,6 +479,7 @@ class Clone(Op):
     kind = "elementwise"
     cpu = "copyto({o}, {0})"
     cuda = "{0}"
+    c = cuda  # the same expression is C
     onnx = staticmethod(same_value)
 
     @staticmethod

@@ -24,6 +24,12 @@ exports and autocasts with no edit anywhere else.
     The CUDA expression of the op (``"tanh({0})"``), ``{T}`` the C type it computes in; or a
     function ``(args, T, out_type) -> str``. ``cuda_reduce``: a reduction's ``ReductionKernel``
     pieces ``(reduce_expr, identity, post_map_expr)``.
+``c``
+    The C expression of the op for compiled CPU kernels, in the same form as ``cuda`` (``{T}``:
+    ``float`` or ``double``; math functions are ``<tgmath.h>``'s, so ``tanh`` of a float is ``tanhf``);
+    see ``minigrad.graph.codegen.c``. Where the CUDA expression is plain C, ``c = cuda``.
+    ``c_reduce``: a reduction's ``(update, identity, final)`` over the reduced elements, ``{a}``
+    the accumulator (a double), ``{x}`` an element, ``{n}`` their count: ``("{a} + {x}", "0", "{a} / {n}")``.
 ``onnx``
     The ONNX op type that computes it from the same arguments (``"Tanh"``; numbers and operands
     of another dtype are cast to the result's), or ``onnx(builder, node, *args)`` returning the
@@ -56,6 +62,8 @@ class Op(Function):
     cuda: str | Callable[..., str] | None = None
     cuda_kinds: str | None = None  # the dtype kinds the CUDA expression handles ("f": floats only); None: all
     cuda_reduce: tuple[str, str, str] | None = None
+    c: str | Callable[..., str] | None = None
+    c_reduce: tuple[str, str, str] | None = None
     onnx: str | Callable[..., Any] | None = None
     autocast = "promote"
     epilogue = False  # a matmul or conv that may start a fused group (GEMM + bias + ReLU)

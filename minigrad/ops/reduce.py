@@ -93,6 +93,7 @@ class Sum(Op):
     kind = "reduction"
     by_rows = True
     cuda_reduce = ("a + b", "0", "y = a")
+    c_reduce = ("{a} + {x}", "0", "{a}")
     autocast = "fp32"
 
     @staticmethod
@@ -130,6 +131,7 @@ class Mean(Op):
     by_rows = True
     cpu = "mean({0}, axis={1}, keepdims={2}, out={o})"  # inside a kernel by rows
     cuda_reduce = ("a + b", "0", "y = a / ({T})(_in_ind.size() / _out_ind.size())")
+    c_reduce = ("{a} + {x}", "0", "{a} / {n}")
     autocast = "fp32"
 
     @staticmethod
@@ -261,6 +263,7 @@ class Amax(Op):
     kind = "reduction"
     by_rows = True
     cuda_reduce = ("(a > b || a != a) ? a : b", "{lowest}", "y = a")
+    c_reduce = ("({x} > {a} || {x} != {x}) ? {x} : {a}", "-INFINITY", "{a}")
 
     @staticmethod
     def onnx(b, node, a, dims, keepdim): return b.reduce("ReduceMax", a, dims, keepdim)
@@ -282,6 +285,7 @@ class Amax(Op):
 
 class Amin(Amax):
     cuda_reduce = ("(a < b || a != a) ? a : b", "{highest}", "y = a")
+    c_reduce = ("({x} < {a} || {x} != {x}) ? {x} : {a}", "INFINITY", "{a}")
 
     @staticmethod
     def onnx(b, node, a, dims, keepdim): return b.reduce("ReduceMin", a, dims, keepdim)

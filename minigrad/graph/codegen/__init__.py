@@ -4,21 +4,25 @@ The fusion pass (``minigrad.graph.passes.fusion``) cuts a graph into groups and 
 a small ``Graph`` of its own: placeholders for the values it reads, its member nodes, and one output.
 ``program(group)`` (``codegen.program``) reads such a sub-graph as a recipe (an optional matmul computed first, the
 elementwise ops in order, an optional reduction at the end) and ``generate(group)`` turns the recipe
-into a kernel for the group's device: a blocked numpy function on the CPU (``codegen.cpu``), a
-``cupy.ElementwiseKernel`` or ``ReductionKernel`` on a GPU (``codegen.cuda``). Every kernel is
-called with the group's input arrays, returns its output array, and shows its code in ``.source``.
-Both generators write each op as its class declares (``cpu``, ``ufunc``, ``cuda``: ``minigrad.ops.op``).
+into a kernel for the group's device: on the CPU one C function compiled by the system compiler
+(``codegen.c``, ``backend="c"``) or a blocked numpy function (``codegen.cpu``, ``backend="numpy"``,
+also what runs where C cannot), on a GPU a ``cupy.ElementwiseKernel`` or ``ReductionKernel``
+(``codegen.cuda``). Every kernel is called with the group's input arrays, returns its output array,
+and shows its code in ``.source``. The generators write each op as its class declares (``c``,
+``cpu``, ``ufunc``, ``cuda``: ``minigrad.ops.op``).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from minigrad.graph.codegen import cpu, cuda
+from minigrad.errors import ArgumentError
+from minigrad.graph.codegen import c, cpu, cuda
 from minigrad.graph.codegen.program import Program, is_anchor, program, reduces_rows, row_compatible
 from minigrad.graph.ir import Graph, Node
 
-__all__ = ["Program", "fuses_rows", "generate", "is_anchor", "program", "reduces_rows", "row_compatible", "supports"]
+__all__ = ["BACKENDS", "Program", "default_backend", "fuses_rows", "generate", "is_anchor", "program", "reduces_rows", "row_compatible", "supports"]
 
 
 def fuses_rows(node: Node) -> bool:
@@ -34,11 +38,26 @@ def supports(node: Node) -> bool:
     return True  # the CPU generator runs any op it has no template for through the op's forward
 
 
-def generate(group: Graph) -> Any:
-    """The kernel for a fused group on its device: ``kernel(*arrays) -> array``, with ``.source``."""
+BACKENDS = ("c", "numpy")  # how CPU groups are written: compiled C, or blocked numpy
+
+
+def default_backend() -> str:
+    """The CPU kernel backend ``minigrad.compile`` uses unless told: ``$MINIGRAD_KERNELS`` or ``"c"``."""
+    return check_backend(os.environ.get("MINIGRAD_KERNELS") or "c")
+
+
+def check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ArgumentError(f"kernel backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    return backend
+
+
+def generate(group: Graph, backend: str = "numpy") -> Any:
+    """The kernel for a fused group on its device: ``kernel(*arrays) -> array``, with ``.source``.
+    On the CPU ``backend`` chooses compiled C or blocked numpy (``BACKENDS``)."""
     if _device_type(group.outputs[0]) == "cuda":
         return cuda.generate(group)
-    return cpu.generate(group)
+    return c.generate(group) if check_backend(backend) == "c" else cpu.generate(group)
 
 
 def _device_type(node: Node) -> str:

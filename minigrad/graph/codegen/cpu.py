@@ -36,7 +36,7 @@ from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, run_node
 
 __all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "NodeForward", "PARALLEL_MIN_SIZE", "generate", "one_ufunc",
-           "run_blocked", "run_rows", "statements"]
+           "rows_shape", "run_blocked", "run_rows", "statements"]
 
 xp = _cpu_device.xp
 BLOCK_SIZE = 262144  # elements per block (benchmarks/README.md: the sweep)
@@ -61,7 +61,7 @@ class CpuKernel:
 def generate(group: Graph) -> CpuKernel:
     """Generate, compile and return the CPU kernel of a fused group's sub-graph."""
     prog = program(group)
-    rows = _by_rows(prog)
+    rows = rows_shape(prog)
     if rows:  # the root reduction is one more step of each block of rows
         prog = prog._replace(ops=prog.ops + [prog.reduction] * (prog.reduction is not None), reduction=None, shape=rows)
     names = {p: f"x{k}" for k, p in enumerate(prog.inputs)}
@@ -89,7 +89,7 @@ def generate(group: Graph) -> CpuKernel:
     return CpuKernel(prog.name, source, env[prog.name], ops)
 
 
-def _by_rows(prog: Program) -> tuple | None:
+def rows_shape(prog: Program) -> tuple | None:
     """The shape a group's blocks of rows cover when it runs by rows: when it holds a reduction that
     keeps axis 0 (inside it or at its end) or values of several row shapes, (N, C) and (N, 1).
     ``None``: it runs over flat blocks."""

@@ -93,9 +93,10 @@ def fusion_groups(graph: Graph, max_group_size: int = MAX_GROUP_SIZE) -> list[li
     ### END SOLUTION
 
 
-def fuse_elementwise(graph: Graph, max_group_size: int = MAX_GROUP_SIZE) -> Graph:
+def fuse_elementwise(graph: Graph, max_group_size: int = MAX_GROUP_SIZE, backend: str = "numpy") -> Graph:
     """A new graph in which every group of ``fusion_groups`` is one ``fused`` node running a
-    generated kernel; ``graph`` itself is not changed."""
+    generated kernel; ``graph`` itself is not changed. ``backend`` writes CPU kernels in compiled
+    C (``"c"``) or blocked numpy (``"numpy"``, the default: its source reads as Python)."""
     groups = {members[-1]: members for members in fusion_groups(graph, max_group_size)}
     inside = {n for members in groups.values() for n in members[:-1]}
 
@@ -103,7 +104,7 @@ def fuse_elementwise(graph: Graph, max_group_size: int = MAX_GROUP_SIZE) -> Grap
         if node in inside:
             return DROP
         members = groups.get(node)
-        return None if members is None else _fused_node(members, rw)
+        return None if members is None else _fused_node(members, rw, backend)
 
     return rewrite(graph, visit)
 
@@ -124,7 +125,7 @@ def _role(node: Node) -> str | None:
     return None
 
 
-def _fused_node(members: list[Node], rw: Rewriter) -> Node:
+def _fused_node(members: list[Node], rw: Rewriter, backend: str) -> Node:
     """The ``fused`` node standing for ``members`` in the new graph, with its sub-graph and kernel."""
     root, inside = members[-1], set(members)
     inputs = list(dict.fromkeys(i for m in members for i in m.inputs if i not in inside))
@@ -143,4 +144,4 @@ def _fused_node(members: list[Node], rw: Rewriter) -> Node:
     meta = {"device": root.meta.get("device"), "ctx_device": root.meta.get("ctx_device"),
             "args": (TENSOR_ARG,) * len(inputs), "kwargs": (), "group": sub, "kind": kind}
     return rw.new.add_node("fused", [rw[i] for i in inputs], {"ops": tuple(m.op for m in members)},
-                           shape=root.shape, dtype=root.dtype, fn=codegen.generate(sub), name=root.name, meta=meta)
+                           shape=root.shape, dtype=root.dtype, fn=codegen.generate(sub, backend), name=root.name, meta=meta)

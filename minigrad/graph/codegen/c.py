@@ -1,0 +1,386 @@
+"""C kernels for fused groups: one C loop per group, compiled by the system compiler (chapter 03).
+
+The blocked numpy kernel (``codegen.cpu``) still pays numpy's cost per call: a dozen ufunc calls
+per block, each giving up and retaking the GIL. Written as one C loop, each element goes through
+the whole chain in registers, the compiler vectorises the loop (``tanhf`` and ``expf`` through
+glibc's vector math library) and OpenMP shares it among the cores:
+
+    #pragma omp parallel for simd schedule(simd: dynamic, 131072)
+    for (long i = 0; i < 4194304; i++) {
+        float a0 = x0[i];
+        float v1 = a0 * a0;  // %3 Mul
+        ...
+        out[i] = v9 * v12;  // %14 Mul
+    }
+
+Shapes are fixed by the trace, so broadcasting is written into the loop: the output's axes are
+merged where every operand steps through them alike, and an operand that is broadcast along an
+axis does not advance on it (a bias reads ``x1[i1]``, a per-row value ``x2[i0]``). Each op is
+written as its class declares (``c``: a C expression of its arguments ``{0}, {1}, ...`` and
+``{T}``, the type it computes in; ``minigrad.ops.op``). This is what TorchInductor's C++ backend
+and tinygrad's Clang backend do. Elementwise groups, with or without a product computed first
+(a matmul's epilogue), become one loop nest. Groups holding reductions over whole rows (a
+LayerNorm, a softmax's sum) become a loop over rows and, in each row, one loop over its columns
+per stretch of ops between reductions (``_by_rows``); a reduction declares its C in ``c_reduce``.
+Groups ending in any other reduction, dtypes C does not share with numpy (float16, integers) and
+ops without a ``c`` declaration keep the blocked numpy kernel (``unsupported`` says why). The
+library is built on the first call (``codegen.cc``); where no compiler is found or it fails,
+the numpy kernel runs instead and a ``KernelWarning`` says why, once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+import warnings
+from typing import Any
+
+from minigrad.backend import cpu as _cpu_device
+from minigrad.graph.codegen import cc, cpu
+from minigrad.graph.codegen.program import Program, program
+from minigrad.graph.ir import Graph, Node, op_kind
+from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
+
+__all__ = ["CKernel", "KernelWarning", "generate", "unsupported"]
+
+xp = _cpu_device.xp
+_C_TYPES = {"bool": "_Bool", "float32": "float", "float64": "double"}
+PARALLEL_MIN_SIZE = 1 << 15  # elements; smaller loops run on one thread (waking the others costs more)
+CHUNKS = 32  # pieces a parallel loop is cut into
+# glibc's vector math functions: declared ``simd`` here, as -ffast-math would (codegen.cc says why not it)
+_VECTOR_MATH = ("exp", "log", "sin", "cos", "tanh", "pow", "erf", "log1p")
+_warned: set[str] = set()
+
+
+class KernelWarning(UserWarning):
+    """A compiled C kernel could not be built; the blocked numpy kernel runs instead."""
+
+
+class CKernel:
+    """A fused group as one C function: ``kernel(*arrays, out=None) -> array``. ``source`` is the
+    C source; ``fallback`` the blocked numpy kernel that runs when no compiler can build it."""
+
+    def __init__(self, prog: Program, source: str, leaves: list[int], fallback: cpu.CpuKernel) -> None:
+        self.name, self.source, self.fallback, self.ops = prog.name, source, fallback, fallback.ops
+        self._prog, self._leaves = prog, leaves
+        self._anchor = cpu.NodeForward(prog.anchor) if prog.anchor is not None else None
+        self._types = [str(prog.inputs[k].dtype) for k in leaves] + (
+            [str(prog.anchor.dtype)] if prog.anchor is not None else [])
+        self._shape, self._dtype = tuple(prog.root.shape), xp.dtype(str(prog.root.dtype))
+        self._fn: Any = None
+
+    def __call__(self, *arrays: Any, out: Any = None) -> Any:
+        if self._fn is None:
+            self._fn = self._load()
+        if self._fn is False:
+            return self.fallback(*arrays, out=out)
+        ins = [arrays[k] for k in self._leaves]
+        if self._anchor is not None:
+            ins.append(self._anchor(*[arrays[self._prog.inputs.index(i)] for i in self._prog.anchor.inputs]))
+        ins = [xp.ascontiguousarray(x, dtype=t) for x, t in zip(ins, self._types)]
+        target = out if out is not None and self._writable(out, ins) else None
+        if target is None:
+            m = ins[-1] if self._anchor is not None else None
+            target = m if m is not None and self._writable(m, ins[:-1]) and m.base is None else xp.empty(
+                self._shape, self._dtype)
+        self._fn(target.ctypes.data, *[x.ctypes.data for x in ins])
+        if out is not None and target is not out:
+            xp.copyto(out, target)
+            return out
+        return target
+
+    def _writable(self, a: Any, ins: list) -> bool:
+        """Whether the loop may write into ``a``: its shape and dtype, contiguous, and sharing
+        memory with no input other than one it reads element for element (the same buffer)."""
+        return (a.shape == self._shape and a.dtype == self._dtype and a.flags.c_contiguous and a.flags.writeable
+                and not any(xp.may_share_memory(a, x) and not (x.ctypes.data == a.ctypes.data and x.shape == a.shape)
+                            for x in ins))
+
+    def _load(self) -> Any:
+        try:
+            fn = getattr(cc.build(self.source), self.name)
+        except cc.CompilerUnavailable as e:
+            if str(e) not in _warned:
+                _warned.add(str(e))
+                warnings.warn(f"compiled C kernels are off ({e}); fused groups run as blocked numpy", KernelWarning,
+                              stacklevel=4)
+            return False
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * (1 + len(self._types))
+        return fn
+
+    def __repr__(self) -> str:
+        return f"<CKernel {self.name}: {len(self.ops)} ops>"
+
+
+def unsupported(prog: Program, rows: tuple | None = None) -> str | None:
+    """Why the C generator leaves this group (run by ``rows`` when given) to the numpy one; None
+    when it writes it."""
+    if prog.reduction is not None:
+        return "a reduction over more than whole rows"
+    values = prog.ops + [i for n in prog.ops for i in n.inputs]
+    if any(str(n.dtype) not in _C_TYPES for n in values):
+        return "a dtype C does not share with numpy"
+    for n in prog.ops:
+        if op_kind(n) == "reduction" and getattr(n.fn, "c_reduce", None) is not None:
+            continue
+        if op_kind(n) != "elementwise" or getattr(n.fn, "c", None) is None or n.meta.get("kwargs"):
+            return f"{n.op} declares no C expression"
+        if any(k not in (TENSOR_ARG, ARRAY_ARG) and not _is_scalar(n.attrs[k]) for k in n.meta["args"]):
+            return f"{n.op} has a constant argument C cannot spell"
+    if rows is not None:
+        split = _row_split(prog, rows)
+        if split is None:
+            return "values that are neither whole rows nor one number per row"
+        if math.prod(rows[split:]) * 8 * len(prog.ops) > _ROW_BUFFER_BYTES:
+            return "rows too long for the row buffers"
+    return None
+
+
+def generate(group: Graph) -> CKernel | cpu.CpuKernel:
+    """The C kernel of a fused group (compiled on its first call), or the numpy one (``unsupported``)."""
+    fallback = cpu.generate(group)
+    prog = program(group)
+    rows = cpu.rows_shape(prog)
+    if rows:  # the root reduction is one more step of each row
+        prog = prog._replace(ops=prog.ops + [prog.reduction] * (prog.reduction is not None), reduction=None,
+                             shape=rows)
+    if unsupported(prog, rows) is not None:
+        return fallback
+    names = {p: f"x{k}" for k, p in enumerate(prog.inputs)}
+    leaves = [p for p in prog.inputs if any(p in op.inputs for op in prog.ops)]
+    params = leaves + ([prog.anchor] if prog.anchor is not None else [])
+    if prog.anchor is not None:
+        names[prog.anchor] = "m"
+    args = ", ".join([f"{_ctype(prog.root)} *out"] + [f"const {_ctype(p)} *{names[p]}" for p in params])
+    ops = ", ".join(n.op for n in [prog.anchor] * (prog.anchor is not None) + prog.ops)
+    how = f", by rows of {math.prod(rows[_row_split(prog, rows):])}" if rows else ""
+    body = _by_rows(prog, params, names, rows) if rows else _flat(prog, params, names)
+    used = [f for f in _VECTOR_MATH if re.search(rf"\b{f}\(", "\n".join(body))]
+    lines = [f"/* {prog.name}: {ops} -> {tuple(prog.root.shape)} {prog.root.dtype}{how} */", "#include <math.h>"]
+    if used:
+        lines.append('#define SIMD __attribute__((__simd__("notinbranch")))  /* glibc has vector versions */')
+        lines += [f"SIMD float {f}f(float{', float' * (f == 'pow')}); SIMD double {f}(double{', double' * (f == 'pow')});"
+                  for f in used]
+    lines += ["#include <tgmath.h>", "", f"void {prog.name}({args})", "{"] + body
+    source = "\n".join(lines + ["}", ""])
+    return CKernel(prog, source, [prog.inputs.index(p) for p in leaves], fallback)
+
+
+def _flat(prog: Program, params: list[Node], names: dict[Node, str]) -> list[str]:
+    """An elementwise group: one loop nest over the output, every op in its body."""
+    dims, full = _merge_axes(prog.shape, [tuple(p.shape) for p in params])
+    body = [f"{_ctype(p)} a{k} = {names[p]}[{_index(dims, f)}];" for k, (p, f) in enumerate(zip(params, full))]
+    value = {p: f"a{k}" for k, p in enumerate(params)}
+    for n in prog.ops:
+        if n is prog.ops[-1]:
+            body.append(f"out[{_index(dims, (True,) * len(dims))}] = {_expression(n, value)};  // {n.name} {n.op}")
+        else:
+            body.append(_assign(n, value))
+    return _loops(dims, body, math.prod(prog.shape))
+
+
+def _assign(n: Node, value: dict[Node, str]) -> str:
+    """``float v7 = <n's expression>;  // %7 Tanh``, naming n's value ``v7`` in ``value``."""
+    expr = _expression(n, value)
+    value[n] = "v" + re.sub(r"\W", "_", n.name.lstrip("%"))
+    return f"{_ctype(n)} {value[n]} = {expr};  // {n.name} {n.op}"
+
+
+# -- groups that run by rows ----------------------------------------------------------------------
+_ROW_BUFFER_BYTES = 1 << 18  # the row buffers live on each thread's stack
+
+
+def _row_split(prog: Program, rows: tuple) -> int | None:
+    """The number ``k`` of leading axes that make a row's index, such that every value of the group
+    is whole on the other axes (a wide value) or 1 on all of them (one number per row), and every
+    reduction reduces exactly those; None if there is no such ``k``."""
+    for k in range(1, len(rows)):
+        values = [_part(tuple(n.shape), rows, k) for n in prog.ops if not _reduces(n)]
+        leaves = [_part(tuple(p.shape), rows, k) for p in prog.inputs]
+        if (all(row == "whole" and cols != "mixed" for row, cols in values)
+                and all("mixed" not in part for part in leaves)
+                and all(_reduces_cols(n, rows, k) for n in prog.ops if _reduces(n))):
+            return k
+    return None
+
+
+def _part(shape: tuple, rows: tuple, k: int) -> tuple[str, str]:
+    """How a value of ``shape`` (broadcast, right-aligned) covers the row axes ``rows[:k]`` and the
+    column axes ``rows[k:]``: ``"whole"``, ``"one"`` (all 1) or ``"mixed"``."""
+    padded = (1,) * (len(rows) - len(shape)) + shape
+
+    def kind(got: tuple, full: tuple) -> str:
+        return "whole" if got == full else "one" if all(n == 1 for n in got) else "mixed"
+    return kind(padded[:k], rows[:k]), kind(padded[k:], rows[k:])
+
+
+def _reduces(n: Node) -> bool:
+    return op_kind(n) == "reduction"
+
+
+def _reduces_cols(n: Node, rows: tuple, k: int) -> bool:
+    dims = n.attrs.get("dims")
+    dims = (dims,) if isinstance(dims, int) else dims
+    return (dims is not None and tuple(n.inputs[0].shape) == rows
+            and sorted(d % len(rows) for d in dims) == list(range(k, len(rows))))
+
+
+def _by_rows(prog: Program, params: list[Node], names: dict[Node, str], rows: tuple) -> list[str]:
+    """A group holding row reductions: a loop over rows, and in each row a loop over its columns
+    for every stretch of ops between reductions (a phase). Wide values that a later phase reads
+    wait in row buffers; numbers per row are plain variables."""
+    k = _row_split(prog, rows)
+    n_rows, n_cols = math.prod(rows[:k]), math.prod(rows[k:])
+    parts = {p: _part(tuple(p.shape), rows, k) for p in params}
+    wide = {n for n in prog.ops if not _reduces(n) and _part(tuple(n.shape), rows, k)[1] == "whole"}
+    wide |= {p for p in params if parts[p][1] == "whole"}
+    phase: dict[Node, int] = {p: 0 for p in params}  # the phase whose loop (or prologue) computes each value
+    ready: dict[Node, int] = {p: 0 for p in params}  # the first phase that may read it
+    for n in prog.ops:
+        phase[n] = max([ready[i] for i in n.inputs], default=0)
+        ready[n] = phase[n] + 1 if _reduces(n) else phase[n]
+    buffered = {i for n in prog.ops for i in n.inputs if i in wide and i in prog.ops and phase[i] < phase[n]}
+    value: dict[Node, str] = {}
+    body = [f"{_ctype(n)} b{_short(n)}[{n_cols}];" for n in prog.ops if n in buffered]
+    for j, p in enumerate(params):
+        if p not in wide:
+            row = "r" if parts[p][0] == "whole" else "0"
+            body.append(f"{_ctype(p)} a{j} = {names[p]}[{row}];")
+            value[p] = f"a{j}"
+    for ph in range(max(phase.values()) + 1):
+        for n in prog.ops:  # numbers per row first: what this phase's loop reads
+            if phase[n] == ph and n not in wide and not _reduces(n):
+                body.append(_assign(n, value))
+                if n is prog.root:
+                    body.append(f"out[r] = {value[n]};")
+        reductions = [n for n in prog.ops if phase[n] == ph and _reduces(n)]
+        members = [n for n in prog.ops if phase[n] == ph and n in wide]
+        if not reductions and not members:
+            continue
+        for n in reductions:
+            body.append(f"double s{_short(n)} = {n.fn.c_reduce[1]};  // {n.name} {n.op}")
+        read = {i for n in members + reductions for i in n.inputs}
+        loop = [f"{_ctype(p)} a{j} = {names[p]}[{'r * ' + str(n_cols) + 'L + j' if parts[p][0] == 'whole' else 'j'}];"
+                for j, p in enumerate(params) if p in wide and p in read]
+        inner = dict(value) | {p: f"a{j}" for j, p in enumerate(params) if p in wide}
+        inner.update({i: f"b{_short(i)}[j]" for i in buffered if phase[i] < ph})
+        for n in members:
+            if n is prog.root:
+                loop.append(f"out[r * {n_cols}L + j] = {_expression(n, inner)};  // {n.name} {n.op}")
+                continue
+            loop.append(_assign(n, inner))
+            if n in buffered:
+                loop.append(f"b{_short(n)}[j] = {inner[n]};")
+        for n in reductions:
+            update = n.fn.c_reduce[0].format(a=f"s{_short(n)}", x=inner[n.inputs[0]])
+            loop.append(f"s{_short(n)} = {update};")
+        if not reductions:
+            body.append("#pragma omp simd")
+        body += [f"for (long j = 0; j < {n_cols}L; j++) {{"] + ["    " + line for line in loop] + ["}"]
+        for n in reductions:
+            final = n.fn.c_reduce[2].format(a=f"s{_short(n)}", n=f"{n_cols}.0")
+            value[n] = f"v{_short(n)}"
+            body.append(f"{_ctype(n)} {value[n]} = ({_ctype(n)})({final});")
+            if n is prog.root:
+                body.append(f"out[r] = {value[n]};")
+    head = [f"    #pragma omp {_shared(n_rows)}"] if n_rows * n_cols >= PARALLEL_MIN_SIZE and n_rows > 1 else []
+    return head + [f"    for (long r = 0; r < {n_rows}L; r++) {{"] + ["        " + line for line in body] + ["    }"]
+
+
+def _short(n: Node) -> str:
+    return re.sub(r"\W", "_", n.name.lstrip("%"))
+
+
+def _merge_axes(shape: tuple, shapes: list[tuple]) -> tuple[list[int], list[tuple[bool, ...]]]:
+    """The output's axes (size-1 ones dropped) with neighbours merged where every operand is either
+    whole on both or broadcast on both; for each operand, whether it is whole on each merged axis."""
+    dims: list[int] = []
+    full: list[list[bool]] = [[] for _ in shapes]
+    for k, n in enumerate(shape):
+        if n == 1:
+            continue
+        here = [k - len(shape) + len(s) >= 0 and s[k - len(shape) + len(s)] == n for s in shapes]  # right-aligned
+        if dims and all(f[-1] == h for f, h in zip(full, here)):
+            dims[-1] *= n
+            continue
+        dims.append(n)
+        for f, h in zip(full, here):
+            f.append(h)
+    return dims, [tuple(f) for f in full]
+
+
+def _index(dims: list[int], full: tuple[bool, ...]) -> str:
+    """An operand's flat index from the loop counters ``i0, i1, ...``: it advances on its whole axes."""
+    if len(dims) <= 1:
+        return "i" if full and full[0] else "0"
+    terms, stride = [], 1
+    for k in reversed(range(len(dims))):
+        if full[k]:
+            terms.insert(0, f"i{k}" + (f" * {stride}" if stride != 1 else "") + "L" * (stride != 1))
+            stride *= dims[k]
+    return " + ".join(terms) or "0"
+
+
+def _shared(n: int, simd: bool = False) -> str:
+    """The OpenMP pragma that shares ``n`` iterations among threads in ``CHUNKS`` pieces handed out
+    as threads ask: on a busy machine a thread the OS has not run yet leaves its share to the others."""
+    chunk = max(1, n // CHUNKS)
+    return f"parallel for simd schedule(simd: dynamic, {chunk})" if simd else f"parallel for schedule(dynamic, {chunk})"
+
+
+def _loops(dims: list[int], body: list[str], size: int) -> list[str]:
+    """Nested loops over the merged axes: the outer shared among threads, the inner vectorised."""
+    threads = size >= PARALLEL_MIN_SIZE
+    if len(dims) <= 1:
+        n = dims[0] if dims else 1
+        return [f"    #pragma omp {_shared(n, simd=True) if threads else 'simd'}",
+                f"    for (long i = 0; i < {n}L; i++) {{"] + ["        " + line for line in body] + ["    }"]
+    lines, pad = [], "    "
+    for k, n in enumerate(dims):
+        pragma = "simd" if k == len(dims) - 1 else _shared(n) if k == 0 and threads else None
+        if pragma:
+            lines.append(f"{pad}#pragma omp {pragma}")
+        lines.append(f"{pad}for (long i{k} = 0; i{k} < {n}L; i{k}++) {{")
+        pad += "    "
+    lines += [pad + line for line in body]
+    for k in reversed(range(len(dims))):
+        pad = pad[:-4]
+        lines.append(pad + "}")
+    return lines
+
+
+def _expression(node: Node, value: dict[Node, str]) -> str:
+    inputs = iter(node.inputs)
+    ctype = _ctype(node.inputs[0]) if node.inputs and node.inputs[0].dtype.kind != "b" else _ctype(node)
+    args = [value[next(inputs)] if k in (TENSOR_ARG, ARRAY_ARG) else _literal(node.attrs[k], ctype)
+            for k in node.meta["args"]]
+    expr = node.fn.c
+    return expr.format(*args, T=ctype) if isinstance(expr, str) else expr(args, ctype, _ctype(node))
+
+
+def _is_scalar(v: Any) -> bool:
+    """A constant C can spell: a number, None (an absent bound) or a dtype (a cast's target)."""
+    return (v is None or isinstance(v, (bool, int, float, xp.dtype, type))
+            or (hasattr(v, "item") and getattr(v, "shape", None) == ()))
+
+
+def _literal(v: Any, ctype: str) -> str:
+    if v is None:
+        return "None"
+    if isinstance(v, (xp.dtype, type)):
+        return _C_TYPES.get(str(xp.dtype(v)), "void")
+    if hasattr(v, "item"):
+        v = v.item()  # a numpy scalar: its repr, np.float32(0.5), is not C
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, int) and not -2**63 <= v < 2**63:  # no C integer literal holds it
+        v = float(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"({ctype})" + ("NAN" if v != v else "-INFINITY" if v < 0 else "INFINITY")
+    return f"({ctype}){v!r}"
+
+
+def _ctype(node: Node) -> str:
+    return _C_TYPES[str(node.dtype)]

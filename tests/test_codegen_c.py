@@ -1,0 +1,205 @@
+"""Compiled C kernels: every op that declares a C expression agrees with eager (NaN and Inf
+included), groups with row reductions and broadcast operands agree, the source reads as a loop,
+libraries are cached and shared by processes building at once, and where no compiler is found
+or it fails the blocked numpy kernel runs after one warning."""
+
+import ctypes
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import minigrad as mg
+from minigrad.errors import ArgumentError
+from minigrad.graph import trace
+from minigrad.graph.codegen import c, cc, cpu
+from minigrad.graph.passes import fuse_elementwise
+from minigrad.graph.trace import run_graph
+from op_table import OPS
+
+pytestmark = pytest.mark.skipif(cc.compiler() is None, reason="no C compiler on this machine")
+
+
+@pytest.fixture(autouse=True)
+def on_cpu():
+    mg.set_default_device("cpu")
+
+
+def c_nodes(fn, *inputs):
+    """The traced graph of ``fn``, the graph fused with the C backend, and its C kernels."""
+    graph = trace(fn, *inputs).graph
+    new = fuse_elementwise(graph, backend="c")
+    return graph, new, [n.fn for n in new if n.op == "fused" and isinstance(n.fn, c.CKernel)]
+
+
+def check(fn, *inputs, rtol=1e-5):
+    graph, new, kernels = c_nodes(fn, *inputs)
+    assert kernels, "no C kernel was made"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # eager's own overflow and invalid-value notes
+        got, want = run_graph(new, inputs), run_graph(graph, inputs)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-6, equal_nan=True)
+    return kernels
+
+
+def with_specials(a: np.ndarray) -> np.ndarray:
+    """``a`` with NaN, Inf, -Inf and a zero among its values (where it has room)."""
+    a = a.copy()
+    flat = a.reshape(-1)
+    flat[:4] = [np.nan, np.inf, -np.inf, 0.0][:flat.size]
+    return a
+
+
+ELEMENTWISE = [row for row in OPS if row.shapes and all(s == row.shapes[0] for s in row.shapes)]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # eager's notes on the NaN and Inf it meets
+@pytest.mark.parametrize("row", ELEMENTWISE, ids=repr)
+def test_every_op_with_a_c_expression_agrees_with_eager_nan_and_inf_included(row):
+    """Each row's op between two more (so that it sits inside a group), on float32 values with
+    NaN, Inf and 0 among them: where the group becomes C, C and eager agree."""
+    inputs = [mg.tensor(with_specials(a)) for a in row.arrays("float32")]
+
+    def fn(*xs):
+        out = row.mg(*[x * 1.0 for x in xs])
+        return out * 2.0 if isinstance(out, mg.Tensor) and out.dtype.kind == "f" else out
+
+    with mg.no_grad():
+        graph, new, kernels = c_nodes(fn, *inputs)
+        if not kernels:
+            pytest.skip("no C kernel for this op (a reduction, a movement, or no c declaration)")
+        check(fn, *inputs)
+
+
+def layer_norm(x, w, b):
+    d = x - x.mean(-1, keepdim=True)
+    return d * ((d * d).mean(-1, keepdim=True) + 1e-5).rsqrt() * w + b
+
+
+@pytest.mark.parametrize("shape", [(6, 10), (2, 5, 8), (1, 3)])
+def test_a_layer_norm_is_one_c_kernel_by_rows(shape):
+    x, w, b = mg.randn(*shape), mg.randn(shape[-1]), mg.randn(shape[-1])
+    (kernel,) = check(layer_norm, x, w, b)
+    assert "by rows of" in kernel.source and len(re.findall(r"double s\w+ = 0;", kernel.source)) == 2  # two means
+
+
+@pytest.mark.parametrize("reduce", [lambda h: h.sum(-1), lambda h: h.amax(-1, keepdim=True),
+                                    lambda h: h.amin(-1), lambda h: (h - h.mean(1, keepdim=True)).exp()])
+def test_row_reductions_and_what_follows_them(reduce):
+    x = mg.tensor(with_specials(mg.randn(5, 7).numpy()))
+    check(lambda a, s: reduce((a * s).tanh() + 1), x, mg.randn(5, 1))
+
+
+def test_broadcast_operands_index_their_own_axes():
+    x, row, col, s = mg.randn(4, 3, 5), mg.randn(4, 1, 1), mg.randn(5), mg.randn()
+    (kernel,) = check(lambda x, r, c_, s: ((x * r + c_) * s).sigmoid() - x, x, row, col, s)
+    assert "#pragma omp simd" in kernel.source and "x2[i2]" in kernel.source  # the column operand
+
+
+def test_a_non_contiguous_input_is_read_in_order():
+    x = mg.randn(6, 4)
+    check(lambda a: (a * 2).tanh() + 1, x.transpose(0, 1))
+
+
+def test_the_source_is_one_readable_loop():
+    x = mg.randn(64, 32)
+    (kernel,) = check(lambda a: 0.5 * a * (1 + (0.79788 * (a + 0.044715 * a * a * a)).tanh()), x)
+    src = kernel.source
+    assert src.startswith("/* fused_tanh") and "void fused_tanh" in src
+    assert "= tanh(" in src and "// " in src and "out[i] = " in src
+
+
+def test_a_product_with_its_epilogue_and_the_output_written_in_place():
+    x, w, b = mg.randn(8, 5), mg.randn(6, 5), mg.randn(6)
+    (kernel,) = check(lambda x, w, b: mg.nn.functional.linear(x, w, b).tanh() * 2, x, w, b)
+    out = np.empty((8, 6), np.float32)
+    res = kernel(x.array, w.array, b.array, out=out)
+    assert res is out and np.allclose(out, np.tanh(x.numpy() @ w.numpy().T + b.numpy()) * 2, atol=1e-6)
+
+
+# -- the compiler and its cache ---------------------------------------------------------------------
+SOURCE = "void twice(float *out, const float *x) { for (long i = 0; i < 4; i++) out[i] = 2 * x[i]; }\n"
+
+
+def test_libraries_are_cached_by_source_and_flags(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cc, "_loaded", {})
+    cc.build(SOURCE)
+    (library,) = (tmp_path / "kernels").glob("*.so")
+    assert library == cc.library_path(SOURCE)
+    stamp = library.stat().st_mtime_ns
+    monkeypatch.setattr(cc, "_loaded", {})  # a new process: loads the library, compiles nothing
+    fn = cc.build(SOURCE).twice
+    assert library.stat().st_mtime_ns == stamp and list((tmp_path / "kernels").iterdir()) == [library]
+    x, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    fn(ctypes.c_void_p(out.ctypes.data), ctypes.c_void_p(x.ctypes.data))
+    assert out.tolist() == [0, 2, 4, 6]
+
+
+def test_processes_building_the_same_kernel_at_once_all_load_it(tmp_path):
+    code = ("import sys; from minigrad.graph.codegen import cc; "
+            f"cc.build({SOURCE!r}).twice; print('ok')")
+    env = {"MINIGRAD_CACHE_DIR": str(tmp_path), "PATH": os.environ["PATH"]}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    assert [p.communicate(timeout=120)[0].strip() for p in procs] == ["ok"] * 4
+    assert len(list((tmp_path / "kernels").glob("*.so"))) == 1
+    assert not list((tmp_path / "kernels").glob("tmp*"))  # no temporary file left behind
+
+
+@pytest.mark.parametrize("compiler, says", [("no-such-compiler", "no C compiler found"), ("false", "false failed")])
+def test_without_a_working_compiler_the_numpy_kernel_runs_after_one_warning(tmp_path, monkeypatch, compiler, says):
+    monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", compiler)
+    monkeypatch.setattr(c, "_warned", set())
+    x = mg.randn(5, 3)
+    compiled = mg.compile(lambda a: (a * 3).tanh() + a, backend="c")
+    with mg.no_grad(), pytest.warns(c.KernelWarning, match=says):
+        compiled(x)
+        got = compiled(x)
+    with mg.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: a second kernel says nothing more
+        compiled(mg.randn(5, 3))
+        other = mg.compile(lambda a: (a * 2).sin() - a, backend="c")
+        other(x), other(x)
+    np.testing.assert_allclose(got.numpy(), np.tanh(x.numpy() * 3) + x.numpy(), rtol=1e-6)
+    (graph,) = compiled.graphs.values()
+    kernel = next(n.fn for n in graph if n.op == "fused")
+    assert isinstance(kernel, c.CKernel) and isinstance(kernel.fallback, cpu.CpuKernel)
+
+
+def test_the_backend_is_chosen_by_argument_or_environment(monkeypatch):
+    f = lambda a: (a * 3).tanh() + a  # noqa: E731
+    with mg.no_grad():
+        for backend, kind in (("c", c.CKernel), ("numpy", cpu.CpuKernel)):
+            compiled = mg.compile(f, backend=backend)
+            compiled(mg.randn(4, 4))
+            assert isinstance(next(n.fn for n in next(iter(compiled.graphs.values())) if n.op == "fused"), kind)
+        monkeypatch.setenv("MINIGRAD_KERNELS", "numpy")
+        assert mg.compile(f).backend == "numpy"
+    with pytest.raises(ArgumentError, match="'c', 'numpy'.*got 'fortran'"):
+        mg.compile(f, backend="fortran")
+
+
+@pytest.mark.parametrize("fn, x", [(lambda a: (a * 2).tanh() + 1, mg.randn(4, 3).half()),  # float16
+                                   (lambda a: (a * 2) + 1, mg.arange(12).reshape(3, 4)),  # integers
+                                   (lambda a: (a * 2).exp().sum(), mg.randn(4, 3))])  # a reduction of everything
+def test_groups_c_does_not_write_keep_the_numpy_kernel(fn, x):
+    graph = trace(fn, x).graph
+    (node,) = [n for n in fuse_elementwise(graph, backend="c") if n.op == "fused"]
+    assert isinstance(node.fn, cpu.CpuKernel)
+    np.testing.assert_array_equal(run_graph(fuse_elementwise(graph, backend="c"), [x])[0], run_graph(graph, [x])[0])
+
+
+def test_large_groups_are_shared_among_threads():
+    """Past ``PARALLEL_MIN_SIZE`` elements the outer loop is an OpenMP loop, and still agrees."""
+    x, y = mg.randn(300, 200), mg.randn(300, 200)
+    (flat,) = check(lambda a, b: (a * b).tanh() - a, x, y)
+    (rows,) = check(layer_norm, x, mg.randn(200), mg.randn(200))
+    assert "parallel for simd schedule(simd: dynamic" in flat.source and "parallel for schedule(dynamic" in rows.source
