@@ -10,7 +10,7 @@ from hypothesis.extra.numpy import arrays
 import minigrad
 import minigrad.quantization as Q
 from minigrad import nn
-from minigrad.quantization.ops import quantize
+from minigrad.quantization.ops import int_matmul, quantize
 
 
 def small_cnn(bn: bool = True) -> nn.Module:
@@ -110,8 +110,9 @@ def test_fuse_modules_keeps_the_function_and_matches_explicit_names():
 
 
 # -- the int8 kernels -------------------------------------------------------------------------------
-def test_int8_kernels_compute_the_integer_sums_exactly():
-    q, x = ptq(small_cnn()), batch(8, seed=3)
+@pytest.mark.parametrize("qconfig", [Q.default_qconfig, Q.full_range_qconfig], ids=["7-bit weights", "8-bit weights"])
+def test_int8_kernels_compute_the_integer_sums_exactly(qconfig):
+    q, x = ptq(small_cnn(), qconfig), batch(8, seed=3)
     conv, lin = q[0], q[5]
     with minigrad.no_grad():
         h = q[4](q[3](conv(x)))
@@ -125,7 +126,15 @@ def test_int8_kernels_compute_the_integer_sums_exactly():
         expected = (np.clip(np.rint(acc.astype("float32") * m) + z, z if layer.relu else 0, 255) - z) * layer.scale.array
         np.testing.assert_array_equal(got, expected.astype("float32"))
     assert conv.weight.dtype == np.int8 and conv.bias.dtype == np.int32 and conv.input_zero_point.dtype == np.uint8
-    assert np.abs(conv.weight.array).max() <= 63
+    assert np.abs(conv.weight.array.astype(int)).max() == (63 if qconfig is Q.default_qconfig else 127)
+
+
+def test_int_matmul_is_exact_on_both_paths():
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(-255, 256, (5, 300)).astype("int32"), rng.integers(-127, 128, (300, 4)).astype("int32")
+    exact = a.astype("int64") @ b.astype("int64")
+    for bound in (255 * 127, 2 ** 24):  # float32 BLAS (300 * 32385 < 2^24), then int32
+        np.testing.assert_array_equal(int_matmul(np, a, b, bound), exact)
 
 
 @pytest.mark.parametrize("qconfig", [Q.default_qconfig, Q.histogram_qconfig, Q.full_range_qconfig], ids=str)

@@ -6,8 +6,10 @@ passes the gradient straight through where the value was on the grid's range and
 was clamped (the straight-through estimator, as PyTorch defines it). ``Int8Linear`` and
 ``Int8Conv2d`` are the deployed kernels: the input is rounded to uint8, multiplied by int8
 weights with int32 accumulation (an int32 bias added), and the sum is requantized to the output's
-uint8 grid by one float multiplier per channel. Values between layers travel as floats on the grid,
-which is exactly the QuantizeLinear/DequantizeLinear (QDQ) form each op's ``onnx`` emitter writes.
+uint8 grid by one float multiplier per channel. The integer product runs in float32 BLAS where
+that is provably exact (``int_matmul``), in int32 otherwise: the same integers either way. Values
+between layers travel as floats on the grid, which is exactly the QuantizeLinear/DequantizeLinear
+(QDQ) form each op's ``onnx`` emitter writes.
 Every line computes on ``xp``, so the same kernels run on cuda through CuPy.
 """
 
@@ -86,6 +88,21 @@ def _requantize(xp: Any, acc: Any, x_scale: Any, w_scale: Any, out_scale: Any, o
     return ((q - out_zp.astype("float32")) * out_scale).astype("float32")
 
 
+def int_matmul(xp: Any, a: Any, b: Any, bound: int) -> Any:
+    """``a @ b`` of int32 arrays whose entrywise products are at most ``bound`` in magnitude, as int32.
+    numpy has no BLAS kernel for integers, so where every partial sum provably fits float32's
+    24-bit mantissa (``K * bound < 2^24``: K <= 1044 for uint8 inputs and 7-bit weights) the
+    product runs in float32 BLAS, whose sums are then exact integers; otherwise in int32."""
+    if a.shape[-1] * bound < 2 ** 24:
+        return (a.astype("float32") @ b.astype("float32")).astype("int32")
+    return a @ b
+
+
+def _bound(w_q: Any) -> int:
+    """The largest magnitude of one product: uint8 minus its zero point (at most 255) times a weight."""
+    return 255 * int(abs(w_q.astype("int32")).max())
+
+
 def _int_input(xp: Any, x: Any, x_scale: Any, x_zp: Any) -> Any:
     """The input on its uint8 grid, minus the zero point, as int32: the left factor of the product."""
     return quantize(xp, x, x_scale, x_zp, 0, 255).astype("int32") - x_zp.astype("int32")
@@ -109,7 +126,7 @@ class Int8Linear(Op):
     @staticmethod
     def forward(ctx, x, w_q, w_scale, bias_q, x_scale, x_zp, out_scale, out_zp, relu):
         xp = ctx.xp
-        acc = _int_input(xp, x, x_scale, x_zp) @ w_q.astype("int32").T + bias_q
+        acc = int_matmul(xp, _int_input(xp, x, x_scale, x_zp), w_q.astype("int32").T, _bound(w_q)) + bias_q
         return _requantize(xp, acc, x_scale, w_scale, out_scale, out_zp, relu, acc.ndim - 1)
 
     @staticmethod
@@ -135,7 +152,8 @@ class Int8Conv2d(Op):
         xp = ctx.xp
         cols = _im2col(xp, _int_input(xp, x, x_scale, x_zp), g, groups)  # zero padding: z_x - z_x = 0
         o = w_q.shape[0]
-        acc = (w_q.astype("int32").reshape(groups, o // groups, -1) @ cols).reshape(o, cols.shape[2])
+        acc = int_matmul(xp, w_q.astype("int32").reshape(groups, o // groups, -1), cols, _bound(w_q))
+        acc = acc.reshape(o, cols.shape[2])
         acc = (acc + bias_q.reshape(o, 1)).reshape(o, x.shape[0], *g.out_size(*x.shape[2:]))
         return xp.ascontiguousarray(_requantize(xp, acc, x_scale, w_scale, out_scale, out_zp, relu, 0)
                                     .transpose(1, 0, 2, 3))
@@ -158,7 +176,7 @@ class DynamicInt8Linear(Op):
         lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
         x_scale = xp.asarray(max((hi - lo) / 255, 1e-8), dtype="float32")
         x_zp = xp.asarray(min(max(round(-lo / float(x_scale)), 0), 255), dtype="uint8")
-        acc = _int_input(xp, x, x_scale, x_zp) @ w_q.astype("int32").T
+        acc = int_matmul(xp, _int_input(xp, x, x_scale, x_zp), w_q.astype("int32").T, _bound(w_q))
         y = acc.astype("float32") * (x_scale * w_scale)
         return (y + bias if bias is not None else y).astype("float32")
 
