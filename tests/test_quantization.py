@@ -162,6 +162,10 @@ def test_stubs_prepare_and_convert():
     assert isinstance(model[1], nn.Linear)  # prepare and convert copy unless inplace
     with pytest.raises(TypeError, match="container"):
         Q.prepare(nn.Linear(2, 2))
+    four_bits = Q.prepare(model, Q.QConfig(lambda: Q.MinMaxObserver(quant_max=15), Q.PerChannelMinMaxObserver))
+    four_bits(x)
+    with pytest.raises(ValueError, match="quint8 grids 0..255, got quint8 0..15"):
+        Q.convert(four_bits)
 
 
 def test_dynamic_quantization_of_linear_layers():

@@ -124,6 +124,10 @@ class _Int8Layer(Module):
         weight_observer(layer.weight.detach())  # the weight's current range (it moved since the last forward)
         x_qp = _observer(wrapper.activation_pre_process).calculate_qparams()
         w_qp, out_qp = weight_observer.calculate_qparams(), _observer(wrapper.activation_post_process).calculate_qparams()
+        for qp in (x_qp, out_qp):
+            if (qp.dtype, qp.qmin, qp.qmax) != ("quint8", 0, 255):
+                raise ValueError(f"convert: the int8 kernels take activations on quint8 grids 0..255, got {qp.dtype} "
+                                 f"{qp.qmin}..{qp.qmax}; narrower grids can be simulated with FakeQuantize (prepare_qat)")
         bias = layer.bias.array if layer.bias is not None else xp.zeros(layer.weight.shape[0], "float32")
         buffers = {"weight": quantize(xp, layer.weight.array, w_qp.scale, w_qp.zero_point, w_qp.qmin, w_qp.qmax, 0),
                    "weight_scale": w_qp.scale,
