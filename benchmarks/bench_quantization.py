@@ -95,7 +95,8 @@ def torch_ptq(model: nn.Module, calib: np.ndarray, x: np.ndarray, y: np.ndarray)
             t = {"ReLU": torch.nn.ReLU, "Flatten": torch.nn.Flatten}.get(type(m).__name__)
             t = t() if t else torch.nn.MaxPool2d(m.kernel_size)
         if hasattr(m, "weight"):
-            t.weight.data, t.bias.data = torch.from_numpy(m.weight.detach().numpy()), torch.from_numpy(m.bias.detach().numpy())
+            t.weight.data = torch.from_numpy(m.weight.detach().numpy())
+            t.bias.data = torch.from_numpy(m.bias.detach().numpy())
         if type(m).__name__ == "ReLU" and isinstance(model[i - 1], (nn.Conv2d, nn.Linear)):
             fuse.append([str(i), str(i + 1)])  # indices shift by one: the QuantStub is first
         layers.append(t)
@@ -161,7 +162,8 @@ def report(name: str, model: nn.Module, train_x, train_y, test_x, test_y, repeat
             runs.update({"ort f32": lambda: f32.run(None, feed), "ort int8": lambda: i8.run(None, feed)})
         print("size (bytes)  " + "   ".join(f"{k} {v:,}" for k, v in sizes.items())
               + f"   (minigrad int8 / float32 = {sizes['int8'] / sizes['float32']:.2f})")
-        print(f"targets: int8 file <= 35% of float32 ({'met' if sizes['int8'] <= 0.35 * sizes['float32'] else 'not met'}),"
+        small = sizes["int8"] <= 0.35 * sizes["float32"]
+        print(f"targets: int8 file <= 35% of float32 ({'met' if small else 'not met'}),"
               f" PTQ min-max within 1 point of float32 ({drop:+.2%} lost: {'met' if drop <= 0.01 else 'not met'})")
         with minigrad.no_grad():
             ms = interleaved(runs, repeats, 1)

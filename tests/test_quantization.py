@@ -123,7 +123,8 @@ def test_int8_kernels_compute_the_integer_sums_exactly(qconfig):
         acc = (xq - int(layer.input_zero_point.array)) @ layer.weight.array.astype("int64").T + layer.bias.array
         m = (layer.input_scale.array * layer.weight_scale.array / layer.scale.array).astype("float32")
         z = int(layer.zero_point.array)
-        expected = (np.clip(np.rint(acc.astype("float32") * m) + z, z if layer.relu else 0, 255) - z) * layer.scale.array
+        q_out = np.clip(np.rint(acc.astype("float32") * m) + z, z if layer.relu else 0, 255)
+        expected = (q_out - z) * layer.scale.array
         np.testing.assert_array_equal(got, expected.astype("float32"))
     assert conv.weight.dtype == np.int8 and conv.bias.dtype == np.int32 and conv.input_zero_point.dtype == np.uint8
     assert np.abs(conv.weight.array.astype(int)).max() == (63 if qconfig is Q.default_qconfig else 127)
@@ -176,7 +177,7 @@ def test_dynamic_quantization_of_linear_layers():
     with minigrad.no_grad():
         ref, got = model(x).array, q(x).array
     assert np.abs(got - ref).max() < 0.03 * np.abs(ref).max()
-    with pytest.raises(ValueError, match="supports Linear"):
+    with pytest.raises(ValueError, match="supports Linear and LSTM"):
         Q.quantize_dynamic(model, {nn.Conv2d})
 
 
@@ -217,3 +218,17 @@ def test_quantized_model_runs_on_every_device(device):
         got = q(batch(8).to(device))
     assert got.device == minigrad.device(device)
     np.testing.assert_allclose(got.cpu().numpy(), ref, atol=1e-6)
+
+
+def test_dynamic_quantization_of_an_lstm():
+    lstm = nn.LSTM(6, 8, num_layers=2, bidirectional=True)
+    model = nn.Sequential(lstm)
+    q = Q.quantize_dynamic(model)
+    assert isinstance(q[0], Q.DynamicQuantizedLSTM) and q[0].weight_ih_l1_reverse.dtype == np.int8
+    assert not list(q.parameters()) and Q.model_size(q) < Q.model_size(model) / 2
+    x = minigrad.tensor(np.random.default_rng(0).standard_normal((5, 3, 6)).astype("float32"))
+    with minigrad.no_grad():
+        (ref, (h_ref, c_ref)), (got, (h, c)) = lstm(x), q[0](x)
+    assert got.shape == ref.shape and h.shape == h_ref.shape and c.shape == c_ref.shape
+    assert np.abs(got.array - ref.array).max() < 0.03 * np.abs(ref.array).max()
+    assert isinstance(Q.quantize_dynamic(lstm), Q.DynamicQuantizedLSTM)  # a bare LSTM is swapped too

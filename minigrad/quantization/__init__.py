@@ -7,17 +7,18 @@ ONNX in QuantizeLinear/DequantizeLinear form with ``minigrad.graph.onnx_export.e
 """
 
 from minigrad.quantization.fuse import ConvReLU2d, LinearReLU, fuse_modules
-from minigrad.quantization.modules import (DeQuantStub, DynamicQuantizedLinear, FakeQuantize, QConfig, Quantize,
-                                           QuantizedConv2d, QuantizedLinear, QuantStub, QuantWrapper,
-                                           default_qat_qconfig, default_qconfig, full_range_qconfig, histogram_qconfig)
+from minigrad.quantization.modules import (DeQuantStub, DynamicQuantizedLinear, DynamicQuantizedLSTM, FakeQuantize,
+                                           QConfig, Quantize, QuantizedConv2d, QuantizedLinear, QuantStub,
+                                           QuantWrapper, default_qat_qconfig, default_qconfig, full_range_qconfig,
+                                           histogram_qconfig)
 from minigrad.quantization.observer import (HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver,
                                             PerChannelMinMaxObserver, QParams, calculate_qparams)
 from minigrad.quantization.ops import fake_quantize
 from minigrad.quantization.quantize import convert, model_size, prepare, prepare_qat, quantize_dynamic
 
-__all__ = ["ConvReLU2d", "DeQuantStub", "DynamicQuantizedLinear", "FakeQuantize", "HistogramObserver", "LinearReLU",
-           "MinMaxObserver", "MovingAverageMinMaxObserver", "PerChannelMinMaxObserver", "QConfig", "QParams",
-           "QuantStub", "QuantWrapper", "Quantize", "QuantizedConv2d", "QuantizedLinear", "calculate_qparams",
-           "convert", "default_qat_qconfig", "default_qconfig", "fake_quantize", "full_range_qconfig", "fuse_modules",
-           "histogram_qconfig",
+__all__ = ["ConvReLU2d", "DeQuantStub", "DynamicQuantizedLSTM", "DynamicQuantizedLinear", "FakeQuantize",
+           "HistogramObserver", "LinearReLU", "MinMaxObserver", "MovingAverageMinMaxObserver",
+           "PerChannelMinMaxObserver", "QConfig", "QParams", "QuantStub", "QuantWrapper", "Quantize",
+           "QuantizedConv2d", "QuantizedLinear", "calculate_qparams", "convert", "default_qat_qconfig",
+           "default_qconfig", "fake_quantize", "full_range_qconfig", "fuse_modules", "histogram_qconfig",
            "model_size", "prepare", "prepare_qat", "quantize_dynamic"]

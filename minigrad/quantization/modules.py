@@ -5,15 +5,17 @@ observer on its input and on its output, and a weight observer. In quantization-
 observers are ``FakeQuantize`` modules, which also round what passes through them, so the same
 wrapper trains against the rounding error. ``convert`` reads the grids the observers chose and
 builds ``QuantizedLinear``/``QuantizedConv2d``: int8 weights, an int32 bias and the grids as buffers,
-run by the int8 kernels of ``quantization/ops.py``. ``QuantStub``/``DeQuantStub`` keep PyTorch's
-names: the first rounds the model's input to its grid, the second is where float values resume.
+run by the int8 kernels of ``quantization/ops.py``. ``quantize_dynamic`` gives
+``DynamicQuantizedLinear`` and ``DynamicQuantizedLSTM``: int8 weights, activations quantized per
+batch. ``QuantStub``/``DeQuantStub`` keep PyTorch's names: the first rounds the model's input to
+its grid, the second is where float values resume.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-from minigrad.nn import Conv2d, Linear, Module
+from minigrad.nn import LSTM, Conv2d, Linear, Module
 from minigrad.nn import functional as F
 from minigrad.ops.conv import Geometry, _conv_padding
 from minigrad.quantization.fuse import ConvReLU2d, LinearReLU
@@ -22,9 +24,9 @@ from minigrad.quantization.observer import (HistogramObserver, MinMaxObserver, M
 from minigrad.quantization.ops import DynamicInt8Linear, Int8Conv2d, Int8Linear, fake_quantize, quantize
 from minigrad._tensor import Tensor
 
-__all__ = ["DeQuantStub", "DynamicQuantizedLinear", "FakeQuantize", "QConfig", "QuantStub", "QuantWrapper",
-           "Quantize", "QuantizedConv2d", "QuantizedLinear", "default_qat_qconfig", "default_qconfig", "full_range_qconfig",
-           "histogram_qconfig"]
+__all__ = ["DeQuantStub", "DynamicQuantizedLSTM", "DynamicQuantizedLinear", "FakeQuantize", "QConfig", "QuantStub",
+           "QuantWrapper", "Quantize", "QuantizedConv2d", "QuantizedLinear", "default_qat_qconfig",
+           "default_qconfig", "full_range_qconfig", "histogram_qconfig"]
 
 
 class FakeQuantize(Module):
@@ -123,11 +125,13 @@ class _Int8Layer(Module):
         weight_observer = _observer(wrapper.weight_post_process)
         weight_observer(layer.weight.detach())  # the weight's current range (it moved since the last forward)
         x_qp = _observer(wrapper.activation_pre_process).calculate_qparams()
-        w_qp, out_qp = weight_observer.calculate_qparams(), _observer(wrapper.activation_post_process).calculate_qparams()
+        w_qp = weight_observer.calculate_qparams()
+        out_qp = _observer(wrapper.activation_post_process).calculate_qparams()
         for qp in (x_qp, out_qp):
             if (qp.dtype, qp.qmin, qp.qmax) != ("quint8", 0, 255):
                 raise ValueError(f"convert: the int8 kernels take activations on quint8 grids 0..255, got {qp.dtype} "
-                                 f"{qp.qmin}..{qp.qmax}; narrower grids can be simulated with FakeQuantize (prepare_qat)")
+                                 f"{qp.qmin}..{qp.qmax}; narrower grids can be simulated with FakeQuantize "
+                                 "(prepare_qat)")
         bias = layer.bias.array if layer.bias is not None else xp.zeros(layer.weight.shape[0], "float32")
         buffers = {"weight": quantize(xp, layer.weight.array, w_qp.scale, w_qp.zero_point, w_qp.qmin, w_qp.qmax, 0),
                    "weight_scale": w_qp.scale,
@@ -169,17 +173,23 @@ class QuantizedConv2d(_Int8Layer):
         return Int8Conv2d.apply(x, *self._operands(), self.geometry, self.groups)
 
 
+def _int8_weight(weight: Tensor, weight_observer: Callable[[], Module] = PerChannelMinMaxObserver) -> tuple:
+    """A weight as int8 (per output channel, symmetric) and its scales, both as Tensors."""
+    observer = weight_observer()
+    observer(weight.detach())
+    qp, xp = observer.calculate_qparams(), weight.device.xp
+    q = quantize(xp, weight.array, qp.scale, qp.zero_point, qp.qmin, qp.qmax, 0)
+    return Tensor(q, device=weight.device), Tensor(qp.scale, device=weight.device)
+
+
 class DynamicQuantizedLinear(Module):
     """A Linear with int8 weights whose input grid is chosen per batch (``quantize_dynamic``)."""
 
-    def __init__(self, linear: Linear, weight_observer: Callable[[], Module] = PerChannelMinMaxObserver) -> None:
+    def __init__(self, linear: Linear) -> None:
         super().__init__()
-        observer = weight_observer()
-        observer(linear.weight.detach())
-        qp, xp = observer.calculate_qparams(), linear.weight.device.xp
-        self.register_buffer("weight", Tensor(quantize(xp, linear.weight.array, qp.scale, qp.zero_point, qp.qmin,
-                                                       qp.qmax, 0), device=linear.weight.device))
-        self.register_buffer("weight_scale", Tensor(qp.scale, device=linear.weight.device))
+        weight, scale = _int8_weight(linear.weight)
+        self.register_buffer("weight", weight)
+        self.register_buffer("weight_scale", scale)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
 
     def forward(self, x: Tensor) -> Tensor:
@@ -187,6 +197,37 @@ class DynamicQuantizedLinear(Module):
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, dtype=qint8"
+
+
+class _Int8Weight(NamedTuple):
+    weight: Tensor
+    scale: Tensor
+
+
+class DynamicQuantizedLSTM(LSTM):
+    """An LSTM whose gate weights are int8: each step's two gate products run ``DynamicInt8Linear``
+    (the LSTM's loop and gate arithmetic are ``nn.LSTM``'s, in float32)."""
+
+    def __init__(self, lstm: LSTM) -> None:
+        Module.__init__(self)  # nn.LSTM's own __init__ would allocate float weights only to drop them
+        for name in ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional"):
+            setattr(self, name, getattr(lstm, name))
+        for name, p in lstm.named_parameters():
+            if name.startswith("weight"):
+                weight, scale = _int8_weight(p)
+                self.register_buffer(name, weight)
+                self.register_buffer(f"{name}_scale", scale)
+            else:
+                self.register_buffer(name, p.detach().float())
+
+    def _weights(self, layer: int, suffix: str) -> tuple:
+        w_ih, w_hh, *biases = super()._weights(layer, suffix)
+        return (_Int8Weight(w_ih, getattr(self, f"weight_ih_l{layer}{suffix}_scale")),
+                _Int8Weight(w_hh, getattr(self, f"weight_hh_l{layer}{suffix}_scale")), *biases)
+
+    @staticmethod
+    def _linear(x: Tensor, w: _Int8Weight, b: Tensor | None) -> Tensor:
+        return DynamicInt8Linear.apply(x, w.weight, w.scale, b)
 
 
 def is_quantizable(m: Any) -> bool:

@@ -69,7 +69,8 @@ class _Observer(Module):
         if reduce_range:  # one bit less: u8 x s8 pair sums then fit int16 (x86 without VNNI, onnxruntime)
             lo, hi = -(-lo // 2), hi // 2
         self.dtype, self.symmetric = dtype, symmetric
-        self.quant_min, self.quant_max = (lo if quant_min is None else quant_min), (hi if quant_max is None else quant_max)
+        self.quant_min = lo if quant_min is None else quant_min
+        self.quant_max = hi if quant_max is None else quant_max
         self.register_buffer("min_val", Tensor(backend.numpy.asarray(math.inf, "float32")))
         self.register_buffer("max_val", Tensor(backend.numpy.asarray(-math.inf, "float32")))
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Iterable
 
-from minigrad.nn import Identity, Linear, Module
-from minigrad.quantization.modules import (DeQuantStub, DynamicQuantizedLinear, QConfig, Quantize, QuantizedConv2d,
-                                           QuantizedLinear, QuantStub, QuantWrapper, default_qat_qconfig,
-                                           default_qconfig, is_quantizable)
+from minigrad.nn import LSTM, Identity, Linear, Module
+from minigrad.quantization.modules import (DeQuantStub, DynamicQuantizedLinear, DynamicQuantizedLSTM, QConfig,
+                                           Quantize, QuantizedConv2d, QuantizedLinear, QuantStub, QuantWrapper,
+                                           default_qat_qconfig, default_qconfig, is_quantizable)
 
 __all__ = ["convert", "model_size", "prepare", "prepare_qat", "quantize_dynamic"]
 
@@ -72,17 +72,20 @@ def convert(model: Module, inplace: bool = False) -> Module:
     return model.eval()
 
 
-def quantize_dynamic(model: Module, qconfig_spec: Iterable[type] = (Linear,), dtype: str = "qint8",
+def quantize_dynamic(model: Module, qconfig_spec: Iterable[type] = (Linear, LSTM), dtype: str = "qint8",
                      inplace: bool = False) -> Module:
-    """``model`` with every layer of a type in ``qconfig_spec`` (Linear) dynamically quantized."""
+    """``model`` with every layer of a type in ``qconfig_spec`` (Linear, LSTM) dynamically quantized."""
     if dtype != "qint8":
         raise ValueError(f"quantize_dynamic: dtype must be 'qint8', got {dtype!r}")
+    dynamic = {Linear: DynamicQuantizedLinear, LSTM: DynamicQuantizedLSTM}
     kinds = tuple(qconfig_spec)
-    unsupported = [k.__name__ for k in kinds if k is not Linear]
+    unsupported = [k.__name__ for k in kinds if k not in dynamic]
     if unsupported:
-        raise ValueError(f"quantize_dynamic: supports Linear, got {unsupported}")
+        raise ValueError(f"quantize_dynamic: supports Linear and LSTM, got {unsupported}")
     model = model if inplace else copy.deepcopy(model)
-    _swap(model, lambda m: DynamicQuantizedLinear(m) if type(m) is Linear else None)
+    if type(model) in kinds:
+        return dynamic[type(model)](model).eval()
+    _swap(model, lambda m: dynamic[type(m)](m) if type(m) in kinds else None)
     return model.eval()
 
 
