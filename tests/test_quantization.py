@@ -18,9 +18,10 @@ def small_cnn(bn: bool = True) -> nn.Module:
         nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 3 * 3, 16), nn.ReLU(), nn.Linear(16, 4)]
     model = nn.Sequential(*layers)
     if bn:  # running statistics that are not the identity, so folding has work to do
-        model[1].running_mean.array = np.linspace(-0.2, 0.3, 8).astype("float32")
-        model[1].running_var.array = np.linspace(0.5, 2.0, 8).astype("float32")
-        model[1].weight.array = np.linspace(0.5, 1.5, 8).astype("float32")
+        with minigrad.no_grad():
+            model[1].running_mean.copy_(minigrad.tensor(np.linspace(-0.2, 0.3, 8).astype("float32")))
+            model[1].running_var.copy_(minigrad.tensor(np.linspace(0.5, 2.0, 8).astype("float32")))
+            model[1].weight.copy_(minigrad.tensor(np.linspace(0.5, 1.5, 8).astype("float32")))
     return model.eval()
 
 
@@ -49,14 +50,15 @@ def test_round_trip_error_is_at_most_half_a_step(x, symmetric):
 
 
 def test_minmax_moving_average_and_per_channel_observers():
-    a, b = minigrad.tensor([[-1.0, 2.0], [0.5, 0.0]]), minigrad.tensor([[3.0, -0.5], [0.0, -1.26]])
+    a = minigrad.tensor([[-1.0, 2.0], [0.5, 0.0]], device="cpu")  # the grids below are host arrays
+    b = minigrad.tensor([[3.0, -0.5], [0.0, -1.26]], device="cpu")
     mm, ma, pc = Q.MinMaxObserver(), Q.MovingAverageMinMaxObserver(averaging_constant=0.5), Q.PerChannelMinMaxObserver()
     for obs in (mm, ma, pc):
         assert obs(a) is a
         obs(b)
-    assert (float(mm.min_val.array), float(mm.max_val.array)) == pytest.approx((-1.26, 3.0))
-    assert (float(ma.min_val.array), float(ma.max_val.array)) == pytest.approx((-1.13, 2.5))  # halfway to batch 2
-    np.testing.assert_array_equal(pc.max_val.array, [3.0, 0.0])  # the last tensor's rows
+    assert (float(mm.min_val.detach().numpy()), float(mm.max_val.detach().numpy())) == pytest.approx((-1.26, 3.0))
+    assert (float(ma.min_val.detach().numpy()), float(ma.max_val.detach().numpy())) == pytest.approx((-1.13, 2.5))  # halfway to batch 2
+    np.testing.assert_array_equal(pc.max_val.detach().numpy(), [3.0, 0.0])  # the last tensor's rows
     qp = pc.calculate_qparams()
     np.testing.assert_allclose(qp.scale, [3 / 63, 1.26 / 63], rtol=1e-6)
     assert qp.axis == 0 and qp.zero_point.dtype == np.int8
@@ -72,8 +74,8 @@ def test_histogram_observer_clips_an_outlier_for_a_finer_grid():
     x = np.concatenate([rng.standard_normal(599999), [40.0]]).astype("float32")
     hist, mm = Q.HistogramObserver(), Q.MinMaxObserver()
     for part in np.split(x, 3):  # the range grows between batches
-        hist(minigrad.tensor(part))
-        mm(minigrad.tensor(part))
+        hist(minigrad.tensor(part, device="cpu"))
+        mm(minigrad.tensor(part, device="cpu"))
 
     def mse(qp):
         back = (quantize(np, x, qp.scale, qp.zero_point, 0, 255).astype("float64") - qp.zero_point) * qp.scale
@@ -88,9 +90,9 @@ def test_fake_quantize_gradient_is_identity_inside_the_range_and_zero_outside():
     x = minigrad.tensor(np.linspace(-1.03, 1.03, 41), requires_grad=True)  # scale 0.1, zero 3, [0, 10]: [-0.3, 0.7]
     y = Q.fake_quantize(x, 0.1, 3, 0, 10)
     y.sum().backward()
-    inside = (x.array >= -0.35) & (x.array <= 0.75)
-    np.testing.assert_array_equal(x.grad.array, inside.astype("float64"))
-    np.testing.assert_allclose(y.array, np.clip(np.rint(x.array / 0.1) + 3, 0, 10) * 0.1 - 0.3, atol=1e-7)
+    inside = (x.detach().numpy() >= -0.35) & (x.detach().numpy() <= 0.75)
+    np.testing.assert_array_equal(x.grad.detach().numpy(), inside.astype("float64"))
+    np.testing.assert_allclose(y.detach().numpy(), np.clip(np.rint(x.detach().numpy() / 0.1) + 3, 0, 10) * 0.1 - 0.3, atol=1e-7)
     assert 0 < inside.sum() < inside.size
 
 
@@ -102,7 +104,7 @@ def test_fuse_modules_keeps_the_function_and_matches_explicit_names():
     assert isinstance(auto[1], nn.Identity) and type(auto[0][0]) is nn.Conv2d
     with minigrad.no_grad():
         for fused in (auto, named):
-            np.testing.assert_allclose(fused(x).array, model(x).array, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(fused(x).detach().numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="cannot fuse"):
         Q.fuse_modules(model, [["0", "3"]])
     with pytest.raises(ValueError, match="training mode"):
@@ -118,16 +120,16 @@ def test_int8_kernels_compute_the_integer_sums_exactly(qconfig):
         h = q[4](q[3](conv(x)))
         out = lin(h)
     # the same sums in int64 by numpy's einsum, requantized by hand
-    for layer, inp, got in ((lin, h.array, out.array),):
-        xq = quantize(np, inp, layer.input_scale.array, layer.input_zero_point.array, 0, 255).astype("int64")
-        acc = (xq - int(layer.input_zero_point.array)) @ layer.weight.array.astype("int64").T + layer.bias.array
-        m = (layer.input_scale.array * layer.weight_scale.array / layer.scale.array).astype("float32")
-        z = int(layer.zero_point.array)
+    for layer, inp, got in ((lin, h.detach().numpy(), out.detach().numpy()),):
+        xq = quantize(np, inp, layer.input_scale.detach().numpy(), layer.input_zero_point.detach().numpy(), 0, 255).astype("int64")
+        acc = (xq - int(layer.input_zero_point.detach().numpy())) @ layer.weight.detach().numpy().astype("int64").T + layer.bias.detach().numpy()
+        m = (layer.input_scale.detach().numpy() * layer.weight_scale.detach().numpy() / layer.scale.detach().numpy()).astype("float32")
+        z = int(layer.zero_point.detach().numpy())
         q_out = np.clip(np.rint(acc.astype("float32") * m) + z, z if layer.relu else 0, 255)
-        expected = (q_out - z) * layer.scale.array
+        expected = (q_out - z) * layer.scale.detach().numpy()
         np.testing.assert_array_equal(got, expected.astype("float32"))
     assert conv.weight.dtype == np.int8 and conv.bias.dtype == np.int32 and conv.input_zero_point.dtype == np.uint8
-    assert np.abs(conv.weight.array.astype(int)).max() == (63 if qconfig is Q.default_qconfig else 127)
+    assert np.abs(conv.weight.detach().numpy().astype(int)).max() == (63 if qconfig is Q.default_qconfig else 127)
 
 
 def test_int_matmul_is_exact_on_both_paths():
@@ -144,7 +146,7 @@ def test_post_training_quantization_stays_close_to_the_float_model(qconfig):
     q = ptq(model, qconfig)
     assert [type(m).__name__ for m in q][:6:5] == ["QuantizedConv2d", "QuantizedLinear"]
     with minigrad.no_grad():
-        ref, got = model(x).array, q(x).array
+        ref, got = model(x).detach().numpy(), q(x).detach().numpy()
     assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()
     assert (got.argmax(1) == ref.argmax(1)).mean() > 0.9
     assert Q.model_size(q) < Q.model_size(model) / 2.5
@@ -159,7 +161,7 @@ def test_stubs_prepare_and_convert():
         prepared(x)
         q = Q.convert(prepared)
         assert isinstance(q[0], Q.Quantize) and isinstance(q[2], nn.Identity)
-        np.testing.assert_allclose(q(x).array, model(x).array, atol=0.05)
+        np.testing.assert_allclose(q(x).detach().numpy(), model(x).detach().numpy(), atol=0.05)
     assert isinstance(model[1], nn.Linear)  # prepare and convert copy unless inplace
     with pytest.raises(TypeError, match="container"):
         Q.prepare(nn.Linear(2, 2))
@@ -175,7 +177,7 @@ def test_dynamic_quantization_of_linear_layers():
     assert isinstance(q[0], Q.DynamicQuantizedLinear) and q[0].weight.dtype == np.int8
     x = minigrad.tensor(np.random.default_rng(0).standard_normal((16, 10)).astype("float32"))
     with minigrad.no_grad():
-        ref, got = model(x).array, q(x).array
+        ref, got = model(x).detach().numpy(), q(x).detach().numpy()
     assert np.abs(got - ref).max() < 0.03 * np.abs(ref).max()
     with pytest.raises(ValueError, match="supports Linear and LSTM"):
         Q.quantize_dynamic(model, {nn.Conv2d})
@@ -204,16 +206,16 @@ def test_quantization_aware_training_learns_and_converts():
             m.observer_enabled = False
     q = Q.convert(qat.eval())
     with minigrad.no_grad():
-        fake, real = qat(x).array, q(x).array
+        fake, real = qat(x).detach().numpy(), q(x).detach().numpy()
     # the int8 model rounds its bias and sums where the fake-quantized one does not: a few steps apart
-    np.testing.assert_allclose(real, fake, atol=10 * float(q[-1].scale.array))
+    np.testing.assert_allclose(real, fake, atol=10 * float(q[-1].scale.detach().numpy()))
     assert (real.argmax(1) == fake.argmax(1)).mean() > 0.9
 
 
 def test_quantized_model_runs_on_every_device(device):
     q = ptq(small_cnn())
     with minigrad.no_grad():
-        ref = q(batch(8)).array
+        ref = q(batch(8)).detach().numpy()
         q.to(device)
         got = q(batch(8).to(device))
     assert got.device == minigrad.device(device)
@@ -230,5 +232,5 @@ def test_dynamic_quantization_of_an_lstm():
     with minigrad.no_grad():
         (ref, (h_ref, c_ref)), (got, (h, c)) = lstm(x), q[0](x)
     assert got.shape == ref.shape and h.shape == h_ref.shape and c.shape == c_ref.shape
-    assert np.abs(got.array - ref.array).max() < 0.03 * np.abs(ref.array).max()
+    assert np.abs(got.detach().numpy() - ref.detach().numpy()).max() < 0.03 * np.abs(ref.detach().numpy()).max()
     assert isinstance(Q.quantize_dynamic(lstm), Q.DynamicQuantizedLSTM)  # a bare LSTM is swapped too

@@ -75,6 +75,8 @@ class _Observer(Module):
         self.register_buffer("max_val", Tensor(backend.numpy.asarray(-math.inf, "float32")))
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.min_val.device != x.device:  # made on the cpu by prepare(); the model may be elsewhere
+            self.to(x.device)
         with no_grad():
             self._observe(x.array.astype("float32"), x.device.xp)
         return x
