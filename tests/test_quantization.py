@@ -137,7 +137,7 @@ def test_int_matmul_is_exact_on_both_paths():
     a, b = rng.integers(-255, 256, (5, 300)).astype("int32"), rng.integers(-127, 128, (300, 4)).astype("int32")
     exact = a.astype("int64") @ b.astype("int64")
     for bound in (255 * 127, 2 ** 24):  # float32 BLAS (300 * 32385 < 2^24), then int32
-        np.testing.assert_array_equal(int_matmul(np, a, b, bound), exact)
+        np.testing.assert_array_equal(int_matmul(a, b, bound), exact)
 
 
 @pytest.mark.parametrize("qconfig", [Q.default_qconfig, Q.histogram_qconfig, Q.full_range_qconfig], ids=str)

@@ -209,7 +209,7 @@ xq = quantize(np, h.array, layer.input_scale.array, layer.input_zero_point.array
 a, w = xq - int(layer.input_zero_point.array), layer.weight.array.astype("int32").T
 exact = a.astype("int64") @ w.astype("int64")
 print("K =", a.shape[1], "  largest |sum| =", np.abs(exact).max(), "  < 2**24 =", 2 ** 24)
-print("float32 BLAS sums == int64 sums:", np.array_equal(int_matmul(np, a, w, 255 * 63), exact))
+print("float32 BLAS sums == int64 sums:", np.array_equal(int_matmul(a, w, 255 * 63), exact))
 
 # %% [markdown]
 # ## 6. PTQ vs QAT as the bits shrink

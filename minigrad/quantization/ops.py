@@ -21,10 +21,10 @@ from minigrad.ops.conv import Geometry, _im2col
 from minigrad.ops.op import Op
 from minigrad._tensor import Tensor
 
-__all__ = ["DynamicInt8Linear", "FakeQuant", "Int8Conv2d", "Int8Linear", "fake_quantize", "quantize"]
+__all__ = ["DynamicInt8Linear", "FakeQuant", "Int8Conv2d", "Int8Linear", "fake_quantize", "int_matmul", "quantize"]
 
 
-def _along(xp: Any, v: Any, ndim: int, axis: int | None) -> Any:
+def _along(v: Any, ndim: int, axis: int | None) -> Any:
     """``v`` shaped to broadcast along ``axis`` of an ``ndim``-D array (unchanged per tensor)."""
     if axis is None or v.ndim == 0:
         return v
@@ -36,7 +36,7 @@ def _along(xp: Any, v: Any, ndim: int, axis: int | None) -> Any:
 def quantize(xp: Any, x: Any, scale: Any, zero_point: Any, qmin: int, qmax: int, axis: int | None = None) -> Any:
     """``clamp(round(x / scale) + zero_point, qmin, qmax)`` in ``zero_point``'s integer dtype (ONNX's
     QuantizeLinear: divide, round half to even)."""
-    s, z = _along(xp, scale, x.ndim, axis), _along(xp, zero_point, x.ndim, axis)
+    s, z = _along(scale, x.ndim, axis), _along(zero_point, x.ndim, axis)
     return xp.clip(xp.rint(x / s) + z, qmin, qmax).astype(zero_point.dtype)
 
 
@@ -60,7 +60,7 @@ class FakeQuant(Op):
     @staticmethod
     def forward(ctx, x, scale, zero_point, qmin, qmax, axis):
         xp = ctx.xp
-        s, z = _along(xp, scale, x.ndim, axis), _along(xp, zero_point, x.ndim, axis).astype(x.dtype)
+        s, z = _along(scale, x.ndim, axis), _along(zero_point, x.ndim, axis).astype(x.dtype)
         q = xp.rint(x / s) + z
         ctx.save_for_backward((q >= qmin) & (q <= qmax))
         return ((xp.clip(q, qmin, qmax) - z) * s).astype(x.dtype)
@@ -81,14 +81,15 @@ def fake_quantize(x: Tensor, scale: Any, zero_point: Any, qmin: int, qmax: int, 
 
 def _requantize(xp: Any, acc: Any, x_scale: Any, w_scale: Any, out_scale: Any, out_zp: Any, relu: bool,
                 axis: int) -> Any:
-    """int32 sums (output channels along ``axis``) -> the output grid -> floats on that grid."""
-    m = _along(xp, (x_scale * w_scale / out_scale).astype("float32"), acc.ndim, axis)
+    """int32 sums (output channels along ``axis``) -> the output grid -> floats on that grid; the
+    multiplier ``s_x s_w / s_y`` is float32, as onnxruntime's requantization has it."""
+    m = _along((x_scale * w_scale / out_scale).astype("float32"), acc.ndim, axis)
     lo = int(out_zp) if relu else 0  # a fused ReLU is the clamp at the output's zero
     q = xp.clip(xp.rint(acc.astype("float32") * m) + out_zp.astype("float32"), lo, 255)
     return ((q - out_zp.astype("float32")) * out_scale).astype("float32")
 
 
-def int_matmul(xp: Any, a: Any, b: Any, bound: int) -> Any:
+def int_matmul(a: Any, b: Any, bound: int) -> Any:
     """``a @ b`` of int32 arrays whose entrywise products are at most ``bound`` in magnitude, as int32.
     numpy has no BLAS kernel for integers, so where every partial sum provably fits float32's
     24-bit mantissa (``K * bound < 2^24``: K <= 1044 for uint8 inputs and 7-bit weights) the
@@ -126,7 +127,7 @@ class Int8Linear(Op):
     @staticmethod
     def forward(ctx, x, w_q, w_scale, bias_q, x_scale, x_zp, out_scale, out_zp, relu):
         xp = ctx.xp
-        acc = int_matmul(xp, _int_input(xp, x, x_scale, x_zp), w_q.astype("int32").T, _bound(w_q)) + bias_q
+        acc = int_matmul(_int_input(xp, x, x_scale, x_zp), w_q.astype("int32").T, _bound(w_q)) + bias_q
         return _requantize(xp, acc, x_scale, w_scale, out_scale, out_zp, relu, acc.ndim - 1)
 
     @staticmethod
@@ -152,7 +153,7 @@ class Int8Conv2d(Op):
         xp = ctx.xp
         cols = _im2col(xp, _int_input(xp, x, x_scale, x_zp), g, groups)  # zero padding: z_x - z_x = 0
         o = w_q.shape[0]
-        acc = int_matmul(xp, w_q.astype("int32").reshape(groups, o // groups, -1), cols, _bound(w_q))
+        acc = int_matmul(w_q.astype("int32").reshape(groups, o // groups, -1), cols, _bound(w_q))
         acc = acc.reshape(o, cols.shape[2])
         acc = (acc + bias_q.reshape(o, 1)).reshape(o, x.shape[0], *g.out_size(*x.shape[2:]))
         return xp.ascontiguousarray(_requantize(xp, acc, x_scale, w_scale, out_scale, out_zp, relu, 0)
@@ -176,7 +177,7 @@ class DynamicInt8Linear(Op):
         lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
         x_scale = xp.asarray(max((hi - lo) / 255, 1e-8), dtype="float32")
         x_zp = xp.asarray(min(max(round(-lo / float(x_scale)), 0), 255), dtype="uint8")
-        acc = int_matmul(xp, _int_input(xp, x, x_scale, x_zp), w_q.astype("int32").T, _bound(w_q))
+        acc = int_matmul(_int_input(xp, x, x_scale, x_zp), w_q.astype("int32").T, _bound(w_q))
         y = acc.astype("float32") * (x_scale * w_scale)
         return (y + bias if bias is not None else y).astype("float32")
 
