@@ -22,6 +22,7 @@ import numpy as np
 import minigrad
 import minigrad.nn.functional as F
 import minigrad.ops as M
+from minigrad.quantization import fake_quantize
 
 try:  # the torch callables only run in the torch section of test_ops.py
     import torch
@@ -45,6 +46,9 @@ class OpInfo:
     smooth: bool = True  # second derivatives are checked (gradgradcheck)
     float64: bool = True
     reduction: bool = False  # float32 sums in a different order than torch: looser tolerance
+    # False for straight-through estimators: their gradient is a definition (torch's), not the
+    # derivative finite differences would measure, so it is checked against torch only
+    finite_differences: bool = True
 
     def arrays(self, dtype: str = "float64") -> list[np.ndarray]:
         """The row's inputs, the same for every run (seeded by the row's name)."""
@@ -104,6 +108,7 @@ IDX = np.array([0, 2, 0])  # a repeated index: gradients must accumulate
 MASK = np.array([[True, False, True, False], [False, False, True, True], [True, True, False, False]])
 COND = np.array([[True, False, False, True], [False, True, True, False], [True, True, False, True]])
 TARGET = np.array([1, 0, 4, 2])
+QSCALE, QZERO = np.array([0.05, 0.1, 0.05, 0.1], "float32"), np.array([3, 5, 0, -2], "int32")  # a per-channel grid
 UNIQUE = np.array([2, 0])  # distinct indices, for writes that do not accumulate
 GATHER = np.array([[0, 2, 2, 1], [1, 0, 0, 2]])  # indices into dim 0 of a (3, 4) input
 
@@ -155,6 +160,12 @@ OPS: list[OpInfo] = [
           domain="distinct"),
     *rows("leaky_relu_default", lambda x: M.leaky_relu(x), lambda x: TF.leaky_relu(x), ((3, 4),),
           domain="distinct"),
+    *rows("fake_quantize_per_tensor", lambda x: fake_quantize(x, 0.05, 5, 0, 15),
+          lambda x: torch.fake_quantize_per_tensor_affine(x, 0.05, 5, 0, 15), ((3, 4),), domain="distinct",
+          smooth=False, finite_differences=False),
+    *rows("fake_quantize_per_channel", lambda x: fake_quantize(x, QSCALE, QZERO, -8, 7, axis=1),
+          lambda x: torch.fake_quantize_per_channel_affine(x, torch.tensor(QSCALE), torch.tensor(QZERO), 1, -8, 7),
+          ((3, 4),), domain="distinct", smooth=False, finite_differences=False),
     *rows("gelu", lambda x: M.gelu(x), lambda x: TF.gelu(x), *UNARY),
     *rows("gelu_tanh", lambda x: M.gelu(x, approximate="tanh"), lambda x: TF.gelu(x, approximate="tanh"),
           *UNARY),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 from minigrad import creation
 from minigrad.errors import ShapeError
@@ -26,10 +26,11 @@ from minigrad._tensor import Tensor
 __all__ = ["LSTM", "LSTMCell", "lstm_cell"]
 
 
-def lstm_cell(x: Tensor, h: Tensor, c: Tensor, w_ih: Tensor, w_hh: Tensor,
-              b_ih: Tensor | None = None, b_hh: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """One LSTM step: (N, input) and the state (N, hidden) twice -> the next (h, c)."""
-    gates = F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
+def lstm_cell(x: Tensor, h: Tensor, c: Tensor, w_ih: Any, w_hh: Any, b_ih: Tensor | None = None,
+              b_hh: Tensor | None = None, linear: Callable[..., Tensor] = F.linear) -> tuple[Tensor, Tensor]:
+    """One LSTM step: (N, input) and the state (N, hidden) twice -> the next (h, c). ``linear``
+    applies a weight (a dynamically quantized LSTM passes its int8 product)."""
+    gates = linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)
     i, f, g, o = gates.chunk(4, dim=-1)
     c = sigmoid(f) * c + sigmoid(i) * tanh(g)
     h = sigmoid(o) * tanh(c)
@@ -114,6 +115,8 @@ class LSTM(Module):
     def reset_parameters(self) -> None:
         _init_uniform(self, self.hidden_size)
 
+    _linear = staticmethod(F.linear)  # what applies a gate's weight (minigrad.quantization swaps it)
+
     def _weights(self, layer: int, suffix: str) -> tuple:
         names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh") if self.bias else ("weight_ih", "weight_hh")
         return tuple(getattr(self, f"{name}_l{layer}{suffix}") for name in names)
@@ -147,7 +150,7 @@ class LSTM(Module):
                 h, c = h0[k], c0[k]
                 out = [None] * length
                 for t in (reversed(range(length)) if suffix else range(length)):
-                    h, c = lstm_cell(steps[t], h, c, *self._weights(layer, suffix))
+                    h, c = lstm_cell(steps[t], h, c, *self._weights(layer, suffix), linear=self._linear)
                     out[t] = h
                 outputs.append(out)
                 h_n.append(h)
