@@ -87,7 +87,8 @@ def test_list_form_and_output_axes(tmp_path):
                           input_names=["x"], output_names=["y"])
     assert dims(model.graph.input[0])[0] == "x_dim0" and dims(model.graph.output[0])[0] == "x_dim0"
     with pytest.raises(OnnxExporterError, match="axis 1 of output 'output'"):
-        export_onnx(nn.Linear(3, 2), mg.randn(4, 3), tmp_path / "m.onnx", dynamic_axes={"input": [0], "output": {1: "b"}})
+        export_onnx(nn.Linear(3, 2), mg.randn(4, 3), tmp_path / "m.onnx",
+                    dynamic_axes={"input": [0], "output": {1: "b"}})
 
 
 # -- what cannot follow the batch -------------------------------------------------------------------

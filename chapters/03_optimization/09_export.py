@@ -25,7 +25,7 @@
 # **You will:** trace and optimise a trained CNN, export it with a dynamic batch size, open the
 # file and draw it next to minigrad's IR, check onnxruntime against minigrad, time both at
 # onnxruntime's four optimisation levels, and see what the exporter refuses and why.
-# **Time:** about 25 minutes (20 reading, 30 s running).
+# **Time:** about 25 minutes (20 reading, about a minute running).
 
 # %%
 import os
@@ -84,7 +84,8 @@ print(f"test accuracy {np.mean(logits.argmax(1) == Y_test):.1%} on {len(Y_test)}
 # the layers of the model, which is the form we export.
 
 # %%
-ops = lambda g: [n.op for n in g.topological_order() if n.op not in ("placeholder", "parameter", "constant", "output")]  # noqa: E731
+STRUCTURE = ("placeholder", "parameter", "constant", "output")
+ops = lambda g: [n.op for n in g.topological_order() if n.op not in STRUCTURE]  # noqa: E731
 with minigrad.no_grad():
     traced = trace(model, X_test[:4])
 frozen = fold_constants(traced.graph, freeze=True)

@@ -57,7 +57,8 @@ def grown_inputs(inputs: Sequence[Tensor], axes: Sequence[dict[int, str]], symbo
     return grown
 
 
-def symbolic_dims(base: list[Node], grown: Mapping[str, list[Node]], sizes: Mapping[str, int]) -> list[dict[int, DynamicDim]]:
+def symbolic_dims(base: list[Node], grown: Mapping[str, list[Node]],
+                  sizes: Mapping[str, int]) -> list[dict[int, DynamicDim]]:
     """For each node of ``base`` (in topological order), the dims that follow a symbol: compared
     with the same node of the graph traced with that symbol one larger (``grown``)."""
     dims: list[dict[int, DynamicDim]] = [{} for _ in base]

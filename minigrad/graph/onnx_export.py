@@ -97,8 +97,8 @@ def export_onnx(graph_or_module: Module | Graph | TracedFunction | Callable, exa
                 raise OnnxExporterError(f"export_onnx: dynamic_axes asks for axis {a} of output {name!r} to be {s!r}, "
                                         f"but in the trace it is not {s} (output shape {node.shape})")
         out_info.append(_value_info(onnx, node, name, symbols))
-    model = onnx.helper.make_model(b.graph(title, in_info, out_info), opset_imports=[onnx.helper.make_opsetid("", opset)],
-                                   producer_name="minigrad", producer_version=__version__)
+    model = onnx.helper.make_model(b.graph(title, in_info, out_info), producer_name="minigrad",
+                                   opset_imports=[onnx.helper.make_opsetid("", opset)], producer_version=__version__)
     model.ir_version = onnx.helper.find_min_ir_version_for(model.opset_import)  # older runtimes load it too
     onnx.checker.check_model(model, full_check=True)  # full_check also infers and checks every shape
     onnx.save_model(model, os.fspath(path))
