@@ -81,14 +81,13 @@ def export_onnx(graph_or_module: Module | Graph | TracedFunction | Callable, exa
     sizes = {s: inputs[in_names.index(name)].shape[a] for s, (name, a) in sources.items()}
     dims = symbolic_dims(order, {s: g.topological_order() for s, (g, _) in grown.items()}, sizes)
     b = _build(onnx, opset, graph, named, in_names, out_names, dict(zip(order, dims)), sources)
-    for s, (g, g_named) in grown.items():
+    for s, (g, g_named) in grown.items():  # the same file from a trace with s grown, or s cannot be dynamic
         other = _build(onnx, opset, g, g_named, in_names, out_names, dict(zip(g.topological_order(), dims)), sources)
         why = difference(b.graph(title, [], []), other.graph(title, [], []))
         if why is not None:
             raise UnsupportedOperatorError(f"export_onnx: {s} cannot be dynamic: {why} (its size was baked in when "
                                            "the model was traced); build it from the input with ops instead")
-    in_info = [_value_info(onnx, p, name, {a: s for a, s in axes[i].items()})
-               for i, (p, name) in enumerate(zip(graph.placeholders, in_names))]
+    in_info = [_value_info(onnx, p, name, axes[i]) for i, (p, name) in enumerate(zip(graph.placeholders, in_names))]
     out_info = []
     for node, name in zip(graph.outputs, out_names):
         symbols = {a: s for a, (s, k, c) in dims[order.index(node)].items() if (k, c) == (1, 0)}
