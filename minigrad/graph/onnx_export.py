@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from minigrad import __version__, backend
 from minigrad.autograd import grad_mode
@@ -22,6 +22,7 @@ from minigrad.graph.ir import Graph, Node
 from minigrad.graph.passes.constant_folding import fold_constants
 from minigrad.graph.passes.rewrite import reaching
 from minigrad.graph.helpers import positional_names
+from minigrad.graph.onnx_dynamic import difference, grown_inputs, resolve_dynamic_axes, symbolic_dims
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, TracedFunction, trace
 from minigrad.nn.module import Module
 from minigrad.ops import all_ops
@@ -45,20 +46,68 @@ class UnsupportedOperatorError(OnnxExporterError):
 
 def export_onnx(graph_or_module: Module | Graph | TracedFunction | Callable, example_input: Tensor | Sequence[Tensor],
                 path: str | os.PathLike, *, opset: int = 17, input_names: Sequence[str] | None = None,
-                output_names: Sequence[str] | None = None) -> onnx.ModelProto:
+                output_names: Sequence[str] | None = None,
+                dynamic_axes: Mapping[str, Mapping[int, str] | Sequence[int]] | None = None) -> onnx.ModelProto:
     """Write ``graph_or_module`` as an ONNX model to ``path`` and return it.
 
     A Module (or any function of tensors) is traced on ``example_input`` in eval mode under
     ``no_grad``; a ``Graph`` or ``TracedFunction`` is exported as it is, ``example_input`` giving
-    its input shapes and dtypes. Shapes are those of the example: reshapes in a traced graph bake
-    in the batch size. Parameters and constants become initializers.
+    its input shapes and dtypes. Shapes are those of the example, except the input axes named in
+    ``dynamic_axes`` as ``torch.onnx.export`` takes it (``{"x": {0: "batch"}}``): the model is
+    traced again with each one longer, and reshapes that follow it compute their targets at run
+    time (``minigrad.graph.onnx_dynamic``). Parameters and constants become initializers.
     """
     onnx = _import_onnx()
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
         raise ValueError(f"export_onnx: opset must be between {MIN_OPSET} and {onnx.defs.onnx_opset_version()} "
                          f"(the newest this onnx knows), got {opset}")
     inputs = (example_input,) if isinstance(example_input, Tensor) else tuple(example_input)
-    graph, weight_names, default_names, title = _graph_of(graph_or_module, inputs)
+    graph, named, default_names, title = _prepare(graph_or_module, inputs)
+    in_names = _names(input_names, default_names, "input_names", len(graph.placeholders))
+    n_out = len(graph.outputs)
+    out_names = _names(output_names, ["output"] if n_out == 1 else [f"output{i}" for i in range(n_out)],
+                       "output_names", n_out)
+    if set(in_names) & set(out_names):
+        raise ValueError(f"export_onnx: an input and an output cannot share a name, got {in_names} and {out_names}")
+    axes, out_axes, sources, grown = [{} for _ in inputs], {}, {}, {}
+    if dynamic_axes:
+        if isinstance(graph_or_module, (Graph, TracedFunction)):
+            raise OnnxExporterError("export_onnx: dynamic_axes needs the Module or function, to trace it again "
+                                    "with the dynamic axes grown; a traced graph has its shapes fixed")
+        axes, out_axes = resolve_dynamic_axes(dynamic_axes, in_names, out_names, inputs)
+        sources = {s: (in_names[i], a) for i, named_axes in enumerate(axes) for a, s in named_axes.items()}
+        grown = {s: _prepare(graph_or_module, grown_inputs(inputs, axes, s))[:2] for s in sources}
+    order = graph.topological_order()
+    sizes = {s: inputs[in_names.index(name)].shape[a] for s, (name, a) in sources.items()}
+    dims = symbolic_dims(order, {s: g.topological_order() for s, (g, _) in grown.items()}, sizes)
+    b = _build(onnx, opset, graph, named, in_names, out_names, dict(zip(order, dims)), sources)
+    for s, (g, g_named) in grown.items():  # the same file from a trace with s grown, or s cannot be dynamic
+        other = _build(onnx, opset, g, g_named, in_names, out_names, dict(zip(g.topological_order(), dims)), sources)
+        why = difference(b.graph(title, [], []), other.graph(title, [], []))
+        if why is not None:
+            raise UnsupportedOperatorError(f"export_onnx: {s} cannot be dynamic: {why} (its size was baked in when "
+                                           "the model was traced); build it from the input with ops instead")
+    in_info = [_value_info(onnx, p, name, axes[i]) for i, (p, name) in enumerate(zip(graph.placeholders, in_names))]
+    out_info = []
+    for node, name in zip(graph.outputs, out_names):
+        symbols = {a: s for a, (s, k, c) in dims[order.index(node)].items() if (k, c) == (1, 0)}
+        for a, s in out_axes.get(name, {}).items():
+            if symbols.get(a % max(len(node.shape), 1)) != s:
+                raise OnnxExporterError(f"export_onnx: dynamic_axes asks for axis {a} of output {name!r} to be {s!r}, "
+                                        f"but in the trace it is not {s} (output shape {node.shape})")
+        out_info.append(_value_info(onnx, node, name, symbols))
+    model = onnx.helper.make_model(b.graph(title, in_info, out_info), producer_name="minigrad",
+                                   opset_imports=[onnx.helper.make_opsetid("", opset)], producer_version=__version__)
+    model.ir_version = onnx.helper.find_min_ir_version_for(model.opset_import)  # older runtimes load it too
+    onnx.checker.check_model(model, full_check=True)  # full_check also infers and checks every shape
+    onnx.save_model(model, os.fspath(path))
+    return model
+
+
+def _prepare(obj: Any, inputs: tuple) -> tuple[Graph, dict, list[str], str]:
+    """The inference graph to export with its constants folded, names for its weights (by node
+    name), default input names and a title."""
+    graph, weight_names, default_names, title = _graph_of(obj, inputs)
     for node in graph.nodes:
         if node.op in ("copy_", "set_grad", "grad"):
             raise OnnxExporterError(f"export_onnx: exports inference graphs, but {node.name} ({node.op}) reads or "
@@ -67,14 +116,13 @@ def export_onnx(graph_or_module: Module | Graph | TracedFunction | Callable, exa
     if not graph.outputs:
         raise OnnxExporterError("export_onnx: the graph returns no tensors, so there is nothing to export")
     named = {n.name: weight_names[_array_id(n)] for n in graph.nodes if _array_id(n) in weight_names}
-    graph = fold_constants(graph, freeze=True)
-    in_names = _names(input_names, default_names, "input_names", len(graph.placeholders))
-    n_out = len(graph.outputs)
-    out_names = _names(output_names, ["output"] if n_out == 1 else [f"output{i}" for i in range(n_out)],
-                       "output_names", n_out)
-    if set(in_names) & set(out_names):
-        raise ValueError(f"export_onnx: an input and an output cannot share a name, got {in_names} and {out_names}")
-    b = _Builder(onnx, opset, reaching(graph.outputs), set(in_names) | set(out_names))  # dead nodes are not emitted
+    return fold_constants(graph, freeze=True), named, default_names, title
+
+
+def _build(onnx: Any, opset: int, graph: Graph, named: dict, in_names: list[str], out_names: list[str],
+           dims: dict, sources: dict) -> _Builder:
+    """Emit every live node of ``graph`` (dead nodes are not emitted) in topological order."""
+    b = _Builder(onnx, opset, reaching(graph.outputs), set(in_names) | set(out_names), dims, sources)
     for node, name in zip(graph.placeholders, in_names):
         b.values[node] = name
         b.dtypes[name] = node.dtype
@@ -86,18 +134,12 @@ def export_onnx(graph_or_module: Module | Graph | TracedFunction | Callable, exa
                 b.dtypes[b.values[node]] = node.dtype
     for node, name in zip(graph.outputs, out_names):
         b.name_output(b.values[node], name)
-    info = onnx.helper.make_tensor_value_info
-    model = onnx.helper.make_model(
-        onnx.helper.make_graph(
-            b.nodes, title,
-            [info(name, _onnx_dtype(onnx, n.dtype), list(n.shape)) for n, name in zip(graph.placeholders, in_names)],
-            [info(name, _onnx_dtype(onnx, n.dtype), list(n.shape)) for n, name in zip(graph.outputs, out_names)],
-            b.initializers),
-        opset_imports=[onnx.helper.make_opsetid("", opset)], producer_name="minigrad", producer_version=__version__)
-    model.ir_version = onnx.helper.find_min_ir_version_for(model.opset_import)  # older runtimes load it too
-    onnx.checker.check_model(model, full_check=True)  # full_check also infers and checks every shape
-    onnx.save_model(model, os.fspath(path))
-    return model
+    return b
+
+
+def _value_info(onnx: Any, node: Node, name: str, symbols: dict[int, str]) -> Any:
+    shape = [symbols.get(a, d) for a, d in enumerate(node.shape)]
+    return onnx.helper.make_tensor_value_info(name, _onnx_dtype(onnx, node.dtype), shape)
 
 
 # -- from what was given to a graph ---------------------------------------------------------------
@@ -172,8 +214,11 @@ def _onnx_dtype(onnx: Any, dtype: Any) -> int:
 class _Builder:
     """The ONNX nodes and initializers made so far, and the ONNX value that holds each graph node."""
 
-    def __init__(self, onnx: Any, opset: int, live: set[Node], reserved: set[str]) -> None:
+    def __init__(self, onnx: Any, opset: int, live: set[Node], reserved: set[str], dims: dict, sources: dict) -> None:
         self.onnx, self.opset, self.live = onnx, opset, live
+        self.dims = dims  # node -> {axis: (symbol, k, c)} for the dims that follow a dynamic input axis
+        self.sources = sources  # symbol -> (input name, axis) it is read from at run time
+        self._sizes: dict[str, str] = {}
         self.nodes: list = []
         self.initializers: list = []
         self.values: dict[Node, Any] = {}  # a name, or a list of names for an op with several outputs
@@ -207,6 +252,26 @@ class _Builder:
 
     def ints(self, values: Sequence[int]) -> str:
         return self.initializer(backend.numpy.asarray(list(values), dtype="int64"))
+
+    def shape(self, node: Node, infer: bool = False) -> str:
+        """``node``'s shape as an int64 tensor, for Reshape's and Expand's targets: constants, but
+        a dim that follows a dynamic axis is ``-1`` (``infer``: Reshape works out one such dim) or
+        read at run time, ``k * Gather(Shape(input), axis) + c``, and the parts joined by Concat."""
+        dims = self.dims.get(node, {})
+        if not dims:
+            return self.ints(node.shape)
+        if infer and len(dims) == 1:
+            return self.ints([-1 if a in dims else d for a, d in enumerate(node.shape)])
+        parts = [self._runtime_dim(*dims[a]) if a in dims else self.ints([d]) for a, d in enumerate(node.shape)]
+        return self.add("Concat", parts, axis=0)
+
+    def _runtime_dim(self, symbol: str, k: int, c: int) -> str:
+        if symbol not in self._sizes:
+            name, axis = self.sources[symbol]
+            self._sizes[symbol] = self.add("Gather", [self.add("Shape", [name]), self.ints([axis])])
+        size = self._sizes[symbol]
+        size = size if k == 1 else self.add("Mul", [size, self.ints([k])])
+        return size if c == 0 else self.add("Add", [size, self.ints([c])])
 
     def operand(self, value: Any, dtype: Any) -> str:
         """An operand of an op that computes in ``dtype``: a Python number becomes a constant,
@@ -243,6 +308,9 @@ class _Builder:
         """The error an emitter raises for a form of its op that ONNX cannot express."""
         return UnsupportedOperatorError(f"export_onnx: {message}")
 
+    def graph(self, title: str, inputs: list, outputs: list) -> Any:
+        return self.onnx.helper.make_graph(self.nodes, title, inputs, outputs, self.initializers)
+
     def name_output(self, value: str, name: str) -> None:
         """Give a graph output its name: rename the value where an op here made it, or else (an
         input, an initializer, a value returned twice) copy it with an Identity."""
@@ -272,8 +340,9 @@ def _emit(b: _Builder, node: Node) -> Any:
     emit = getattr(node.fn, "onnx", None)
     if emit is None:
         supported = sorted(op.__name__ for op in all_ops() if op.onnx is not None)
-        raise UnsupportedOperatorError(f"export_onnx: op {op} ({node.name}) has no ONNX translation; supported ops: "
-                                       f"{', '.join(supported)}")
+        why = getattr(node.fn, "onnx_refused", None) or "no emitter written yet"
+        raise UnsupportedOperatorError(f"export_onnx: op {op} ({node.name}) has no ONNX translation ({why}); "
+                                       f"supported ops: {', '.join(supported)}")
     values = iter([b.values[i] for i in node.inputs])
     args = [next(values) if k in (TENSOR_ARG, ARRAY_ARG) else node.attrs[k] for k in node.meta["args"]]
     if isinstance(emit, str):  # the ONNX op of that name computes it from the same operands

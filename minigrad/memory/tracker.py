@@ -222,13 +222,20 @@ def _live_arrays() -> Iterator[tuple[Any, tuple[int, str]]]:
                 yield obj.array, (3, "Parameter") if isinstance(obj, Parameter) else (4, "leaf")
             if obj.grad is not None:
                 yield obj.grad.array, (2, "grad")
-        elif issubclass(type(obj), Function) and type(obj._saved) is tuple:
-            # saved entries are (kind, value, version), see minigrad.autograd.function
-            for entry in obj._saved:
-                if type(entry) is tuple and len(entry) == 3 and entry[0] == SAVED_OUTPUT:
-                    yield entry[1][0], (0, obj.name())
-                elif type(entry) is tuple and len(entry) == 3 and entry[0] == SAVED_ARRAY:
-                    yield entry[1], (1, f"{obj.name()} (saved)")
+        elif issubclass(type(obj), Function):
+            for array, is_output in saved_arrays(obj):
+                yield array, (0, obj.name()) if is_output else (1, f"{obj.name()} (saved)")
+
+
+def saved_arrays(fn: Function) -> Iterator[tuple[Any, bool]]:
+    """The arrays a graph node keeps for backward that no Tensor wraps: its outputs' (True) and
+    other arrays (False). Saved input Tensors are Tensors, found as such."""
+    if type(fn._saved) is tuple:
+        for entry in fn._saved:  # (kind, value, version), see minigrad.autograd.function
+            if type(entry) is tuple and len(entry) == 3 and entry[0] == SAVED_OUTPUT:
+                yield entry[1][0], True
+            elif type(entry) is tuple and len(entry) == 3 and entry[0] == SAVED_ARRAY:
+                yield entry[1], False
 
 
 def snapshot(device: str | Device = "cpu") -> list[LiveTensor]:

@@ -60,17 +60,23 @@ class LogicalNot(Op):
 class BitwiseAnd(Op):
     """``&`` on integers (on bools it is ``LogicalAnd``)."""
 
+    onnx_refused = "no emitter written yet: ONNX BitwiseAnd (opset 18)"
+
     @staticmethod
     def forward(ctx, a, b): return ctx.xp.bitwise_and(a, b)
 
 
 class BitwiseOr(Op):
+    onnx_refused = "no emitter written yet: ONNX BitwiseOr (opset 18)"
+
     @staticmethod
     def forward(ctx, a, b): return ctx.xp.bitwise_or(a, b)
 
 
 class BitwiseNot(Op):
     """``~`` on integers: ``-x - 1`` in two's complement (on bools it is ``LogicalNot``)."""
+
+    onnx_refused = "no emitter written yet: ONNX BitwiseNot (opset 18)"
 
     @staticmethod
     def forward(ctx, a): return ctx.xp.invert(a)

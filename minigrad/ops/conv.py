@@ -146,6 +146,7 @@ class ConvTranspose2d(Op):
     """The input gradient of ``Conv2d``: multiply by the transposed weight, then col2im."""
 
     kind = "matmul"
+    onnx_refused = "no emitter written yet: ONNX ConvTranspose, with pads and output_padding mapped"
     autocast = "low"
 
     @staticmethod
@@ -172,6 +173,7 @@ class Conv2dWeight(Op):
     """The weight gradient of ``Conv2d``: correlate the input's windows with the output gradient."""
 
     kind = "matmul"
+    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
     autocast = "low"
 
     @staticmethod

@@ -96,13 +96,14 @@ class GetItem(Op):
         out = b.add("Slice", [a, b.ints(starts), b.ints(ends), b.ints(axes), b.ints(steps)]) if axes else a
         if all(isinstance(i, slice) for i in items):
             return out
-        return b.add("Reshape", [out, b.ints(node.shape)])
+        return b.add("Reshape", [out, b.shape(node, infer=True)])
 
 
 class ScatterIndex(Op):
     """zeros(shape) with ``g`` added at ``index``: GetItem's backward (and GetItem is its own)."""
 
     kind = "movement"
+    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
 
     @staticmethod
     def forward(ctx, g, shape, index):
@@ -119,6 +120,7 @@ class IndexPut(Op):
     """A copy of ``a`` with ``v`` written at ``index`` (``x[index] = v`` when autograd records it)."""
 
     kind = "movement"
+    onnx_refused = "no emitter written yet: ONNX ScatterND"
 
     @staticmethod
     def forward(ctx, a, index, v):

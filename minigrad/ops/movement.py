@@ -30,7 +30,7 @@ class Reshape(Op):
     returns_view = True
 
     @staticmethod
-    def onnx(b, node, a, shape): return b.add("Reshape", [a, b.ints(node.shape)])
+    def onnx(b, node, a, shape): return b.add("Reshape", [a, b.shape(node, infer=True)])
 
     is_identity = True  # whenever the shape stays
 
@@ -54,7 +54,7 @@ class BroadcastTo(Op):
     returns_view = True
 
     @staticmethod
-    def onnx(b, node, a, shape): return b.add("Expand", [a, b.ints(node.shape)])
+    def onnx(b, node, a, shape): return b.add("Expand", [a, b.shape(node)])
 
     is_identity = True  # whenever the shape stays
 
@@ -124,6 +124,7 @@ class Cat(Op):
 
 class Flip(Op):
     kind = "movement"
+    onnx_refused = "no emitter written yet: Slice with step -1 on each flipped axis"
 
     @staticmethod
     def forward(ctx, a, dims):
@@ -136,6 +137,7 @@ class Flip(Op):
 
 class Repeat(Op):
     kind = "movement"
+    onnx_refused = "no emitter written yet: ONNX Tile"
 
     @staticmethod
     def forward(ctx, a, sizes):

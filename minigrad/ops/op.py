@@ -33,7 +33,8 @@ exports and autocasts with no edit anywhere else.
 ``onnx``
     The ONNX op type that computes it from the same arguments (``"Tanh"``; numbers and operands
     of another dtype are cast to the result's), or ``onnx(builder, node, *args)`` returning the
-    ONNX value(s); see ``minigrad.graph.onnx_export``.
+    ONNX value(s); see ``minigrad.graph.onnx_export``. ``onnx_refused``: where there is none, why
+    (a gradient op, communication, or an emitter not written yet): the export's error says it.
 ``autocast``
     Under ``minigrad.autocast``: ``"low"`` runs in float16 (matmul-like ops), ``"fp32"`` in
     float32 (sums, exponentials), ``"keep"`` is never cast (the casts themselves), ``"promote"``
@@ -65,6 +66,7 @@ class Op(Function):
     c: str | Callable[..., str] | None = None
     c_reduce: tuple[str, str, str] | None = None
     onnx: str | Callable[..., Any] | None = None
+    onnx_refused: str | None = None
     autocast = "promote"
     epilogue = False  # a matmul or conv that may start a fused group (GEMM + bias + ReLU)
     by_rows = False  # a reduction whose forward on a block of rows gives those rows of its result

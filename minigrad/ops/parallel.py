@@ -17,6 +17,8 @@ __all__ = ["copy_to_parallel", "gather_from_parallel", "reduce_from_parallel", "
 
 
 class CopyToParallel(Op):
+    onnx_refused = "tensor-parallel communication between processes; export the model unsharded"
+
     @staticmethod
     def forward(ctx, x): return x
     @staticmethod
@@ -24,6 +26,8 @@ class CopyToParallel(Op):
 
 
 class ReduceFromParallel(Op):
+    onnx_refused = "tensor-parallel communication between processes; export the model unsharded"
+
     @staticmethod
     def forward(ctx, x):
         out = ctx.xp.array(x, order="C")
@@ -35,6 +39,8 @@ class ReduceFromParallel(Op):
 
 
 class GatherFromParallel(Op):
+    onnx_refused = "tensor-parallel communication between processes; export the model unsharded"
+
     @staticmethod
     def forward(ctx, x):
         pg = group()
@@ -47,6 +53,8 @@ class GatherFromParallel(Op):
 
 
 class ScatterToParallel(Op):
+    onnx_refused = "tensor-parallel communication between processes; export the model unsharded"
+
     @staticmethod
     def forward(ctx, x):
         pg = group()

@@ -70,6 +70,7 @@ class WindowScatter(Op):
     """Send each value to the element ``idx`` of its window (overlapping windows add up)."""
 
     kind = "movement"
+    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
 
     @staticmethod
     def forward(ctx, y, idx, g, hw):
@@ -92,6 +93,7 @@ class WindowGather(Op):
     """The adjoint of ``WindowScatter``: out[n, c, i, j] = element ``idx`` of window (i, j)."""
 
     kind = "movement"
+    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
 
     @staticmethod
     def forward(ctx, x, idx, g):
@@ -138,6 +140,7 @@ class WindowSpread(Op):
     """The adjoint of ``WindowSum``: add each value to every element of its window."""
 
     kind = "movement"
+    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
 
     @staticmethod
     def forward(ctx, y, g, hw):

@@ -113,6 +113,7 @@ class Sum(Op):
 
 class SumTo(Op):
     kind = "reduction"
+    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
 
     @staticmethod
     def forward(ctx, a, shape):
@@ -188,6 +189,7 @@ def _prod_of_others(x: Tensor, dims: tuple | None) -> Tensor:
 
 class Cumsum(Op):
     kind = "reduction"
+    onnx_refused = "no emitter written yet: ONNX CumSum"
     by_rows = True
     autocast = "fp32"
 
@@ -297,6 +299,7 @@ class MaxDim(Op):
     """The largest element along one dim and its index; the gradient goes to that index."""
 
     kind = "reduction"
+    onnx_refused = "no emitter written yet: ReduceMax / ReduceMin and ArgMax / ArgMin for its two outputs"
 
     pick = "argmax"
 
@@ -329,6 +332,7 @@ class MinDim(MaxDim):
 
 class Argmax(Op):
     kind = "reduction"
+    onnx_refused = "no emitter written yet: ONNX ArgMax / ArgMin (flatten first when dim is None)"
     by_rows = True
 
     pick = "argmax"
@@ -395,11 +399,15 @@ def _arg(cls: type, x: Tensor, dim: int | None, keepdim: bool, op: str) -> Tenso
 
 
 class All(Op):
+    onnx_refused = "no emitter written yet: ONNX has no boolean reduction (Cast, ReduceMin, Cast)"
+
     @staticmethod
     def forward(ctx, a, dims, keepdim): return ctx.xp.all(a, axis=dims, keepdims=keepdim)
 
 
 class Any(Op):
+    onnx_refused = "no emitter written yet: ONNX has no boolean reduction (Cast, ReduceMax, Cast)"
+
     @staticmethod
     def forward(ctx, a, dims, keepdim): return ctx.xp.any(a, axis=dims, keepdims=keepdim)
 
@@ -446,6 +454,7 @@ def argmin(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
 # -- statistics ---------------------------------------------------------------------------------------
 class Var(Op):
     kind = "reduction"
+    onnx_refused = "no emitter written yet: ReduceMean of the squared deviations, times n / (n - correction)"
     by_rows = True
     autocast = "fp32"
 

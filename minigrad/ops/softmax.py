@@ -109,6 +109,7 @@ class Pick(Op):
     The targets are an input, not a constant, so a traced training step replays new targets."""
 
     kind = "movement"
+    onnx_refused = "the loss's gather of each target class; export the model without its loss"
     autocast = "fp32"
 
     @staticmethod
@@ -128,6 +129,7 @@ class Place(Op):
     """The adjoint of ``Pick``: zeros of shape (N, C, ...) holding ``g[n, ...]`` at class ``t[n, ...]``."""
 
     kind = "movement"
+    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
 
     @staticmethod
     def forward(ctx, g, t, classes):
