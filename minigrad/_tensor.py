@@ -379,7 +379,7 @@ class Tensor:
     def expand_as(self, other): return _ops.expand(self, other.shape)
     def view_as(self, other): return _ops.view(self, other.shape)
     def reshape_as(self, other): return _ops.reshape(self, other.shape)
-    def split(self, split_size_or_sections, dim=0): return _ops.split(self, split_size_or_sections, dim)
+    def split(self, split_size, dim=0): return _ops.split(self, split_size, dim)
     def chunk(self, chunks, dim=0): return _ops.chunk(self, chunks, dim)
     def flip(self, dims): return _ops.flip(self, dims)
     def repeat(self, *sizes): return _ops.repeat(self, _shape_arg(sizes))

@@ -43,10 +43,12 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be read back: damaged, truncated, tampered or not one at all."""
 
 
-def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
+def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_module: Any = None, pickle_protocol: int = 2,
+         _use_new_zipfile_serialization: bool = True) -> None:
     """Write ``obj`` (dicts, lists, tuples, Tensors, arrays, numbers, strings, None) to the file
     named ``f`` (atomically), or into ``f`` itself when it is a writable binary file object such as
-    ``io.BytesIO`` (as ``torch.save``)."""
+    ``io.BytesIO`` (as ``torch.save``). The pickle arguments are accepted so that torch calls run
+    unchanged, and unused: minigrad writes arrays and JSON, never a pickle."""
     if hasattr(f, "write"):
         f.write(_checkpoint_bytes(obj))
         return
