@@ -216,7 +216,8 @@ class MNIST(_LabelledImages):
     it a (1, 28, 28) float32 Tensor) and an int, after the optional transforms."""
 
     def __init__(self, root: str | Path, train: bool = False, transform: Callable | None = None,
-                 target_transform: Callable | None = None) -> None:
+                 target_transform: Callable | None = None, download: bool = False) -> None:
+        # download: torchvision's flag, accepted; minigrad never downloads (missing files raise)
         root, prefix = Path(root), "train" if train else "t10k"
         images_path = _find_idx(root, f"{prefix}-images-idx3-ubyte")
         labels_path = _find_idx(root, f"{prefix}-labels-idx1-ubyte")
