@@ -96,7 +96,7 @@ class Tensor:
     # -- conversion -----------------------------------------------------------------------------
     def item(self) -> Any:
         if self.array.size != 1:
-            raise ShapeError(f"item(): only one-element tensors can be converted, got shape {self.shape}")
+            raise ShapeError(f"item(): only one-element tensors can be converted, got shape {tuple(self.shape)}")
         return self.array.item()
 
     def numpy(self):

@@ -37,7 +37,7 @@ class Triangle(Op):
 
 def _triangle(x: Tensor, diagonal: int, upper: bool) -> Tensor:
     if x.ndim < 2:
-        raise ShapeError(f"{'triu' if upper else 'tril'}: expected a tensor with at least 2 dims, got shape {x.shape}")
+        raise ShapeError(f"{'triu' if upper else 'tril'}: expected a tensor with at least 2 dims, got shape {tuple(x.shape)}")
     return Triangle.apply(x, int(diagonal), upper)
 
 
@@ -58,7 +58,7 @@ def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
                          f"{mask.dtype if isinstance(mask, Tensor) else type(mask).__name__}")
     if isinstance(value, Tensor):
         if value.ndim != 0:
-            raise ShapeError(f"masked_fill: value must be a 0-d tensor or a number, got shape {value.shape}")
+            raise ShapeError(f"masked_fill: value must be a 0-d tensor or a number, got shape {tuple(value.shape)}")
         value = cast(value, input.dtype)
     return where(mask, value, input)
 

@@ -23,7 +23,7 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,
     if input.dtype.kind != "f":
         raise DTypeError(f"multinomial: expected a floating tensor of weights, got {input.dtype}")
     if input.ndim not in (1, 2):
-        raise ShapeError(f"multinomial: expected a 1-D or 2-D tensor of weights, got shape {input.shape}")
+        raise ShapeError(f"multinomial: expected a 1-D or 2-D tensor of weights, got shape {tuple(input.shape)}")
     xp, dev = input.device.xp, input.device
     w = input.array.reshape(-1, input.shape[-1]).astype("float64")
     if bool((w < 0).any()) or not bool(xp.isfinite(w).all()) or bool((w.sum(-1) <= 0).any()):
