@@ -22,6 +22,7 @@ from minigrad import backend
 from minigrad.backend import Device, cpu
 from minigrad.errors import AutogradError, DTypeError, ShapeError
 from minigrad.hooks import RemovableHandle, add_hook
+from minigrad.tensor_types import TYPE_NAMES, Size, dtype_of_type_name
 
 
 class Tensor:
@@ -51,8 +52,8 @@ class Tensor:
 
     # -- metadata -------------------------------------------------------------------------------
     @property
-    def shape(self) -> tuple:
-        return self.array.shape
+    def shape(self) -> Size:
+        return Size(self.array.shape)
 
     @property
     def ndim(self) -> int:
@@ -71,13 +72,15 @@ class Tensor:
         return (self._base if self._base is not None else self)._vc
 
     def size(self, dim: int | None = None):
-        return self.array.shape if dim is None else self.array.shape[_dim(dim, self.ndim, "size")]
+        return Size(self.array.shape) if dim is None else self.array.shape[_dim(dim, self.ndim, "size")]
 
     def dim(self) -> int:
         return self.array.ndim
 
     def numel(self) -> int:
         return self.array.size
+
+    nelement = numel
 
     def element_size(self) -> int:
         return self.array.itemsize
@@ -94,7 +97,7 @@ class Tensor:
     # -- conversion -----------------------------------------------------------------------------
     def item(self) -> Any:
         if self.array.size != 1:
-            raise ShapeError(f"item(): only one-element tensors can be converted, got shape {self.shape}")
+            raise ShapeError(f"item(): only one-element tensors can be converted, got shape {tuple(self.shape)}")
         return self.array.item()
 
     def numpy(self):
@@ -121,6 +124,12 @@ class Tensor:
             raise RuntimeError(f"the truth value of a tensor with {self.array.size} elements is ambiguous")
         return bool(self.item())
 
+    def __format__(self, spec: str) -> str:
+        """``f"{loss:.4f}"`` formats a one-element tensor's value, as PyTorch does."""
+        if self.ndim == 0 and spec:
+            return format(self.item(), spec)
+        return object.__format__(self, spec) if spec else repr(self)
+
     def __array__(self, dtype=None, copy=None):
         arr = self.detach().numpy()
         return arr if dtype is None else arr.astype(dtype)
@@ -141,7 +150,7 @@ class Tensor:
         )
         extra = []
         if self.dtype is not backend.get_default_dtype() and self.dtype not in (backend.int64, backend.bool_):
-            extra.append(f"dtype={self.dtype}")
+            extra.append(f"dtype=minigrad.{self.dtype}")
         if self.device is not cpu:
             extra.append(f"device='{self.device}'")
         if self.grad_fn is not None:
@@ -242,7 +251,12 @@ class Tensor:
     def astype(self, dtype: Any) -> Tensor:
         return self.to(dtype=dtype)
 
-    type = astype
+    def type(self, dtype: Any = None) -> str | Tensor:
+        """``x.type()`` is the type name (``"minigrad.FloatTensor"``); ``x.type(dtype)`` or
+        ``x.type("minigrad.LongTensor")`` converts, as in PyTorch."""
+        if dtype is None:
+            return "minigrad." + TYPE_NAMES[self.dtype]
+        return self.to(dtype=dtype_of_type_name(dtype) if isinstance(dtype, str) and "Tensor" in dtype else dtype)
 
     def float(self) -> Tensor:
         return self.to(dtype=backend.float32)
@@ -378,6 +392,8 @@ class Tensor:
     def cumsum(self, dim): return _ops.cumsum(self, dim)
     def logsumexp(self, dim, keepdim=False): return _ops.logsumexp(self, dim, keepdim)
     def softmax(self, dim): return _ops.softmax(self, dim)
+    def norm(self, p="fro", dim=None, keepdim=False, dtype=None): return _ops.norm(self, p, dim, keepdim, dtype)
+    def topk(self, k, dim=-1, largest=True, sorted=True): return _ops.topk(self, k, dim, largest, sorted)
     def log_softmax(self, dim): return _ops.log_softmax(self, dim)
 
     # -- movement -------------------------------------------------------------------------------
@@ -393,7 +409,7 @@ class Tensor:
     def expand_as(self, other): return _ops.expand(self, other.shape)
     def view_as(self, other): return _ops.view(self, other.shape)
     def reshape_as(self, other): return _ops.reshape(self, other.shape)
-    def split(self, split_size_or_sections, dim=0): return _ops.split(self, split_size_or_sections, dim)
+    def split(self, split_size, dim=0): return _ops.split(self, split_size, dim)
     def chunk(self, chunks, dim=0): return _ops.chunk(self, chunks, dim)
     def flip(self, dims): return _ops.flip(self, dims)
     def repeat(self, *sizes): return _ops.repeat(self, _shape_arg(sizes))
@@ -405,6 +421,12 @@ class Tensor:
     def index_add(self, dim, index, source, alpha=1): return _ops.index_add(self, dim, index, source, alpha)
     def scatter_add(self, dim, index, src): return _ops.scatter_add(self, dim, index, src)
     def __getitem__(self, index): return _ops.getitem(self, index)
+    def tril(self, diagonal=0): return _ops.tril(self, diagonal)
+    def triu(self, diagonal=0): return _ops.triu(self, diagonal)
+    def masked_fill(self, mask, value): return _ops.masked_fill(self, mask, value)
+
+    def multinomial(self, num_samples, replacement=False, *, generator=None):
+        return _ops.multinomial(self, num_samples, replacement, generator=generator)
 
     @property
     def T(self) -> Tensor:
@@ -427,6 +449,9 @@ class Tensor:
     def copy_(self, src): return _ops.inplace(self, _ops.copy_from, src)
     def zero_(self): return _ops.fill_(self, 0)
     def fill_(self, value): return _ops.fill_(self, value)
+    def masked_fill_(self, mask, value): return _ops.inplace(self, _ops.masked_fill, mask, value)
+    def tril_(self, diagonal=0): return _ops.inplace(self, _ops.tril, diagonal)
+    def triu_(self, diagonal=0): return _ops.inplace(self, _ops.triu, diagonal)
     __iadd__ = add_
     __isub__ = sub_
     __imul__ = mul_

@@ -201,8 +201,11 @@ class GradScaler:
     once, in ``step``.
     """
 
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000, enabled: bool = True) -> None:
+    def __init__(self, device: str = "cpu", init_scale: float = 2.0**16, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True) -> None:
+        if str(device).partition(":")[0] not in ("cpu", "cuda"):
+            raise ValueError(f"GradScaler: device must be 'cpu' or 'cuda', got {device!r}")
+        self._device = str(device)  # torch's first argument; minigrad scales on each gradient's own device
         self._enabled = bool(enabled)
         if self._enabled:
             if growth_factor <= 1.0:

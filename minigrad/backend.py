@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import secrets
 from typing import Any, Callable
 
 import numpy
@@ -48,10 +49,30 @@ def set_default_dtype(dtype: Any) -> None:
     _default_dtype = d
 
 
+class UnsupportedDType:
+    """A PyTorch dtype name that minigrad knows but cannot compute in: it exists, so code that only
+    names it (a table of dtypes, ``x.dtype == minigrad.bfloat16``) runs, and any use raises a
+    DTypeError that says why."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name, self.reason = name, reason
+
+    def __repr__(self) -> str:
+        return f"minigrad.{self.name}"
+
+
+bfloat16 = UnsupportedDType("bfloat16", "numpy has no native bfloat16, so minigrad cannot compute in it; "
+                                        "use float16 (minigrad.autocast's dtype) or float32")
+_UNSUPPORTED = {"bfloat16": bfloat16}
+
+
 def as_dtype(dtype: Any) -> numpy.dtype:
     """Turn ``"float32"``, ``minigrad.float32``, ``numpy.float32`` or a torch-style alias into a dtype."""
     if isinstance(dtype, numpy.dtype):
         d = dtype
+    elif isinstance(dtype, UnsupportedDType) or (isinstance(dtype, str) and dtype in _UNSUPPORTED):
+        unsupported = _UNSUPPORTED.get(dtype, dtype) if isinstance(dtype, str) else dtype
+        raise DTypeError(f"dtype {unsupported.name} is not supported: {unsupported.reason}")
     else:
         try:
             d = numpy.dtype(dtype)
@@ -304,12 +325,13 @@ def seed_device(dev: Device, seed: int) -> None:
         dev._rng = dev.xp.random.default_rng(int(seed))
 
 
-def permutation(dev: Device, n: int) -> Any:
-    """A random permutation of ``range(n)`` from the device's generator. cupy's Generator has no
-    ``permutation``; sorting n uniform keys gives a uniformly random order too."""
+def permutation(dev: Device, n: int, rng: Any = None) -> Any:
+    """A random permutation of ``range(n)`` from ``rng`` (default: the device's generator). cupy's
+    Generator has no ``permutation``; sorting n uniform keys gives a uniformly random order too."""
+    rng = dev.rng if rng is None else rng
     if dev.type == "cpu":
-        return dev.rng.permutation(n)
-    return dev.rng.random(n).argsort()
+        return rng.permutation(n)
+    return rng.random(n).argsort()
 
 
 # A generator's state: numpy's bit generator gives it as a dict; cupy's cuRAND generator keeps
@@ -317,16 +339,74 @@ def permutation(dev: Device, n: int) -> Any:
 def get_rng_state(dev: Device | str = "cpu") -> Any:
     """A copy of a device's generator state (used by checkpointing to replay dropout exactly)."""
     dev = Device(dev)
-    if dev.type == "cpu":
-        return dev.rng.bit_generator.state
-    with selected(dev):
-        return dev.rng.bit_generator._state.copy()
+    return get_rng_state_of(dev.rng, dev)
 
 
 def set_rng_state(state: Any, dev: Device | str = "cpu") -> None:
     dev = Device(dev)
+    set_rng_state_of(dev.rng, dev, state)
+
+
+def get_rng_state_of(rng: Any, dev: Device) -> Any:
+    """A copy of the state of ``rng``, a generator of ``dev``'s array module."""
     if dev.type == "cpu":
-        dev.rng.bit_generator.state = state
+        return rng.bit_generator.state
+    with selected(dev):
+        return rng.bit_generator._state.copy()
+
+
+def set_rng_state_of(rng: Any, dev: Device, state: Any) -> None:
+    if dev.type == "cpu":
+        rng.bit_generator.state = state
     else:
         with selected(dev):
-            dev.rng.bit_generator._state[...] = state
+            rng.bit_generator._state[...] = state
+
+
+# ---------------------------------------------------------------------------------------------
+# a program's own random streams
+DEFAULT_SEED = 67280421310721  # torch.Generator()'s initial seed
+
+
+class Generator:
+    """A random stream of its own on ``device``: ``Generator().manual_seed(0)``."""
+
+    def __init__(self, device: str | Device = "cpu") -> None:
+        self.device = Device(device)
+        self.manual_seed(DEFAULT_SEED)
+
+    def manual_seed(self, seed: int) -> Generator:
+        """Restart the stream from ``seed``; returns the generator, as in torch."""
+        self._seed = int(seed)
+        with selected(self.device):
+            self.rng = self.device.xp.random.default_rng(self._seed)
+        return self
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+    def seed(self) -> int:
+        """Reseed from fresh operating-system entropy; returns the new seed."""
+        self.manual_seed(secrets.randbits(63))
+        return self._seed
+
+    def get_state(self) -> Any:
+        return get_rng_state_of(self.rng, self.device)
+
+    def set_state(self, state: Any) -> Generator:
+        set_rng_state_of(self.rng, self.device, state)
+        return self
+
+    def __repr__(self) -> str:
+        return f"<minigrad.Generator device={self.device} seed={self._seed}>"
+
+
+def rng_of(device: Device, generator: Generator | None) -> Any:
+    """The array module's generator to draw from: ``generator``'s, or else the device's global one."""
+    if generator is None:
+        return device.rng
+    if not isinstance(generator, Generator):
+        raise TypeError(f"generator: expected a minigrad.Generator, got {type(generator).__name__}")
+    if generator.device is not device:
+        raise DeviceError(f"generator is on {generator.device} but the tensor is made on {device}")
+    return generator.rng

@@ -12,6 +12,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.backend import Device
 from minigrad._tensor import Tensor, _shape_arg, _wrap
+from minigrad.tensor_types import Size, dtype_of_type_name
 
 
 # Each function allocates inside ``backend.selected(dev)``: cupy allocates on the current GPU,
@@ -83,23 +84,23 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
         return _make(dev.xp.eye(n, m, dtype=_float_dtype(dtype)), dev, requires_grad)
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    """Uniform samples in [0, 1)."""
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Uniform samples in [0, 1) (from ``generator``, a ``minigrad.Generator``, when given)."""
     dev = backend.resolve_device(device)
     dt = _float_dtype(dtype)
     with backend.selected(dev):
-        return _make(dev.rng.random(_shape_arg(size)).astype(dt), dev, requires_grad)
+        return _make(backend.rng_of(dev, generator).random(_shape_arg(size)).astype(dt), dev, requires_grad)
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal samples."""
     dev = backend.resolve_device(device)
     dt = _float_dtype(dtype)
     with backend.selected(dev):
-        return _make(dev.rng.standard_normal(_shape_arg(size)).astype(dt), dev, requires_grad)
+        return _make(backend.rng_of(dev, generator).standard_normal(_shape_arg(size)).astype(dt), dev, requires_grad)
 
 
-def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
+def randint(low, high=None, size=(), *, generator=None, dtype=None, device=None) -> Tensor:
     """Integers uniform in [low, high) (``randint(high, size)`` also works, as in torch)."""
     if isinstance(high, (tuple, list)):  # randint(high, size)
         low, high, size = 0, low, high
@@ -108,14 +109,23 @@ def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
     dev = backend.resolve_device(device)
     dt = backend.int64 if dtype is None else backend.as_dtype(dtype)
     with backend.selected(dev):
-        return _make(dev.rng.integers(low, high, size=tuple(size)).astype(dt), dev, False)
+        return _make(backend.rng_of(dev, generator).integers(low, high, size=tuple(size)).astype(dt), dev, False)
 
 
-def randperm(n, dtype=None, device=None) -> Tensor:
+def randperm(n, *, generator=None, dtype=None, device=None) -> Tensor:
+    """A random order of ``0 .. n-1``."""
     dev = backend.resolve_device(device)
     dt = backend.int64 if dtype is None else backend.as_dtype(dtype)
     with backend.selected(dev):
-        return _make(backend.permutation(dev, n).astype(dt), dev, False)
+        return _make(backend.permutation(dev, n, backend.rng_of(dev, generator)).astype(dt), dev, False)
+
+
+def from_numpy(array: Any) -> Tensor:
+    """A cpu tensor sharing ``array``'s memory (no copy): writes through either show in both."""
+    if not isinstance(array, backend.numpy.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__}")
+    backend.as_dtype(array.dtype)  # a DTypeError naming the supported dtypes
+    return _wrap(array, backend.cpu)
 
 
 def _like(fn):
@@ -134,3 +144,34 @@ zeros_like, ones_like, empty_like, rand_like, randn_like = map(_like, (zeros, on
 def full_like(input: Tensor, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
     return full(input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device,
                 requires_grad=requires_grad)
+
+
+# -- the legacy typed constructors: FloatTensor([1, 2]) is data, FloatTensor(2, 3) a shape (zeros:
+# minigrad never hands out uninitialised memory); isinstance(x, LongTensor) tests the dtype.
+class _TypedTensorMeta(type):
+    """Calling the class makes a Tensor of its dtype; ``isinstance`` checks a Tensor's dtype."""
+
+    dtype: Any
+
+    def __call__(cls, *args: Any, device: Any = None) -> Any:
+        if not args:
+            return zeros(0, dtype=cls.dtype, device=device)
+        if all(isinstance(a, int) and not isinstance(a, bool) for a in args) or (
+                len(args) == 1 and isinstance(args[0], Size)):
+            return zeros(*args, dtype=cls.dtype, device=device)
+        if len(args) != 1:
+            raise TypeError(f"{cls.__name__}(): expected sizes or one sequence of data, got {args!r}")
+        return tensor(args[0], dtype=cls.dtype, device=device)
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, Tensor) and obj.dtype == cls.dtype
+
+
+def _typed(name: str) -> type:
+    dtype = dtype_of_type_name(name)
+    return _TypedTensorMeta(name, (), {"dtype": dtype, "__doc__": f"Legacy constructor of {dtype} tensors."})
+
+
+(FloatTensor, DoubleTensor, HalfTensor, LongTensor, IntTensor, ShortTensor, CharTensor, ByteTensor,
+ BoolTensor) = map(_typed, ["FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor", "IntTensor", "ShortTensor",
+                           "CharTensor", "ByteTensor", "BoolTensor"])

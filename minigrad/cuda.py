@@ -11,6 +11,7 @@ first cuda device is made); the memory tracker reads the same figures.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 from minigrad import backend
@@ -20,7 +21,8 @@ from minigrad.allocator import format_summary
 
 __all__ = [
     "current_device", "device_count", "empty_cache", "is_available", "manual_seed", "manual_seed_all",
-    "max_memory_allocated", "memory_allocated", "memory_stats", "memory_summary", "reset_peak_memory_stats", "synchronize",
+    "amp", "is_bf16_supported", "max_memory_allocated", "memory_allocated", "memory_stats", "memory_summary",
+    "reset_peak_memory_stats", "synchronize",
 ]
 
 
@@ -132,3 +134,20 @@ def manual_seed_all(seed: int) -> None:
     """Seed every GPU's generator (does nothing without a GPU, as in torch)."""
     for index in range(device_count()):
         backend.seed_device(Device(f"cuda:{index}"), seed)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """False: numpy and cupy have no native bfloat16, so minigrad never computes in it."""
+    return False
+
+
+from minigrad import cuda_amp as amp  # noqa: E402  (the old spelling minigrad.cuda.amp.GradScaler)
+
+sys.modules[__name__ + ".amp"] = amp  # so that `from minigrad.cuda.amp import GradScaler` finds it
+
+
+def __getattr__(name: str):
+    """A PyTorch feature minigrad does not follow raises NotImplementedError naming it."""
+    from minigrad.unsupported import missing
+
+    raise missing(__name__, name)

@@ -27,7 +27,7 @@ import secrets
 import socket
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy  # file I/O on host arrays: .npy encoding is numpy's format
 
@@ -40,13 +40,41 @@ VERSION = 1
 _META = "metadata.json"
 
 
-def save(obj: Any, path: str | os.PathLike) -> None:
-    """Write ``obj`` (dicts, lists, tuples, Tensors, arrays, numbers, strings, None) to ``path``;
-    a path ending in ``.safetensors`` takes a flat ``{name: Tensor}`` state dict in that format."""
-    if str(path).endswith(".safetensors"):
-        return mapped.save_safetensors(obj, path)
+def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_module: Any = None, pickle_protocol: int = 2,
+         _use_new_zipfile_serialization: bool = True) -> None:
+    """Write ``obj`` (dicts, lists, tuples, Tensors, arrays, numbers, strings, None) to the file
+    named ``f`` (atomically), or into ``f`` itself when it is a writable binary file object such as
+    ``io.BytesIO`` (as ``torch.save``). A path ending in ``.safetensors`` takes a flat
+    ``{name: Tensor}`` state dict in that format. The pickle arguments are accepted so that torch
+    calls run unchanged, and unused: minigrad writes arrays and JSON, never a pickle."""
+    if hasattr(f, "write"):
+        f.write(_checkpoint_bytes(obj))
+        return
+    if str(f).endswith(".safetensors"):
+        return mapped.save_safetensors(obj, f)
+    path = Path(f)
+    data = _checkpoint_bytes(obj)
+    folder = path.parent
+    _remove_stale_temporaries(path)
+    tmp = folder / f"{path.name}.{_TMP_TAG}.{secrets.token_hex(4)}.tmp"
+    # os.open applies the umask to 0o666, as open() does for any other file the user writes
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _checkpoint_bytes(obj: Any) -> bytes:
+    """The checkpoint of ``obj``: a zip of one .npy member per array (each aligned for ``mmap``)
+    and the JSON metadata."""
     ### BEGIN SOLUTION chapter 01: saving a checkpoint
-    path = Path(path)
     arrays: list[numpy.ndarray] = []
     tree = _encode(obj, arrays, "obj")
     buffers = []
@@ -60,24 +88,12 @@ def save(obj: Any, path: str | os.PathLike) -> None:
         "tree": tree,
         "sha256": [hashlib.sha256(b).hexdigest() for b in buffers],
     }
-    folder = path.parent
-    _remove_stale_temporaries(path)
-    tmp = folder / f"{path.name}.{_TMP_TAG}.{secrets.token_hex(4)}.tmp"
-    # os.open applies the umask to 0o666, as open() does for any other file the user writes
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
-                for i, b in enumerate(buffers):
-                    z.writestr(mapped.aligned_member(f"arr_{i}.npy", f.tell()), b)
-                z.writestr(_META, json.dumps(meta))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as z:
+        for i, b in enumerate(buffers):
+            z.writestr(mapped.aligned_member(f"arr_{i}.npy", out.tell()), b)
+        z.writestr(_META, json.dumps(meta))
+    return out.getvalue()
     ### END SOLUTION
 
 
@@ -105,8 +121,12 @@ def _running(pid: int) -> bool:
     return True
 
 
-def load(path: str | os.PathLike, map_location: Any = None, mmap: bool = False) -> Any:
-    """Read a checkpoint written by ``save``; tensors go to ``map_location`` (default: cpu).
+def load(f: str | os.PathLike | BinaryIO, map_location: Any = None, pickle_module: Any = None, *,
+         weights_only: bool | None = None, mmap: bool | None = None, **pickle_load_args: Any) -> Any:
+    """Read a checkpoint written by ``save`` from a file name or a readable binary file object;
+    tensors go to ``map_location`` (default: cpu). ``weights_only`` is accepted and needs no
+    effect: minigrad never unpickles, so a checkpoint can hold only data, never code; like
+    ``pickle_module``, it exists so that torch calls run unchanged.
 
     Everything in the file is checked before it is used: member sizes against the file size,
     the metadata against its schema, every array's digest and its ``.npy`` header against the
@@ -116,22 +136,31 @@ def load(path: str | os.PathLike, map_location: Any = None, mmap: bool = False) 
     checked by streaming the file once, and pages are read when a tensor is first used.
     A ``.safetensors`` path returns its ``{name: Tensor}`` dict (mapped too with ``mmap=True``).
     """
-    path = Path(path)
-    if path.suffix == ".safetensors":
-        return mapped.load_safetensors(path, map_location, mmap)
     device = backend.Device(map_location) if map_location is not None else backend.cpu
-    with open(path, "rb") as f:  # a missing or unreadable file raises the usual OSError
-        try:
-            size = os.fstat(f.fileno()).st_size
-            meta, arrays = mapped.read_checkpoint(f, size, _checked_metadata) if mmap else _read(f, size)
-        except CheckpointError as e:
-            raise CheckpointError(f"{path}: {e}") from None
-        except Exception as e:  # whatever else zipfile or numpy raise on bytes they cannot parse
-            raise CheckpointError(f"{path}: damaged or truncated checkpoint ({type(e).__name__}: {e})") from None
+    if hasattr(f, "read"):  # a file object is read whole: there is no file to map
+        path, data = getattr(f, "name", type(f).__name__), f.read()
+        meta, arrays = _read_checked(io.BytesIO(data), len(data), path, False)
+    else:
+        path = Path(f)
+        if path.suffix == ".safetensors":
+            return mapped.load_safetensors(path, map_location, bool(mmap))
+        with open(path, "rb") as file:  # a missing or unreadable file raises the usual OSError
+            meta, arrays = _read_checked(file, os.fstat(file.fileno()).st_size, path, bool(mmap))
     try:
         return _decode(meta["tree"], arrays, device)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
+
+
+def _read_checked(f: Any, file_size: int, path: Any, mmap: bool) -> tuple[dict, list]:
+    """``_read`` (or, with ``mmap``, ``mapped.read_checkpoint``), with any failure raised as a
+    CheckpointError that names the file."""
+    try:
+        return mapped.read_checkpoint(f, file_size, _checked_metadata) if mmap else _read(f, file_size)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    except Exception as e:  # whatever else zipfile or numpy raise on bytes they cannot parse
+        raise CheckpointError(f"{path}: damaged or truncated checkpoint ({type(e).__name__}: {e})") from None
 
 
 def _read(f: Any, file_size: int) -> tuple[dict, list]:

@@ -8,7 +8,7 @@ import pytest
 import minigrad
 from minigrad import nn
 from minigrad.errors import ShapeError
-from minigrad.nn.attention import scaled_dot_product_attention
+from minigrad.nn.functional import scaled_dot_product_attention
 
 rng = np.random.default_rng(0)
 

@@ -94,6 +94,7 @@ NO_ROW = {
     "fill_": "in place, as copy_from",
     "inplace": "runs an op in place (the a.add_(b) methods, test_tensor.py)",
     "setitem": "in place: t[i] = v (test_indexing.py); index_put is its out-of-place row",
+    "multinomial": "random draws with no gradient: test_compat.py checks their distribution",
 }
 # Op classes that no row runs, and why (tests/distributed runs these under MPI).
 NOT_RUN = {

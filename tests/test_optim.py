@@ -31,11 +31,13 @@ CASES = {
     "adamw": dict(lr=0.05, weight_decay=0.1),
     "rmsprop": dict(lr=0.01),
     "rmsprop_centered_momentum": dict(lr=0.01, momentum=0.9, centered=True, weight_decay=0.01),
+    "adadelta": dict(),
+    "adadelta_wd_maximize": dict(lr=0.5, rho=0.8, eps=1e-5, weight_decay=0.1, maximize=True),
 }
 
 
 def _classes(name):
-    base = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop"}
+    base = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "adadelta": "Adadelta"}
     key = "adamw" if name.startswith("adamw") else name.split("_")[0]
     return base[key]
 
@@ -53,7 +55,7 @@ def test_matches_torch_over_10_steps(name):
     np.testing.assert_allclose(pm.detach().numpy(), pt.detach().numpy(), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["sgd_momentum", "adam_wd_amsgrad", "rmsprop_centered_momentum"])
+@pytest.mark.parametrize("name", ["sgd_momentum", "adam_wd_amsgrad", "rmsprop_centered_momentum", "adadelta_wd_maximize"])
 def test_state_dict_round_trip_gives_identical_next_step(name, tmp_path):
     rng = np.random.default_rng(1)
     w0, x = rng.standard_normal((3, 4)), mg.tensor(rng.standard_normal((3, 4)), dtype=mg.float64)

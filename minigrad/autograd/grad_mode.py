@@ -62,3 +62,16 @@ class set_grad_enabled(_GradMode):
     def __call__(self, fn: Callable) -> Callable:
         _enabled.set(self.prev)  # used as a decorator: undo the plain-call effect
         return super().__call__(fn)
+
+
+class inference_mode(_GradMode):
+    """``torch.inference_mode``: in minigrad the same as ``no_grad`` (there are no separate
+    inference tensors to make). ``inference_mode(False)`` records again; usable bare as a decorator."""
+
+    def __new__(cls, mode: Any = True) -> Any:
+        if callable(mode):  # @inference_mode without parentheses
+            return cls()(mode)
+        return super().__new__(cls)
+
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = not mode

@@ -135,7 +135,7 @@ def make_blobs(n_samples: int = 300, centers: int | numpy.ndarray = 3, n_feature
         centers = rng.uniform(*center_box, size=(centers, n_features))
     centers = numpy.asarray(centers, dtype=numpy.float64)
     if centers.ndim != 2:
-        raise ValueError(f"make_blobs: centers should be an int or a 2-D array, got shape {centers.shape}")
+        raise ValueError(f"make_blobs: centers should be an int or a 2-D array, got shape {tuple(centers.shape)}")
     sizes = _split(n_samples, len(centers))
     x = numpy.concatenate([c + cluster_std * rng.standard_normal((m, centers.shape[1]))
                            for c, m in zip(centers, sizes)])
@@ -216,17 +216,18 @@ class MNIST(_LabelledImages):
     it a (1, 28, 28) float32 Tensor) and an int, after the optional transforms."""
 
     def __init__(self, root: str | Path, train: bool = False, transform: Callable | None = None,
-                 target_transform: Callable | None = None) -> None:
+                 target_transform: Callable | None = None, download: bool = False) -> None:
+        # download: torchvision's flag, accepted; minigrad never downloads (missing files raise)
         root, prefix = Path(root), "train" if train else "t10k"
         images_path = _find_idx(root, f"{prefix}-images-idx3-ubyte")
         labels_path = _find_idx(root, f"{prefix}-labels-idx1-ubyte")
         images, labels = read_idx(images_path), read_idx(labels_path)
         if images.dtype != numpy.uint8 or images.ndim != 3:
             raise IDXError(f"{images_path}: expected uint8 images of shape (N, H, W), got "
-                           f"{images.dtype} of shape {images.shape}")
+                           f"{images.dtype} of shape {tuple(images.shape)}")
         if labels.dtype != numpy.uint8 or labels.ndim != 1:
             raise IDXError(f"{labels_path}: expected uint8 labels of shape (N,), got "
-                           f"{labels.dtype} of shape {labels.shape}")
+                           f"{labels.dtype} of shape {tuple(labels.shape)}")
         if len(images) != len(labels):
             raise IDXError(f"MNIST: {images_path} holds {len(images)} images but {labels_path} "
                            f"holds {len(labels)} labels")

@@ -19,16 +19,21 @@ __all__ = ["Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler
            "WeightedRandomSampler", "BatchSampler", "as_generator"]
 
 
+_CHUNK = 32  # RandomSampler(replacement=True) draws this many indices at a time
+
+
 def as_generator(generator: Any) -> numpy.random.Generator:
     """``None`` -> minigrad's global CPU generator; an int -> a new generator seeded with it;
-    a ``numpy.random.Generator`` -> itself."""
+    a ``minigrad.Generator`` -> its stream; a ``numpy.random.Generator`` -> itself."""
     if generator is None:
         return backend.cpu.rng
+    if isinstance(generator, backend.Generator):
+        return generator.rng
     if isinstance(generator, numpy.random.Generator):
         return generator
     if isinstance(generator, (int, numpy.integer)) and not isinstance(generator, bool):
         return numpy.random.default_rng(int(generator))
-    raise TypeError(f"generator: expected None, an int seed or a numpy.random.Generator, "
+    raise TypeError(f"generator: expected None, an int seed, a minigrad.Generator or a numpy.random.Generator, "
                     f"got {type(generator).__name__}")
 
 
@@ -80,8 +85,9 @@ class RandomSampler(Sampler):
 
     def __iter__(self) -> Iterator[int]:
         rng, n, k = as_generator(self.generator), len(self.data_source), self.num_samples
-        if self.replacement:
-            yield from rng.integers(0, n, size=k).tolist()
+        if self.replacement:  # drawn in chunks, as torch: num_samples may be far beyond memory
+            for start in range(0, k, _CHUNK):
+                yield from rng.integers(0, n, size=min(_CHUNK, k - start)).tolist()
             return
         for _ in range(k // n):
             yield from rng.permutation(n).tolist()

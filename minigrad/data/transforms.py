@@ -78,7 +78,7 @@ class ToTensor(_Transform):
         elif arr.ndim == 3:
             arr = arr.transpose(2, 0, 1)
         else:
-            raise ShapeError(f"ToTensor: expected an HxW or HxWxC image, got shape {arr.shape}")
+            raise ShapeError(f"ToTensor: expected an HxW or HxWxC image, got shape {tuple(arr.shape)}")
         if arr.dtype == numpy.uint8:
             arr = arr.astype(numpy.float32) / numpy.float32(255)
         elif arr.dtype.name not in backend.DTYPES:

@@ -32,3 +32,10 @@ __all__ = [
     "is_available", "is_initialized", "isend", "launch", "recv", "reduce_scatter",
     "reduce_scatter_tensor", "ring_all_reduce", "send", "split_sequential",
 ]
+
+
+def __getattr__(name: str):
+    """A PyTorch feature minigrad does not follow raises NotImplementedError naming it."""
+    from minigrad.unsupported import missing
+
+    raise missing(__name__, name)

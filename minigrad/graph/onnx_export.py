@@ -186,7 +186,7 @@ def _check_inputs(graph: Graph, inputs: tuple) -> None:
         if not isinstance(x, Tensor):
             raise TypeError(f"export_onnx: example input {i} must be a Tensor, got {type(x).__name__}")
         if tuple(x.shape) != p.shape:
-            raise ShapeError(f"export_onnx: graph input {p.name} was traced with shape {p.shape}, "
+            raise ShapeError(f"export_onnx: graph input {p.name} was traced with shape {tuple(p.shape)}, "
                              f"example input {i} has shape {tuple(x.shape)}")
         if x.dtype != p.dtype:
             raise DTypeError(f"export_onnx: graph input {p.name} was traced with dtype {p.dtype}, "

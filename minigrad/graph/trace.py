@@ -85,7 +85,7 @@ class TracedFunction:
             if not isinstance(x, Tensor):
                 raise TypeError(f"traced {name}: input {i} must be a Tensor, got {type(x).__name__}")
             if x.shape != shape:
-                raise ShapeError(f"traced {name}: input {i} was traced with shape {shape}, got shape "
+                raise ShapeError(f"traced {name}: input {i} was traced with shape {tuple(shape)}, got shape "
                                  f"{tuple(x.shape)}; trace again for new shapes")
             if x.dtype != dtype:
                 raise DTypeError(f"traced {name}: input {i} was traced with dtype {dtype}, got {x.dtype}")

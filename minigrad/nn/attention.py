@@ -10,11 +10,10 @@ so a torch ``state_dict`` loads as is (chapter 02 checks this block's gradients 
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 from minigrad import creation
-from minigrad.errors import DTypeError, ShapeError
+from minigrad.errors import ShapeError
 from minigrad.nn import functional as F
 from minigrad.nn import init
 from minigrad.nn.dropout import Dropout
@@ -23,39 +22,7 @@ from minigrad.nn.module import Module, Parameter
 from minigrad.nn.normalization import LayerNorm
 from minigrad._tensor import Tensor
 
-__all__ = ["MultiheadAttention", "TransformerEncoderLayer", "scaled_dot_product_attention"]
-
-
-def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                                 dropout_p: float = 0.0, is_causal: bool = False,
-                                 scale: float | None = None) -> Tensor:
-    """``softmax(query @ key^T * scale + mask) @ value`` over the last two dims, as
-    ``torch.nn.functional.scaled_dot_product_attention``; a bool mask marks the allowed pairs."""
-    return _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, allowed_if_true=True)[0]
-
-
-def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, is_causal: bool,
-               scale: float | None, allowed_if_true: bool) -> tuple[Tensor, Tensor]:
-    scores = (q @ k.transpose(-2, -1)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
-    if is_causal:
-        xp = q.device.xp
-        causal = Tensor(xp.triu(xp.ones(scores.shape[-2:], dtype=bool), 1), device=q.device)
-        scores = scores + _additive(causal, scores.dtype, "is_causal", blocked_if_true=True)
-    if mask is not None:
-        scores = scores + _additive(mask, scores.dtype, "attn_mask", blocked_if_true=not allowed_if_true)
-    weights = F.dropout(scores.softmax(-1), dropout_p) if dropout_p > 0 else scores.softmax(-1)
-    return weights @ v, weights
-
-
-def _additive(mask: Tensor, dtype: Any, name: str, blocked_if_true: bool) -> Tensor:
-    """A mask as something to add to the scores: -inf where a bool mask blocks, a float mask as is."""
-    if mask.dtype.kind == "b":
-        xp = mask.device.xp
-        blocked = mask.array if blocked_if_true else ~mask.array
-        return Tensor(xp.where(blocked, -math.inf, 0.0).astype(dtype), device=mask.device)
-    if mask.dtype.kind != "f":
-        raise DTypeError(f"MultiheadAttention: {name} must be a bool or float tensor, got {mask.dtype}")
-    return mask.to(dtype)
+__all__ = ["MultiheadAttention", "TransformerEncoderLayer"]
 
 
 class MultiheadAttention(Module):
@@ -105,7 +72,7 @@ class MultiheadAttention(Module):
         mask = self._merge_masks(attn_mask, key_padding_mask, L, S, N, q.dtype)
         p = self.dropout if self.training else 0.0
         # is_causal is torch's hint that attn_mask is causal; without a mask, minigrad builds it
-        out, weights = _attention(q, k, v, mask, p, is_causal and attn_mask is None, None, allowed_if_true=False)
+        out, weights = F._attention(q, k, v, mask, p, is_causal and attn_mask is None, None, allowed_if_true=False)
         out = self.out_proj(out.transpose(0, 1).reshape(L, N, E))
 
         if need_weights:
@@ -140,12 +107,12 @@ class MultiheadAttention(Module):
             if tuple(attn_mask.shape) not in ((L, S), (N * self.num_heads, L, S)):
                 raise ShapeError(f"MultiheadAttention: attn_mask should have shape {(L, S)} or "
                                  f"{(N * self.num_heads, L, S)}, got {tuple(attn_mask.shape)}")
-            mask = _additive(attn_mask, dtype, "attn_mask", blocked_if_true=True)
+            mask = F._additive(attn_mask, dtype, "attn_mask", blocked_if_true=True)
         if key_padding_mask is not None:
             if tuple(key_padding_mask.shape) != (N, S):
                 raise ShapeError(f"MultiheadAttention: key_padding_mask should have shape {(N, S)}, "
                                  f"got {tuple(key_padding_mask.shape)}")
-            pad = _additive(key_padding_mask, dtype, "key_padding_mask", blocked_if_true=True)
+            pad = F._additive(key_padding_mask, dtype, "key_padding_mask", blocked_if_true=True)
             pad = pad.reshape(N, 1, 1, S).expand(N, self.num_heads, 1, S).reshape(N * self.num_heads, 1, S)
             mask = pad if mask is None else mask + pad
         return mask

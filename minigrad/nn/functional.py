@@ -10,6 +10,7 @@ pooling functions are re-exported from ``minigrad.ops.conv`` and ``minigrad.ops.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Sequence
 
@@ -26,7 +27,8 @@ __all__ = [
     "adaptive_avg_pool2d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose2d", "max_pool2d",
     "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
     "dropout", "embedding", "gelu", "hardswish", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax",
-    "mse_loss", "nll_loss", "one_hot", "pad", "relu", "sigmoid", "silu", "softmax", "tanh",
+    "mse_loss", "nll_loss", "one_hot", "pad", "relu", "scaled_dot_product_attention", "sigmoid", "silu", "softmax",
+    "tanh",
 ]
 
 
@@ -288,3 +290,39 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
+
+
+# -- attention (nn.MultiheadAttention builds on these) ---------------------------------------------
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None, enable_gqa: bool = False) -> Tensor:
+    """``softmax(query @ key^T * scale + mask) @ value`` over the last two dims, as
+    ``torch.nn.functional.scaled_dot_product_attention``; a bool mask marks the allowed pairs.
+    ``enable_gqa`` (grouped-query attention, fewer key/value heads) is not supported."""
+    if enable_gqa:
+        raise NotImplementedError("scaled_dot_product_attention: minigrad does not implement enable_gqa=True")
+    return _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, allowed_if_true=True)[0]
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, is_causal: bool,
+               scale: float | None, allowed_if_true: bool) -> tuple[Tensor, Tensor]:
+    scores = (q @ k.transpose(-2, -1)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    if is_causal:
+        xp = q.device.xp
+        causal = Tensor(xp.triu(xp.ones(scores.shape[-2:], dtype=bool), 1), device=q.device)
+        scores = scores + _additive(causal, scores.dtype, "is_causal", blocked_if_true=True)
+    if mask is not None:
+        scores = scores + _additive(mask, scores.dtype, "attn_mask", blocked_if_true=not allowed_if_true)
+    weights = dropout(scores.softmax(-1), dropout_p) if dropout_p > 0 else scores.softmax(-1)
+    return weights @ v, weights
+
+
+def _additive(mask: Tensor, dtype: Any, name: str, blocked_if_true: bool) -> Tensor:
+    """A mask as something to add to the scores: -inf where a bool mask blocks, a float mask as is."""
+    if mask.dtype.kind == "b":
+        xp = mask.device.xp
+        blocked = mask.array if blocked_if_true else ~mask.array
+        return Tensor(xp.where(blocked, -math.inf, 0.0).astype(dtype), device=mask.device)
+    if mask.dtype.kind != "f":
+        raise DTypeError(f"MultiheadAttention: {name} must be a bool or float tensor, got {mask.dtype}")
+    return mask.to(dtype)

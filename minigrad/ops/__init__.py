@@ -15,6 +15,8 @@ from minigrad.ops.reduce import *  # noqa: F401,F403
 from minigrad.ops.softmax import *  # noqa: F401,F403
 from minigrad.ops.linalg import *  # noqa: F401,F403
 from minigrad.ops.indexing import *  # noqa: F401,F403
+from minigrad.ops.masking import *  # noqa: F401,F403
+from minigrad.ops.sampling import *  # noqa: F401,F403
 from minigrad.ops.inplace import copy_from, fill_, inplace  # noqa: F401
 from minigrad.ops.conv import *  # noqa: F401,F403
 from minigrad.ops.pool import *  # noqa: F401,F403

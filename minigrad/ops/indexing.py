@@ -176,7 +176,7 @@ def _check_range(arr: Any, size: int, dim: int, op: str, index: Any, shape: tupl
         bad = hi if hi >= size else lo
         raise IndexError(
             f"{op}: index {bad} is out of range for dimension {dim} of size {size} "
-            f"(index {_describe(index)}, tensor shape {shape})"
+            f"(index {_describe(index)}, tensor shape {tuple(shape)})"
         )
 
 
@@ -224,7 +224,7 @@ def _check_fits(x: Tensor, items: list, raw: Any, op: str) -> None:
     if sum(i is Ellipsis for i in items) > 1:
         raise IndexError(f"{op}: an index can only have a single ellipsis, got {_describe(raw)}")
     if used > x.ndim:
-        raise IndexError(f"{op}: too many indices for a tensor of shape {x.shape}: "
+        raise IndexError(f"{op}: too many indices for a tensor of shape {tuple(x.shape)}: "
                          f"{_describe(raw)} indexes {used} dimensions")
     d = 0
     for item in items:
@@ -234,12 +234,12 @@ def _check_fits(x: Tensor, items: list, raw: Any, op: str) -> None:
             n = x.shape[d]
             if not -n <= item < n:
                 raise IndexError(f"{op}: index {item} is out of range for dimension {d} of size {n} "
-                                 f"(index {_describe(raw)}, tensor shape {x.shape})")
+                                 f"(index {_describe(raw)}, tensor shape {tuple(x.shape)})")
         elif hasattr(item, "dtype") and item.dtype.kind == "b":
             if item.shape != x.shape[d:d + item.ndim]:
                 raise IndexError(f"{op}: a bool mask of shape {tuple(item.shape)} must match the sizes "
-                                 f"{x.shape[d:d + item.ndim]} it covers (from dimension {d}) of the tensor "
-                                 f"of shape {x.shape}")
+                                 f"{tuple(x.shape[d:d + item.ndim])} it covers (from dimension {d}) of the tensor "
+                                 f"of shape {tuple(x.shape)}")
         elif hasattr(item, "dtype"):
             _check_range(item, x.shape[d], d, op, raw, x.shape)
         d += _dims_used(item)
@@ -279,7 +279,7 @@ def _check_like(op: str, x: Tensor, dim: int, idx: Any, what: str = "index") -> 
     if idx.ndim != x.ndim or any(k != dim and m > n for k, (m, n) in enumerate(zip(idx.shape, x.shape))):
         raise ShapeError(
             f"{op}: {what} of shape {tuple(idx.shape)} must have as many dimensions as the input "
-            f"(shape {x.shape}) and be no larger outside dimension {dim}"
+            f"(shape {tuple(x.shape)}) and be no larger outside dimension {dim}"
         )
 
 
@@ -316,7 +316,7 @@ def setitem(t: Tensor, index: Any, value: Any) -> None:
     try:
         _put(t.device.xp, t.array, idx, value)
     except ValueError as e:
-        raise ShapeError(f"setitem: {e} (index {_describe(index)}, tensor shape {t.shape})") from None
+        raise ShapeError(f"setitem: {e} (index {_describe(index)}, tensor shape {tuple(t.shape)})") from None
     t._bump_version()
 
 
@@ -357,8 +357,8 @@ def index_add(x: Tensor, dim: int, index: Any, source: Tensor, alpha: float = 1)
     idx = _index_array(index, x, "index_add").reshape(-1)
     expected = x.shape[:d] + (len(idx),) + x.shape[d + 1:]
     if source.shape != expected:
-        raise ShapeError(f"index_add: source must have shape {expected} for input {x.shape} and "
-                         f"{len(idx)} indices, got {source.shape}")
+        raise ShapeError(f"index_add: source must have shape {expected} for input {tuple(x.shape)} and "
+                         f"{len(idx)} indices, got {tuple(source.shape)}")
     _check_range(idx, x.shape[d], d, "index_add", idx, x.shape, negative=False)
     spread = ScatterIndex.apply(source, x.shape, ((Ellipsis,), (slice(None),) * d + (idx, Ellipsis)))
     return x + (spread if alpha == 1 else spread * alpha)
@@ -372,7 +372,7 @@ def scatter_add(x: Tensor, dim: int, index: Any, src: Tensor) -> Tensor:
     _check_like("scatter_add", x, d, idx)
     if src.ndim != idx.ndim or any(m > n for m, n in zip(idx.shape, src.shape)):
         raise ShapeError(f"scatter_add: index of shape {tuple(idx.shape)} must be no larger than "
-                         f"src of shape {src.shape}")
+                         f"src of shape {tuple(src.shape)}")
     _check_range(idx, x.shape[d], d, "scatter_add", idx, x.shape, negative=False)
     if src.shape != idx.shape:
         src = _index(src, (tuple(slice(0, n) for n in idx.shape), None))  # only the part under index counts

@@ -184,11 +184,11 @@ def _infer_shape(op: str, x: Tensor, shape: Sequence[int]) -> tuple:
     known = math.prod(n for n in shape if n != -1)
     if unknown:
         if known == 0 or x.numel() % known:
-            raise ShapeError(f"{op}: cannot infer the -1 in shape {shape} for a tensor of shape {x.shape} "
+            raise ShapeError(f"{op}: cannot infer the -1 in shape {shape} for a tensor of shape {tuple(x.shape)} "
                              f"({x.numel()} elements)")
         shape = shape[:unknown[0]] + (x.numel() // known,) + shape[unknown[0] + 1:]
     elif known != x.numel():
-        raise ShapeError(f"{op}: cannot reshape a tensor of shape {x.shape} ({x.numel()} elements) "
+        raise ShapeError(f"{op}: cannot reshape a tensor of shape {tuple(x.shape)} ({x.numel()} elements) "
                          f"into shape {shape} ({known} elements)")
     return shape
 
@@ -225,7 +225,7 @@ def view(x: Tensor, shape: Sequence[int]) -> Tensor:
     if not _viewable(x.shape, x.array.strides, shape):
         strides = tuple(s // x.array.itemsize for s in x.array.strides)
         raise ShapeError(
-            f"view: a tensor of shape {x.shape} with strides {strides} (not contiguous) cannot be viewed "
+            f"view: a tensor of shape {tuple(x.shape)} with strides {strides} (not contiguous) cannot be viewed "
             f"as shape {shape} without a copy; use .reshape(...) or .contiguous() first"
         )
     return _as_view(Reshape.apply(x, shape), x)
@@ -237,7 +237,7 @@ def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     s, e = _dim(start_dim, x.ndim, "flatten"), _dim(end_dim, x.ndim, "flatten")
     if s > e:
         raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} "
-                         f"for a tensor of shape {x.shape}")
+                         f"for a tensor of shape {tuple(x.shape)}")
     return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
 
 
@@ -258,7 +258,7 @@ def unsqueeze(x: Tensor, dim: int) -> Tensor:
 # -- reordering dims -----------------------------------------------------------------------------------
 def permute(x: Tensor, dims: Sequence[int]) -> Tensor:
     if len(dims) != x.ndim:
-        raise ShapeError(f"permute: got {len(dims)} dims {tuple(dims)} for a tensor of shape {x.shape}")
+        raise ShapeError(f"permute: got {len(dims)} dims {tuple(dims)} for a tensor of shape {tuple(x.shape)}")
     dims = tuple(_dim(d, x.ndim, "permute") for d in dims)
     if len(set(dims)) != len(dims):
         raise ShapeError(f"permute: dims {dims} repeat a dimension")
@@ -293,14 +293,14 @@ def expand(x: Tensor, sizes: Sequence[int]) -> Tensor:
     sizes = tuple(int(n) for n in sizes)
     lead = len(sizes) - x.ndim
     if lead < 0:
-        raise ShapeError(f"expand: target sizes {sizes} have fewer dims than the tensor of shape {x.shape}")
+        raise ShapeError(f"expand: target sizes {sizes} have fewer dims than the tensor of shape {tuple(x.shape)}")
     shape = []
     for i, n in enumerate(sizes):
         old = x.shape[i - lead] if i >= lead else None
         if n == -1 and old is not None:
             n = old
         if n < 0 or (old is not None and old != 1 and old != n):
-            raise ShapeError(f"expand: cannot expand a tensor of shape {x.shape} to {sizes} "
+            raise ShapeError(f"expand: cannot expand a tensor of shape {tuple(x.shape)} to {sizes} "
                              f"(dimension {i}: {'new leading dim' if old is None else old} -> {n})")
         shape.append(n)
     shape = tuple(shape)
@@ -329,7 +329,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     d = _dim(dim, first.ndim, "cat")
     for i, t in enumerate(tensors):
         if t.ndim != first.ndim or any(k != d and m != n for k, (m, n) in enumerate(zip(t.shape, first.shape))):
-            raise ShapeError(f"cat: tensor {i} has shape {t.shape} but tensor 0 has shape {first.shape}; "
+            raise ShapeError(f"cat: tensor {i} has shape {tuple(t.shape)} but tensor 0 has shape {tuple(first.shape)}; "
                              f"they must match except in dimension {d}")
     dtype = first.dtype
     for t in tensors[1:]:
@@ -346,7 +346,7 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         if not isinstance(t, Tensor):
             raise TypeError(f"stack: expected a sequence of Tensors, got {type(t).__name__} at index {i}")
         if t.shape != tensors[0].shape:
-            raise ShapeError(f"stack: tensor {i} has shape {t.shape} but tensor 0 has shape {tensors[0].shape}; "
+            raise ShapeError(f"stack: tensor {i} has shape {tuple(t.shape)} but tensor 0 has shape {tuple(tensors[0].shape)}; "
                              "stack needs equal shapes")
     d = _dim(dim, tensors[0].ndim + 1, "stack")
     return cat([unsqueeze(t, d) for t in tensors], d)
@@ -359,7 +359,7 @@ def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
     begin = start + n if start < 0 else start
     if not 0 <= begin <= n or length < 0 or begin + length > n:
         raise ShapeError(f"narrow: start {start} and length {length} do not fit in dimension {d} of size {n} "
-                         f"(tensor shape {x.shape})")
+                         f"(tensor shape {tuple(x.shape)})")
     start = begin
     return getitem(x, (slice(None),) * d + (slice(start, start + length),))
 
@@ -378,7 +378,7 @@ def split(x: Tensor, split_size_or_sections: int | Sequence[int], dim: int = 0) 
         sizes = [int(s) for s in split_size_or_sections]
         if sum(sizes) != n or any(s < 0 for s in sizes):
             raise ShapeError(f"split: sizes {sizes} must be >= 0 and sum to {n}, the size of dimension {d} "
-                             f"(tensor shape {x.shape})")
+                             f"(tensor shape {tuple(x.shape)})")
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     return tuple(narrow(x, d, s, k) for s, k in zip(starts, sizes))
 
@@ -398,7 +398,7 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
     pad = [int(p) for p in pad]
     if len(pad) % 2 or len(pad) > 2 * x.ndim:
         raise ShapeError(f"pad: needs an even number of sizes, at most 2 per dim, got {tuple(pad)} "
-                         f"for shape {x.shape}")
+                         f"for shape {tuple(x.shape)}")
     pairs = [(0, 0)] * (x.ndim - len(pad) // 2) + [(pad[i], pad[i + 1]) for i in range(len(pad) - 2, -1, -2)]
     if mode == "constant":
         if any(lo < 0 or hi < 0 for lo, hi in pairs):
@@ -414,7 +414,7 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
         limit = {"reflect": n - 1, "replicate": math.inf if n else -1, "circular": n}[mode]
         if min(lo, hi) < 0 or max(lo, hi) > limit:
             raise ShapeError(f"pad: {mode} padding ({lo}, {hi}) does not fit dimension {d} of size {n} "
-                             f"(shape {x.shape})")
+                             f"(shape {tuple(x.shape)})")
         # the padded tensor is x gathered along d at positions mapped back into [0, n)
         i = xp.arange(-lo, n + hi)
         if mode == "reflect":
@@ -437,7 +437,7 @@ def repeat(x: Tensor, sizes: Sequence[int]) -> Tensor:
     sizes = tuple(int(n) for n in sizes)
     if len(sizes) < x.ndim or any(n < 0 for n in sizes):
         raise ShapeError(f"repeat: needs one non-negative count per dim ({x.ndim} or more), got {sizes} "
-                         f"for shape {x.shape}")
+                         f"for shape {tuple(x.shape)}")
     return Repeat.apply(x, sizes)
 
 

@@ -438,7 +438,7 @@ def allclose(a: Tensor, b: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal
     try:
         backend.numpy.broadcast_shapes(a.shape, b.shape)
     except ValueError:
-        raise ShapeError(f"allclose: shapes {a.shape} and {b.shape} do not broadcast") from None
+        raise ShapeError(f"allclose: shapes {tuple(a.shape)} and {tuple(b.shape)} do not broadcast") from None
     return bool(a.device.xp.allclose(a.array, b.array, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 

@@ -81,6 +81,12 @@ class Optimizer:
                                         "optim.SparseAdam or optim.SGD")
                 yield p
 
+    @staticmethod
+    def _descent_gradient(p: Tensor, group: dict[str, Any]) -> Tensor:
+        """``p``'s gradient negated under ``maximize``, plus ``weight_decay * p`` (L2 regularisation)."""
+        g = -p.grad if group["maximize"] else p.grad
+        return g + group["weight_decay"] * p if group["weight_decay"] else g
+
     def state_dict(self) -> dict[str, Any]:
         """``{"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}``, as torch."""
         index: dict[int, int] = {}

@@ -29,11 +29,9 @@ class RMSprop(Optimizer):
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
         loss = self._evaluate(closure)
         for group in self.param_groups:
-            alpha, eps, mu, wd = group["alpha"], group["eps"], group["momentum"], group["weight_decay"]
+            alpha, eps, mu = group["alpha"], group["eps"], group["momentum"]
             for p in self._params_with_grad(group):
-                g = -p.grad if group["maximize"] else p.grad
-                if wd:
-                    g = g + wd * p
+                g = self._descent_gradient(p, group)
                 state = self.state[p]
                 if not state:
                     state["step"] = 0

@@ -1,2 +1,24 @@
-"""Utilities around training (chapter 03): ``minigrad.utils.tensorboard`` logs to TensorBoard.
-Submodules are imported by name, so their optional dependencies load only when used."""
+"""``minigrad.utils``: where PyTorch programs look for the data package, checkpointing and TensorBoard.
+
+``minigrad.utils.data`` is ``minigrad.data`` under torch's name (``torch.utils.data``), and
+``minigrad.utils.checkpoint`` is ``minigrad.memory.checkpoint``'s public functions, so code written
+for torch imports them unchanged. The code itself lives where the chapters teach it (chapter 01:
+input pipelines; chapter 03: checkpointing). ``minigrad.utils.tensorboard`` (chapter 03's debugging
+lesson) is imported by name, as in torch, so its optional dependency loads only when used.
+"""
+
+from minigrad.utils import checkpoint, data  # noqa: F401
+
+__all__ = ["checkpoint", "data", "tensorboard"]
+
+
+def __getattr__(name: str):
+    """``tensorboard`` on first use; a PyTorch feature minigrad does not follow raises
+    NotImplementedError naming it."""
+    if name == "tensorboard":
+        import importlib
+
+        return importlib.import_module("minigrad.utils.tensorboard")
+    from minigrad.unsupported import missing
+
+    raise missing(__name__, name)

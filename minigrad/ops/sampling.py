@@ -1,0 +1,46 @@
+"""``multinomial``: draw category indices from weights, as ``torch.multinomial`` (chapter 02 samples
+text from a trained language model with it).
+
+Sampling has no gradient; it draws from the device's generator, or from a ``minigrad.Generator``
+given as ``generator=`` (``minigrad.backend``).
+"""
+
+from __future__ import annotations
+
+from minigrad import backend
+from minigrad.errors import DTypeError, ShapeError
+from minigrad._tensor import Tensor, _wrap
+
+__all__ = ["multinomial"]
+
+
+def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,
+                generator: backend.Generator | None = None) -> Tensor:
+    """Draw ``num_samples`` category indices from each row of non-negative ``weights`` (1-D or
+    2-D, need not sum to 1), as ``torch.multinomial``. With replacement each draw inverts the
+    cumulative distribution; without, the ``num_samples`` smallest of the exponential arrival
+    times ``E_i / w_i`` are an ordered weighted draw without replacement."""
+    if input.dtype.kind != "f":
+        raise DTypeError(f"multinomial: expected a floating tensor of weights, got {input.dtype}")
+    if input.ndim not in (1, 2):
+        raise ShapeError(f"multinomial: expected a 1-D or 2-D tensor of weights, got shape {tuple(input.shape)}")
+    xp, dev = input.device.xp, input.device
+    w = input.array.reshape(-1, input.shape[-1]).astype("float64")
+    if bool((w < 0).any()) or not bool(xp.isfinite(w).all()) or bool((w.sum(-1) <= 0).any()):
+        raise ValueError("multinomial: weights must be finite, non-negative and have a positive sum in every row")
+    if not replacement and num_samples > int((w > 0).sum(-1).min()):
+        raise ValueError(f"multinomial: cannot draw {num_samples} samples without replacement from a row "
+                         f"with fewer categories of non-zero weight")
+    rng = backend.rng_of(dev, generator)
+    with backend.selected(dev):
+        if replacement:
+            cdf = xp.cumsum(w, -1)
+            u = rng.random((w.shape[0], num_samples)) * cdf[:, -1:]
+            out = xp.stack([xp.searchsorted(c, r, side="right") for c, r in zip(cdf, u)])
+            out = xp.minimum(out, w.shape[1] - 1)
+        else:
+            with backend.numpy.errstate(divide="ignore"):
+                arrival = rng.standard_exponential(w.shape) / w
+            out = xp.argsort(arrival, -1, kind="stable")[:, :num_samples]
+    out = out.astype("int64")
+    return _wrap(out.reshape(num_samples) if input.ndim == 1 else out, dev)
