@@ -27,6 +27,8 @@ from minigrad.ops import (  # the torch.* functions; each is also a Tensor metho
 )
 from minigrad.serialization import load, save
 from minigrad import autograd, data, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
+from minigrad import func  # noqa: E402,F401  (minigrad.func.grad, .vmap, .jacrev: the torch.func transforms)
+from minigrad.func import vmap  # noqa: E402  (torch.vmap)
 from minigrad import cuda  # noqa: E402,F401  (minigrad.cuda.is_available(); cupy is imported only on use)
 from minigrad import memory  # noqa: E402,F401  (minigrad.memory.checkpoint, .track)
 from minigrad.amp import autocast, GradScaler  # noqa: E402
