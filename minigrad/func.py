@@ -26,7 +26,8 @@ from minigrad.autograd.functional import _fill_in_zeros, _grad, _prepare, _stack
 from minigrad.autograd.functional import jvp as _jvp
 from minigrad.autograd.grad_mode import enable_grad
 from minigrad.creation import zeros_like
-from minigrad.errors import ArgumentError, AutogradError, ShapeError
+from minigrad.errors import ArgumentError, ShapeError, TraceError
+from minigrad.graph.helpers import flatten, unflatten
 from minigrad.ops import stack
 from minigrad._tensor import Tensor
 
@@ -53,30 +54,27 @@ def _transform(*given: Any, nested: bool = False) -> Iterator[Callable[[Any], An
         _depth.n = depth
 
 
-# -- pytrees: Tensors in nested tuples, lists and dicts -----------------------------------------
+# -- pytrees: Tensors in nested tuples, lists and dicts (the tracer's flatten and unflatten) ------
 def _flatten(tree: Any) -> tuple[list, Any]:
     """``(leaves, spec)``: the tree's Tensors in order, and what ``_unflatten`` rebuilds it from."""
-    if isinstance(tree, (tuple, list)):
-        parts = [_flatten(x) for x in tree]
-        return [leaf for p in parts for leaf in p[0]], (type(tree), None, [p[1] for p in parts])
-    if isinstance(tree, dict):
-        parts = [_flatten(x) for x in tree.values()]
-        return [leaf for p in parts for leaf in p[0]], (dict, list(tree), [p[1] for p in parts])
-    return ([tree], None) if isinstance(tree, Tensor) else ([], ("const", tree, None))
+    try:
+        spec, leaves = flatten(tree)
+    except TraceError:
+        raise ArgumentError(f"minigrad.func: expected Tensors in nested tuples, lists and dicts, got "
+                            f"{tree!r:.80}") from None
+    return leaves, spec
 
 
 def _unflatten(spec: Any, leaves: list) -> Any:
-    it = iter(leaves)
+    return unflatten(spec, iter(leaves))
 
-    def build(s: Any) -> Any:
-        if s is None:
-            return next(it)
-        kind, keys, children = s
-        if kind == "const":
-            return keys  # a non-Tensor value, kept as it was
-        values = [build(c) for c in children]
-        return dict(zip(keys, values)) if kind is dict else kind(values)
-    return build(spec)
+
+def _finish_aux(finish: Callable[[Any], Any], aux: Any) -> Any:
+    """``aux`` as ``finish`` leaves it, or as it came if it holds values other than Tensors."""
+    try:
+        return finish(aux)
+    except ArgumentError:
+        return aux
 
 
 def _map(fn: Callable[[Tensor], Tensor], tree: Any) -> Any:
@@ -135,8 +133,8 @@ def grad_and_value(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: 
                 shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
                 raise ShapeError(f"grad: f must return a Tensor with a single element, got {shape}")
             grads = _fill_in_zeros(_grad((output,), inputs, create_graph=True), inputs, False, True, "back")
-            value = (output, aux) if has_aux else output
-            return finish((_per_argnums(argnums, list(grads), args, nums), value))
+            gradient = finish(_per_argnums(argnums, list(grads), args, nums))
+            return gradient, ((finish(output), _finish_aux(finish, aux)) if has_aux else finish(output))
     return wrapper
 
 
@@ -170,7 +168,7 @@ def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
             grads = _grad(tuple(outputs), inputs, tuple(vs), create_graph=True, retain_graph=True)
             return finish_vjp(rebuild(list(_fill_in_zeros(grads, inputs, False, True, "back"))))
     result = (finish(output), vjp_fn)
-    return result + (finish(aux),) if has_aux else result
+    return result + (_finish_aux(finish, aux),) if has_aux else result
 
 
 # -- forward mode, by the double-vjp trick -------------------------------------------------------
@@ -190,8 +188,8 @@ def jvp(func: Callable, primals: tuple, tangents: tuple, has_aux: bool = False) 
         return tuple(outs)
     with _transform(primals, tangents) as finish:
         outs, jv = _jvp(flat_func, tuple(leaves), tuple(t_leaves), create_graph=True)
-        result = (_unflatten(box["spec"], list(outs)), _unflatten(box["spec"], list(jv)))
-        return finish(result + (box["aux"],) if has_aux else result)
+        result = finish((_unflatten(box["spec"], list(outs)), _unflatten(box["spec"], list(jv))))
+        return result + (_finish_aux(finish, box["aux"]),) if has_aux else result
 
 
 # -- Jacobians --------------------------------------------------------------------------------
@@ -211,8 +209,8 @@ def _jacobian_transform(func: Callable, argnums: Any, has_aux: bool, fn_name: st
             return tuple(outs)
         with _transform(*(args[i] for i in nums)) as finish:
             jac = compute(flat_func, tuple(leaves))
-            result = _unflatten(box["spec"], [_per_argnums(argnums, list(row), args, nums) for row in jac])
-            return finish((result, box["aux"]) if has_aux else result)
+            result = finish(_unflatten(box["spec"], [_per_argnums(argnums, list(row), args, nums) for row in jac]))
+            return (result, _finish_aux(finish, box["aux"])) if has_aux else result
     return wrapper
 
 

@@ -81,11 +81,11 @@ def test_argnums_tuple_and_has_aux():
 
     def f(x, y):
         loss = (x * y.exp()).sum()
-        return loss, {"loss": loss}
+        return loss, {"loss": loss, "step": 3}
     (gx, gy), aux = grad(f, argnums=(0, 1), has_aux=True)(x, y)
     np.testing.assert_allclose(gx.numpy(), np.exp(y.numpy()))
     np.testing.assert_allclose(gy.numpy(), x.numpy() * np.exp(y.numpy()))
-    assert aux["loss"].item() == pytest.approx(f(x, y)[0].item())
+    assert aux["loss"].item() == pytest.approx(f(x, y)[0].item()) and aux["step"] == 3
     g, (value, aux) = grad_and_value(f, argnums=-1, has_aux=True)(x, y)
     np.testing.assert_allclose(g.numpy(), gy.numpy())
     assert value.item() == pytest.approx(aux["loss"].item())
@@ -215,6 +215,8 @@ def test_errors_name_what_was_expected():
         vmap(lambda a, b: a + b)(rand(2, 3), rand(3, 3))
     with pytest.raises(ArgumentError, match="'same' is not supported"):
         vmap(smooth, randomness="same")
+    with pytest.raises(ArgumentError, match="expected Tensors"):
+        jacrev(lambda x: [x, "label"])(rand(2))
     with pytest.raises(ShapeError, match="cotangents"):
         vjp(vector_fn, rand(2, 3))[1](rand(6))
 
