@@ -104,7 +104,7 @@ except Exception as err:
 
 # %% [markdown]
 # ## Module.to: the same Parameter objects, new arrays
-# `model.to(device)` (and `.double()`, `.half()`) swaps each parameter's `.data` in place instead of
+# `model.to(device)` (and `.double()`, `.half()`) swaps each parameter's `.array` (its raw array) in place instead of
 # making new Parameters, so an optimizer built before the move still holds the right tensors. On a
 # machine with a GPU, `device` below is `cuda` and the arrays become cupy arrays.
 
@@ -179,7 +179,7 @@ print("every row sums to 0:", np.allclose(by_hand.sum(1), 0, atol=1e-15))
 # $$m \leftarrow \beta_1 m + (1-\beta_1) g, \quad v \leftarrow \beta_2 v + (1-\beta_2) g^2, \quad
 # \theta \leftarrow \theta - \eta \frac{m / (1-\beta_1^t)}{\sqrt{v / (1-\beta_2^t)} + \epsilon}.$$
 #
-# Below, both are written on the parameters' raw arrays (`p.data`, `p.grad.data`: numpy on the CPU,
+# Below, both are written on the parameters' raw arrays (`p.array`, `p.grad.array`: numpy on the CPU,
 # cupy on a GPU) and run side by side with `minigrad.optim` on two copies of
 # the same model and the same batches.
 
@@ -191,26 +191,26 @@ class HandSGD:
 
     def step(self):
         for i, p in enumerate(self.params):
-            g = p.grad.data
+            g = p.grad.array
             self.buf[i] = g.copy() if self.buf[i] is None else self.mu * self.buf[i] + g
-            p.data -= self.lr * self.buf[i]
+            p.array -= self.lr * self.buf[i]
 
 
 class HandAdam:
     def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
         self.params, self.lr, (self.b1, self.b2), self.eps = list(params), lr, betas, eps
-        self.m = [p.data * 0 for p in self.params]
-        self.v = [p.data * 0 for p in self.params]
+        self.m = [p.array * 0 for p in self.params]
+        self.v = [p.array * 0 for p in self.params]
         self.t = 0
 
     def step(self):
         self.t += 1
         for p, m, v in zip(self.params, self.m, self.v):
-            g = p.grad.data
+            g = p.grad.array
             m[:] = self.b1 * m + (1 - self.b1) * g
             v[:] = self.b2 * v + (1 - self.b2) * g * g
             m_hat, v_hat = m / (1 - self.b1 ** self.t), v / (1 - self.b2 ** self.t)
-            p.data -= self.lr * m_hat / (v_hat ** 0.5 + self.eps)
+            p.array -= self.lr * m_hat / (v_hat ** 0.5 + self.eps)
 
 
 def run_side_by_side(make_hand, make_library, steps=20):

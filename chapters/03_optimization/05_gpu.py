@@ -84,7 +84,7 @@ print("minigrad.cuda.device_count():", minigrad.cuda.device_count())
 x = minigrad.arange(4.0)
 try:
     on_gpu = x.to("cuda")
-    print("copied:", on_gpu.device, type(on_gpu.data).__module__)
+    print("copied:", on_gpu.device, type(on_gpu.array).__module__)
 except DeviceError as e:
     print(f"{type(e).__name__}: {e}")
 
