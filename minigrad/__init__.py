@@ -35,6 +35,8 @@ from minigrad.serialization import load, save
 from minigrad.ops import sparse  # noqa: E402  (minigrad.sparse.mm; COO tensors, chapter 01 lesson 06)
 from minigrad.ops.sparse import sparse_coo_tensor  # noqa: E402
 from minigrad import autograd, data, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
+from minigrad import func  # noqa: E402,F401  (minigrad.func.grad, .vmap, .jacrev: the torch.func transforms)
+from minigrad.func import vmap  # noqa: E402  (torch.vmap)
 from minigrad import cuda  # noqa: E402,F401  (minigrad.cuda.is_available(); cupy is imported only on use)
 from minigrad import memory  # noqa: E402,F401  (minigrad.memory.checkpoint, .track)
 from minigrad.memory.stats import empty_cache, memory_stats, memory_summary  # noqa: E402  (cpu or cuda)

@@ -241,6 +241,25 @@ def test_allow_unused():
     assert gz is None
 
 
+def test_grad_accepts_only_inputs_in_torchs_position():
+    x, z = leaf([1.0]), leaf([2.0])
+    gx, gz = minigrad.autograd.grad((x * 3).sum(), [x, z], None, None, False, True, True)  # only_inputs, allow_unused
+    close(gx, [3.0])
+    assert gz is None
+
+
+def test_variable_is_a_tensor_sharing_memory():
+    x = minigrad.ones(3)
+    v = minigrad.autograd.Variable(x, requires_grad=True)
+    assert isinstance(v, minigrad.Tensor) and isinstance(v, minigrad.autograd.Variable)
+    assert v is not x and v.requires_grad and not x.requires_grad and shares_memory(v, x)
+    y = minigrad.autograd.Variable(x * 2)  # as in torch: cut from the graph, no grad unless asked
+    assert not y.requires_grad and y.grad_fn is None
+    assert not isinstance(np.ones(3), minigrad.autograd.Variable)
+    with pytest.raises(TypeError, match="must be a Tensor, got list"):
+        minigrad.autograd.Variable([1.0])
+
+
 def test_backward_inputs_restricts_accumulation():
     a, b = leaf([2.0]), leaf([3.0])
     (a * b).sum().backward(inputs=[a])

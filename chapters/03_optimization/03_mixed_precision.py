@@ -19,6 +19,12 @@
 # On a GPU float16 matrix products run several times faster than float32 ones and every
 # activation kept for backward takes half the memory. On a CPU with numpy only the memory half of
 # that is true (section 2 says why), so this notebook keeps its float16 work tiny.
+#
+# **You will:** read float16's range and precision off its bits and see each limit break
+# arithmetic; see which ops `autocast` runs in float16 and which in float32, and measure the memory
+# it saves; watch small gradients underflow and a loss scale rescue them; follow `GradScaler`'s
+# scale through a training run.
+# **Time:** about 30 minutes (29 reading, under a minute running).
 
 # %%
 import os
@@ -366,3 +372,23 @@ plt.show()
 # would not (sums, exponentials, losses), with float32 master weights; `GradScaler` shifts the
 # gradients into float16's range and adapts the shift as training goes. On a CPU it saves memory
 # only; `benchmarks/bench_amp.py` measures both sides.
+
+# %% [markdown]
+# ## Predict, then run
+# 1. Near 1,000 the float16 values are 0.5 apart. What is `1000 + 0.3` in float16?
+# 2. The largest gradient of a model is 3.0 with the loss unscaled. What is the largest power of
+#    two the loss can be multiplied by before that gradient overflows in float16?
+# 3. Section 2's autocast graph held a little more than half the float32 graph's bytes at a
+#    batch of 1,024. At a batch of 256, is the ratio nearer to one half, or farther from it?
+
+# %%
+print("1. float16 1000 + 0.3 =", (minigrad.tensor([1000.0], dtype=f16) + 0.3).item(),
+      "(the nearest float16 to 1000.3)")
+with np.errstate(over="ignore"):
+    fits = [k for k in range(24) if np.isfinite((minigrad.tensor([3.0], dtype=f16) * 2.0**k).item())]
+print(f"2. largest scale: 2**{max(fits)} (3 * 2**{max(fits)} = {3 * 2**max(fits)} <= 65504 < {3 * 2**(max(fits) + 1)})")
+for batch in (256, 1024):
+    print(f"3. batch {batch}: autocast graph / float32 graph = "
+          f"{graph_bytes(True, batch=batch) / graph_bytes(False, batch=batch):.1%}")
+print("   farther at 256: the float16 copies of the weights are the same size at any batch, so they weigh more",
+      "against smaller activations")

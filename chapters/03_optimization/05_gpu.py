@@ -21,6 +21,12 @@
 # launching kernels, and moving every intermediate value through device memory. This notebook
 # shows each with what can be computed or measured on any machine.
 #
+# **You will:** see how one op's code runs on both devices; compare the bus with device memory and
+# measure the host's copy bandwidth; hide copies behind compute with a prefetcher; measure the
+# fixed cost of dispatching an op; count the kernels fusion saves on a GPU and read the CUDA source
+# it generates; time the fused chain against eager.
+# **Time:** about 26 minutes (25 reading, under a minute running).
+#
 # **No GPU figures yet.** minigrad has not been run on a GPU so far. The figures this notebook
 # would show from one are pending a run of `benchmarks/gpu_check.sh` on a machine with an NVIDIA
 # GPU; until then, the GPU numbers below are either published hardware specs (said so where used)
@@ -324,3 +330,23 @@ print(f"compiled is {times['eager'] / times['compiled']:.1f}x faster than eager"
 # than HBM); copies hide behind compute when they come from pinned memory on a side stream; and
 # each eager op costs a launch plus a round trip through HBM, which is why fusing a chain into one
 # kernel matters even more there than on a CPU.
+
+# %% [markdown]
+# ## Predict, then run
+# These answers come from the published specs and the pass, not from a clock.
+# 1. One eager elementwise op on a 4096 x 1024 float32 tensor reads it from HBM and writes a
+#    result back. Which takes longer on an H200: that memory traffic, or a 5 µs launch?
+# 2. How much longer does the same tensor take to cross PCIe once than to make that round trip
+#    through HBM?
+# 3. On the CPU the fusion pass keeps the row means inside their groups. Does the chain then need
+#    more groups than the GPU's, or fewer?
+
+# %%
+LAUNCH = 5e-6  # seconds, the usual order of magnitude (not measured)
+round_trip = 2 * 4096 * 1024 * 4 / HBM
+print(f"1. HBM round trip {round_trip * 1e6:.1f} µs vs launch {LAUNCH * 1e6:.0f} µs: the traffic, slightly; the same order, "
+      "so a launch nearly doubles the cost of each eager op")
+print(f"2. PCIe once / HBM round trip = {4096 * 1024 * 4 / PCIE / round_trip:.0f}x")
+cpu_graph = fuse_elementwise(eliminate_dead_code(trace(chain, *inputs).graph))
+cpu_groups = [n for n in cpu_graph if n.fn is not None or n.op == "fused"]
+print(f"3. groups on the CPU: {len(cpu_groups)}, on the GPU: {len(launches)}; fewer, since a reduction need not end a group")

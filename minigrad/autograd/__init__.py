@@ -6,10 +6,12 @@ from minigrad.autograd.grad_mode import enable_grad, inference_mode, is_grad_ena
 from minigrad.autograd.mode import Mode, is_backward_running
 from minigrad.autograd.anomaly import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
 from minigrad.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
+from minigrad.autograd.variable import Variable
 from minigrad.autograd import functional  # noqa: F401  (minigrad.autograd.functional.hessian, as in torch)
 
 __all__ = [
     "AccumulateGrad", "Function", "GradcheckError", "Mode", "backward", "consumers", "detect_anomaly",
     "enable_grad", "functional", "grad", "gradcheck", "gradgradcheck", "inference_mode", "is_anomaly_enabled",
     "is_backward_running", "is_grad_enabled", "no_grad", "set_detect_anomaly", "set_grad_enabled", "topological_order",
+    "Variable",
 ]

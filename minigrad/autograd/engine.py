@@ -68,8 +68,12 @@ def backward(tensor: Tensor, gradient: Tensor | None = None, retain_graph: bool 
 
 def grad(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor],
          grad_outputs: Tensor | Sequence[Tensor | None] | None = None, retain_graph: bool | None = None,
-         create_graph: bool = False, allow_unused: bool = False) -> tuple[Tensor | None, ...]:
-    """The gradients of ``outputs`` with respect to ``inputs``, returned instead of accumulated."""
+         create_graph: bool = False, only_inputs: bool = True,
+         allow_unused: bool = False) -> tuple[Tensor | None, ...]:
+    """The gradients of ``outputs`` with respect to ``inputs``, returned instead of accumulated.
+
+    ``only_inputs`` is accepted and ignored, as in torch, where it is deprecated: gradients only
+    ever go to ``inputs`` (old code still passes it, in torch's argument position)."""
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     if grad_outputs is None or isinstance(grad_outputs, Tensor):

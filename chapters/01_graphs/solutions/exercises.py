@@ -15,7 +15,8 @@
 #
 # Each exercise is a code cell with a `raise NotImplementedError` where your code goes, followed by
 # a check cell that compares your answer with minigrad's own implementation or with known values.
-# Run the setup cell first; the exercises are independent of each other. See your score with
+# Exercise 8 is "predict, then measure": write down your guess before you run anything, then let
+# the measurement tell you how far off it was. Run the setup cell first; the exercises are independent of each other. See your score with
 # `python -m minigrad.course grade chapters/01_graphs/exercises.ipynb`.
 
 # %%
@@ -29,7 +30,7 @@ import numpy as np
 import minigrad
 from minigrad import nn, optim
 from minigrad.autograd import consumers, topological_order
-from minigrad.data import DataLoader, Digits, Pipeline, TensorDataset, default_collate, make_blobs
+from minigrad.data import DataLoader, Digits, Pipeline, TensorDataset, make_blobs
 from minigrad.graph import trace
 
 minigrad.manual_seed(0)
@@ -330,41 +331,51 @@ reference = list(Pipeline.range(100).shuffle(7, seed=0))
 print("a permutation, never early, lazy; Pipeline.shuffle(7) starts", reference[:8])
 
 # %% [markdown]
-# ## Exercise 8: a collate function
-# A `DataLoader` hands `collate_fn` a list of samples. For the digits each sample is
-# `(image, label)`: a float32 numpy array of shape (1, 8, 8) and a Python int. Write `collate`
-# returning `(images, labels)`: a float32 Tensor of shape (N, 1, 8, 8) and an int64 Tensor of
-# shape (N,).
+# ## Exercise 8: predict, then measure how well a shuffle buffer mixes sorted data
+# Lesson 01.3 showed that a small shuffle buffer only mixes neighbours. Files are often written in
+# order, one class after another: here the 1,437 training digits sorted by label. **Predict
+# first:** how many of the ten digits appear in the first batch of 32 with a buffer of 32, of 256,
+# and of the whole data set? Write your guesses in `PREDICTED_LABELS`, then write
+# `labels_in_first_batch(buffer_size, seed)`: run `(X8, Y8)` through a `Pipeline` that shuffles
+# with that buffer and seed and batches by 32, and return how many distinct labels the first batch
+# holds.
 
-# %% minigrad={"forbid": ["minigrad.data.dataloader.default_collate"]}
-# Exercise 8: A collate function
-def collate(samples):
-    """[(image, label), ...] -> (images Tensor (N, 1, 8, 8) float32, labels Tensor (N,) int64)."""
+# %%
+train8 = Digits(train=True)
+order8 = np.argsort(train8.targets, kind="stable")
+X8, Y8 = train8.data[order8], train8.targets[order8]  # all the 0s, then all the 1s, ...
+
+# %%
+# Exercise 8: Predict, then measure how well a shuffle buffer mixes sorted data
+PREDICTED_LABELS = {32: None, 256: None, 1437: None}  # your guesses, before you measure
+
+
+def labels_in_first_batch(buffer_size: int, seed: int = 0) -> int:
     ### BEGIN SOLUTION
-    images = np.stack([image for image, _ in samples])
-    labels = np.array([label for _, label in samples], dtype=np.int64)
-    return minigrad.tensor(images), minigrad.tensor(labels)
+    _, labels = next(iter(Pipeline.from_tensor_slices((X8, Y8)).shuffle(buffer_size, seed=seed).batch(32)))
+    return len(np.unique(labels.numpy()))
     ### END SOLUTION
 
 
 # %%
 # Check 8
-digits = Digits(train=False)
-mine = DataLoader(digits, batch_size=50, shuffle=True, generator=0, collate_fn=collate)
-theirs = DataLoader(digits, batch_size=50, shuffle=True, generator=0)
-for (x, y), (x_ref, y_ref) in zip(mine, theirs):
-    assert x.shape == x_ref.shape and x.dtype == minigrad.float32, \
-        f"images: expected {x_ref.shape} float32, got {x.shape} {x.dtype}"
-    assert y.shape == y_ref.shape and y.dtype == minigrad.int64, \
-        f"labels: expected {y_ref.shape} int64, got {y.shape} {y.dtype}"
-    assert np.array_equal(x.numpy(), x_ref.numpy()) and np.array_equal(y.numpy(), y_ref.numpy()), \
-        "the batch differs from default_collate's"
-print("collate builds the same", len(mine), "batches as default_collate")
+def first_labels(buffer_size, seed):
+    return next(iter(Pipeline.from_tensor_slices((X8, Y8)).shuffle(buffer_size, seed=seed).batch(32)))[1].numpy()
+
+
+for size in (1, 32, 256, 1437):
+    got = labels_in_first_batch(size)
+    expected = len(set(first_labels(size, 0).tolist()))
+    assert got == expected, f"buffer_size={size}: the first batch holds {expected} labels, got {got}"
+    seen = sorted(set(first_labels(size, 0).tolist()))
+    print(f"buffer {size:4d}: {got:2d} labels {seen} (you predicted {PREDICTED_LABELS.get(size)})")
+assert labels_in_first_batch(1) == 1, "with a buffer of 1 nothing is shuffled: only 0s come first"
+print("a buffer smaller than a class (about 144 images) keeps the first batch to the first class or two")
 
 # %%
 # Hidden check 8
-_x, _y = collate([(np.full((1, 8, 8), k, dtype=np.float32), k) for k in range(3)])
-assert _x.shape == (3, 1, 8, 8) and _x.dtype == minigrad.float32 and _y.tolist() == [0, 1, 2]
+for _seed in (1, 2):
+    assert labels_in_first_batch(256, _seed) == len(set(first_labels(256, _seed).tolist()))
 
 # %% [markdown]
 # ## Exercise 9: checkpoint and resume

@@ -1,0 +1,312 @@
+"""Function transforms, as in ``torch.func``: grad, vjp, jvp, jacrev, jacfwd, hessian, vmap (chapter 02).
+
+A transform takes a function and returns a function. Here every transform is built on the one
+reverse-mode engine, always with ``create_graph=True``, so transforms compose: the result of an
+inner transform is an ordinary differentiable Tensor expression of its inputs, and an outer
+transform differentiates it again (``jacfwd(jacrev(f))`` is the Hessian). Forward mode (``jvp``,
+``jacfwd``) comes from the double-vjp trick of ``autograd.functional``: ``u -> J^T u`` is linear
+in a dummy cotangent ``u``, so differentiating it with respect to ``u`` along ``v`` gives ``J v``.
+``vmap`` runs the function once per example and stacks the results: a loop, not batching rules,
+so it works for every op and composes with the other transforms, at a Python loop's speed.
+
+Results are cut from the graph at the outermost transform unless the caller's own tensors
+require grad, in which case they stay connected (as torch.func composes with autograd).
+Arguments may be pytrees: Tensors in nested tuples, lists and dicts (``functional_call``'s
+parameter dict).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from minigrad.autograd.functional import _fill_in_zeros, _grad, _prepare, _stack, _unit, jacobian
+from minigrad.autograd.functional import jvp as _jvp
+from minigrad.autograd.grad_mode import enable_grad
+from minigrad.creation import zeros_like
+from minigrad.errors import ArgumentError, ShapeError, TraceError
+from minigrad.graph.helpers import flatten, unflatten
+from minigrad.ops import stack
+from minigrad._tensor import Tensor
+
+__all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "vjp", "vmap"]
+
+_depth = threading.local()  # how many transforms are running on this thread
+
+
+def _nested() -> bool:
+    return getattr(_depth, "n", 0) > 0
+
+
+@contextmanager
+def _transform(*given: Any, nested: bool = False) -> Iterator[Callable[[Any], Any]]:
+    """Run a transform; yields ``finish``, which cuts the results from the graph unless this
+    transform is ``nested`` in another or the caller's tensors (``given``) require grad."""
+    depth = getattr(_depth, "n", 0)
+    keep = nested or depth > 0 or any(t.requires_grad for t in _flatten(given)[0])
+    _depth.n = depth + 1
+    try:
+        with enable_grad():
+            yield lambda result: result if keep else _map(lambda t: t.detach(), result)
+    finally:
+        _depth.n = depth
+
+
+# -- pytrees: Tensors in nested tuples, lists and dicts (the tracer's flatten and unflatten) ------
+def _flatten(tree: Any) -> tuple[list, Any]:
+    """``(leaves, spec)``: the tree's Tensors in order, and what ``_unflatten`` rebuilds it from."""
+    try:
+        spec, leaves = flatten(tree)
+    except TraceError:
+        raise ArgumentError(f"minigrad.func: expected Tensors in nested tuples, lists and dicts, got "
+                            f"{tree!r:.80}") from None
+    return leaves, spec
+
+
+def _unflatten(spec: Any, leaves: list) -> Any:
+    return unflatten(spec, iter(leaves))
+
+
+def _finish_aux(finish: Callable[[Any], Any], aux: Any) -> Any:
+    """``aux`` as ``finish`` leaves it, or as it came if it holds values other than Tensors."""
+    try:
+        return finish(aux)
+    except ArgumentError:
+        return aux
+
+
+def _map(fn: Callable[[Tensor], Tensor], tree: Any) -> Any:
+    leaves, spec = _flatten(tree)
+    return _unflatten(spec, [fn(t) for t in leaves])
+
+
+# -- which arguments are differentiated ---------------------------------------------------------
+def _argnums(argnums: int | tuple[int, ...], n_args: int, fn_name: str) -> tuple[int, ...]:
+    nums = argnums if isinstance(argnums, tuple) else (argnums,)
+    if not nums or not all(isinstance(i, int) and -n_args <= i < n_args for i in nums):
+        raise ArgumentError(f"{fn_name}: argnums must be an int or a non-empty tuple of ints in "
+                            f"[{-n_args}, {n_args}) for {n_args} positional arguments, got {argnums!r}")
+    return tuple(i % n_args for i in nums)
+
+
+def _split(args: tuple, nums: tuple[int, ...]) -> tuple[list, Callable[[list], tuple]]:
+    """The Tensors of ``args[nums]``, flat, and a function putting replacements for them back."""
+    leaves, spec = _flatten(tuple(args[i] for i in nums))
+
+    def rebuild(new_leaves: list) -> tuple:
+        new = list(args)
+        for i, value in zip(nums, _unflatten(spec, list(new_leaves))):
+            new[i] = value
+        return tuple(new)
+    return leaves, rebuild
+
+
+def _per_argnums(argnums: Any, flat: list, args: tuple, nums: tuple) -> Any:
+    """Flat results (one per differentiated Tensor) shaped like the differentiated arguments."""
+    tree = _unflatten(_flatten(tuple(args[i] for i in nums))[1], flat)
+    return tree if isinstance(argnums, tuple) else tree[0]
+
+
+def _output_and_aux(out: Any, has_aux: bool, fn_name: str) -> tuple[Any, Any]:
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise ArgumentError(f"{fn_name}(f, has_aux=True): f must return a tuple (output, aux), got "
+                            f"{type(out).__name__}")
+    return out
+
+
+# -- reverse mode -------------------------------------------------------------------------------
+def grad_and_value(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
+    """``(gradient, value)`` of a function returning one scalar Tensor (``(gradient, (value, aux))``
+    with ``has_aux``); the gradient is shaped like the arguments named by ``argnums``."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        nums = _argnums(argnums, len(args), "grad")
+        leaves, rebuild = _split(args, nums)
+        with _transform(*(args[i] for i in nums)) as finish:
+            inputs = _prepare(tuple(leaves), create_graph=True, need_graph=True)
+            output, aux = _output_and_aux(func(*rebuild(inputs), **kwargs), has_aux, "grad")
+            if not isinstance(output, Tensor) or output.numel() != 1:
+                shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
+                raise ShapeError(f"grad: f must return a Tensor with a single element, got {shape}")
+            grads = _fill_in_zeros(_grad((output,), inputs, create_graph=True), inputs, False, True, "back")
+            gradient = finish(_per_argnums(argnums, list(grads), args, nums))
+            return gradient, ((finish(output), _finish_aux(finish, aux)) if has_aux else finish(output))
+    return wrapper
+
+
+def grad(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
+    """The gradient of a function returning one scalar Tensor (``(gradient, aux)`` with ``has_aux``)."""
+    g_and_v = grad_and_value(func, argnums, has_aux)
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        gradient, value = g_and_v(*args, **kwargs)
+        return (gradient, value[1]) if has_aux else gradient
+    return wrapper
+
+
+def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
+    """``(func(*primals), vjp_fn)``: ``vjp_fn(cotangents)`` is a tuple, one ``v^T J`` per primal.
+    ``vjp_fn`` may be called many times (``vmap(vjp_fn)(rows)`` gives the Jacobian)."""
+    leaves, rebuild = _split(primals, tuple(range(len(primals))))
+    nested = _nested()
+    with _transform(primals) as finish:
+        inputs = _prepare(tuple(leaves), create_graph=True, need_graph=True)
+        output, aux = _output_and_aux(func(*rebuild(inputs)), has_aux, "vjp")
+    outputs, out_spec = _flatten(output)
+
+    def vjp_fn(cotangents: Any) -> tuple:
+        vs, v_spec = _flatten(cotangents)
+        if v_spec != out_spec or any(v.shape != o.shape for v, o in zip(vs, outputs)):
+            raise ShapeError(f"vjp_fn: cotangents must have the output's structure and shapes "
+                             f"{[tuple(o.shape) for o in outputs]}, got {[tuple(v.shape) for v in vs]}")
+        with _transform(primals, cotangents, nested=nested) as finish_vjp:
+            grads = _grad(tuple(outputs), inputs, tuple(vs), create_graph=True, retain_graph=True)
+            return finish_vjp(rebuild(list(_fill_in_zeros(grads, inputs, False, True, "back"))))
+    result = (finish(output), vjp_fn)
+    return result + (_finish_aux(finish, aux),) if has_aux else result
+
+
+# -- forward mode, by the double-vjp trick -------------------------------------------------------
+def jvp(func: Callable, primals: tuple, tangents: tuple, has_aux: bool = False) -> tuple:
+    """``(func(*primals), J tangents)``, computed by differentiating a vjp (see the module docstring)."""
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise ArgumentError("jvp: primals and tangents must be tuples, as in torch.func.jvp")
+    leaves, rebuild = _split(tuple(primals), tuple(range(len(primals))))
+    t_leaves, t_spec = _flatten(tuple(tangents))
+    if t_spec != _flatten(tuple(primals))[1]:
+        raise ShapeError("jvp: tangents must have the same structure as primals")
+    box: dict[str, Any] = {}
+
+    def flat_func(*xs: Tensor) -> tuple:
+        out, box["aux"] = _output_and_aux(func(*rebuild(list(xs))), has_aux, "jvp")
+        outs, box["spec"] = _flatten(out)
+        return tuple(outs)
+    with _transform(primals, tangents) as finish:
+        outs, jv = _jvp(flat_func, tuple(leaves), tuple(t_leaves), create_graph=True)
+        result = finish((_unflatten(box["spec"], list(outs)), _unflatten(box["spec"], list(jv))))
+        return result + (_finish_aux(finish, box["aux"]),) if has_aux else result
+
+
+# -- Jacobians --------------------------------------------------------------------------------
+def _jacobian_transform(func: Callable, argnums: Any, has_aux: bool, fn_name: str,
+                        compute: Callable[[Callable, tuple], tuple]) -> Callable:
+    """Shared by jacrev and jacfwd: ``compute(flat_func, inputs)`` gives entry ``[i][k]`` =
+    d output_i / d input_k, shaped ``output_i.shape + input_k.shape``."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        nums = _argnums(argnums, len(args), fn_name)
+        leaves, rebuild = _split(args, nums)
+        box: dict[str, Any] = {}
+
+        def flat_func(*xs: Tensor) -> tuple:
+            out, box["aux"] = _output_and_aux(func(*rebuild(list(xs)), **kwargs), has_aux, fn_name)
+            outs, box["spec"] = _flatten(out)
+            return tuple(outs)
+        with _transform(*(args[i] for i in nums)) as finish:
+            jac = compute(flat_func, tuple(leaves))
+            result = finish(_unflatten(box["spec"], [_per_argnums(argnums, list(row), args, nums) for row in jac]))
+            return (result, _finish_aux(finish, box["aux"])) if has_aux else result
+    return wrapper
+
+
+def jacrev(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
+    """The Jacobian by reverse mode: one vjp per output element (``autograd.functional.jacobian``)."""
+    def compute(flat_func: Callable, inputs: tuple) -> tuple:
+        return jacobian(flat_func, inputs, create_graph=True)
+    return _jacobian_transform(func, argnums, has_aux, "jacrev", compute)
+
+
+def jacfwd(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
+    """The Jacobian column by column: one forward and one backward pass build ``u -> J^T u``, then
+    one more backward pass per input element k gives column ``J e_k``."""
+    def compute(flat_func: Callable, inputs: tuple) -> tuple:
+        inputs = _prepare(inputs, create_graph=True, need_graph=True)
+        outputs = flat_func(*inputs)
+        us = tuple(zeros_like(o, requires_grad=True) for o in outputs)  # J^T u is linear in u
+        jt_u = _grad(outputs, inputs, us, create_graph=True)
+        jac: list[list[Tensor]] = [[] for _ in outputs]
+        for x, g in zip(inputs, jt_u):
+            cols = [_fill_in_zeros(_grad((g,), us, (_unit(x, j),), True, retain_graph=True), outputs,
+                                   False, True, "back_trick") for j in range(x.numel())]
+            for i, out in enumerate(outputs):
+                col = _stack([c[i] for c in cols], out, (x.numel(),) + out.shape)
+                jac[i].append(col.movedim(0, -1).reshape(out.shape + x.shape) if out.ndim else
+                              col.reshape(x.shape))
+        return tuple(tuple(row) for row in jac)
+    return _jacobian_transform(func, argnums, has_aux, "jacfwd", compute)
+
+
+def hessian(func: Callable, argnums: int | tuple[int, ...] = 0) -> Callable:
+    """The Hessian of a scalar function: ``jacfwd(jacrev(func))``, as torch.func defines it."""
+    return jacfwd(jacrev(func, argnums), argnums)
+
+
+# -- vmap: a loop over the batch dimension ---------------------------------------------------
+def vmap(func: Callable, in_dims: int | None | tuple = 0, out_dims: int | tuple[int, ...] = 0,
+         randomness: str = "error", *, chunk_size: int | None = None) -> Callable:
+    """``func`` mapped over dimension ``in_dims`` of its arguments (None: not mapped), the results
+    stacked along ``out_dims``. Runs ``func`` once per example, so random ops draw different
+    values per example (torch's ``randomness="different"``); ``chunk_size`` changes nothing."""
+    if randomness not in ("error", "different"):
+        raise ArgumentError(f"vmap: randomness must be 'error' or 'different' (a loop draws different "
+                            f"random values per example; 'same' is not supported), got {randomness!r}")
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(args)
+        if len(dims) != len(args):
+            raise ArgumentError(f"vmap: in_dims has {len(dims)} entries for {len(args)} positional arguments")
+        mapped = [(t, d + t.ndim if d < 0 else d) for a, d in zip(args, dims) if d is not None
+                  for t in _flatten(a)[0]]
+        sizes = {t.shape[d] for t, d in mapped if 0 <= d < t.ndim}
+        if not mapped or len(sizes) != 1 or not all(0 <= d < t.ndim for t, d in mapped):
+            raise ShapeError(f"vmap: every mapped argument needs the same size in its in_dim; got shapes "
+                             f"{[tuple(t.shape) for t, _ in mapped]} with in_dims {in_dims}")
+
+        def example(i: int) -> tuple:
+            return tuple(a if d is None else _map(lambda t: t[(slice(None),) * (d % t.ndim) + (i,)], a)
+                         for a, d in zip(args, dims))
+        results = [func(*example(i), **kwargs) for i in range(sizes.pop())]
+        leaves, spec = _flatten(results[0])
+        outs = out_dims if isinstance(out_dims, tuple) else (out_dims,) * len(leaves)
+        columns = zip(*(_flatten(r)[0] for r in results))
+        return _unflatten(spec, [stack(list(col), dim=d % (col[0].ndim + 1)) for col, d in zip(columns, outs)])
+    return wrapper
+
+
+def functional_call(module: Any, parameter_and_buffer_dicts: dict | tuple, args: Any = (),
+                    kwargs: dict | None = None, *, tie_weights: bool = True, strict: bool = False) -> Any:
+    """Call ``module`` with some of its parameters and buffers replaced by the given tensors (by
+    dotted name), then put the originals back: the module as a function of its weights."""
+    dicts = parameter_and_buffer_dicts if isinstance(parameter_and_buffer_dicts, tuple) else (parameter_and_buffer_dicts,)
+    given = {name: t for d in dicts for name, t in d.items()}
+    tied: dict[int, list[str]] = {}
+    for name, p in list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False)):
+        tied.setdefault(id(p), []).append(name)
+    names = {n for group in tied.values() for n in group}
+    unexpected = sorted(set(given) - names)
+    missing = sorted(names - set(given))
+    if unexpected or (strict and missing):
+        raise ArgumentError(f"functional_call: unexpected keys {unexpected}, missing keys "
+                            f"{missing if strict else []}")
+    if tie_weights:
+        for group in tied.values():
+            source = next((n for n in group if n in given), None)
+            given.update({n: given[source] for n in group if source is not None and n not in given})
+    saved = []
+    try:
+        for name, t in given.items():
+            owner, _, leaf = name.rpartition(".")
+            mod = module.get_submodule(owner) if owner else module
+            store = mod._parameters if leaf in mod._parameters else mod._buffers
+            saved.append((store, leaf, store[leaf]))
+            store[leaf] = t
+        return module(*(args if isinstance(args, tuple) else (args,)), **(kwargs or {}))
+    finally:
+        for store, leaf, old in reversed(saved):
+            store[leaf] = old
