@@ -125,7 +125,7 @@ def test_dynamic_programme_matches_brute_force(layers: list[tuple], budget: int)
     for peak, kept, keeps_input, output, time in layers:
         inp = (costs[-1].output if costs else 4 * unit) if keeps_input else 0
         kept_bytes = kept * unit + inp
-        costs.append(LayerCost(max(peak * unit, output * unit, kept_bytes - inp), kept_bytes, inp,
+        costs.append(LayerCost(max(peak * unit, output * unit, kept_bytes - inp), kept_bytes, inp, 0,
                                output * unit, float(time)))
     budget *= unit
     best = brute_force(costs, budget)
@@ -147,3 +147,16 @@ def test_errors_name_the_budget() -> None:
         memory.plan(model, x, 1.5)
     with pytest.raises(ValueError, match="one LayerCost per layer"):
         memory.plan(model, x, 0.5, [])
+
+
+def test_draw_plan_is_deterministic() -> None:
+    from minigrad.graph.viz import draw_plan
+
+    model = chain(["linear", "relu", "linear", "relu", "linear", "relu", "linear"], 8)
+    x = minigrad.randn(32, 8, dtype=backend.float64)
+    costs = memory.planner.measure(layers_of(model), x)
+    plan = memory.plan(model, x, 0.8, costs)
+    source = draw_plan(plan).source
+    assert source == draw_plan(memory.plan(model, x, 0.8, costs)).source
+    assert source.count("cluster_") == str(plan).count("[") > 0
+    assert all(f"L{i} " in source for i in range(7))

@@ -43,12 +43,13 @@ class LayerCost(NamedTuple):
     """What one layer costs, measured on its own with its input alive: ``peak`` bytes of
     activations at its worst moment (its output included, its input not), ``kept`` bytes its graph
     holds once its output is dropped (what backward saves, its input included if saved),
-    ``input_kept`` of those are its input, ``output`` is its output's size (all a recomputed range
-    keeps), ``time`` its forward time (any unit)."""
+    ``input_kept`` of those are its input and ``output_kept`` its output, ``output`` is its
+    output's size (all a recomputed range keeps), ``time`` its forward time (any unit)."""
 
     peak: int
     kept: int
     input_kept: int
+    output_kept: int
     output: int
     time: float
 
@@ -131,14 +132,28 @@ def measure(layers: Sequence[Callable], x: Tensor, repeats: int = 2) -> list[Lay
                 y = layer(given)
                 peak = mem.activation_peak - given.array.nbytes
                 node, output, following = y.grad_fn, y.array.nbytes, y.array.copy()
-                alive = weakref.ref(given.array)
+                alive = [weakref.ref(_base(t.array)) for t in (given, y)]
                 del y, given  # freed at once: a graph holds no reference cycles
-                input_kept = x.array.nbytes if alive() is not None else 0
-                costs.append(LayerCost(peak, mem.activations, input_kept, output, best))
+                input_kept, output_kept = [a().nbytes if a() is not None else 0 for a in alive]
+                costs.append(LayerCost(peak, mem.activations, input_kept, output_kept, output, best))
             del node
             x = _wrap(following, x.device)
     backend.set_rng_state(start, x.device)
     return costs
+
+
+def _base(array: Any) -> Any:
+    while getattr(array, "base", None) is not None:
+        array = array.base
+    return array
+
+
+def owned(costs: Sequence[LayerCost], k: int, held: bool) -> int:
+    """What layer ``k`` kept adds to memory: its ``kept`` bytes, less its input when that is held
+    outside, less its output when the next layer keeps that as its input (the next piece, kept or
+    recomputed, counts it; else a buffer saved by both would count twice)."""
+    shared = costs[k].output_kept if k + 1 < len(costs) and costs[k + 1].input_kept else 0
+    return costs[k].kept - (costs[k].input_kept if held else 0) - shared
 
 
 def plan(model: Sequence[Callable] | Module, x: Tensor, budget: int | float,
@@ -167,18 +182,18 @@ def predicted_peak(p: Plan, costs: Sequence[LayerCost], held: bool = True) -> in
     """The activation peak in bytes that the cost model gives for plan ``p``. ``held``: its input is
     held (and counted) outside, as the chain's input and a recomputed range's saved input are;
     otherwise it is the previous piece's output, which counts until a piece drops it."""
-    owned, worst = 0, 0
+    held_bytes, worst = 0, 0
     for t, piece in enumerate(p.pieces):
         first_held = held and t == 0
         given = 0 if first_held or piece[1] == 0 else costs[piece[1] - 1].output
         if piece[0] == "keep":
             c = costs[piece[1]]
-            worst = max(worst, owned + given + c.peak)
-            owned += c.kept - (c.input_kept if first_held else 0)
+            worst = max(worst, held_bytes + given + c.peak)
+            held_bytes += owned(costs, piece[1], first_held)
         else:
             # while backward recomputes it, its first output is still alive
-            worst = max(worst, owned + given + costs[piece[2] - 1].output + predicted_peak(piece[3], costs))
-            owned += given  # a recomputed range keeps its input
+            worst = max(worst, held_bytes + given + costs[piece[2] - 1].output + predicted_peak(piece[3], costs))
+            held_bytes += given  # a recomputed range keeps its input
     return worst
 
 
@@ -200,7 +215,7 @@ def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, u
     given = [0] + [size(c.output) for c in costs]  # given[i]: the input of layer i
     peak = {True: [size(c.peak) for c in costs],
             False: [size(c.peak + (costs[i - 1].output if i else 0)) for i, c in enumerate(costs)]}
-    owned = {True: [size(c.kept - c.input_kept) for c in costs], False: [size(c.kept) for c in costs]}
+    adds = {h: [size(owned(costs, k, h)) for k in range(n)] for h in (True, False)}
     clock = xp.concatenate([[0.0], xp.cumsum([c.time for c in costs])])
     budgets = xp.arange(units + 1)
 
@@ -223,7 +238,7 @@ def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, u
             j = i + length
             for held in (True, False):
                 g = 0 if held else given[i]
-                keep = xp.where(budgets >= peak[held][i], shifted(best[False][i + 1, j], owned[held][i]), xp.inf)
+                keep = xp.where(budgets >= peak[held][i], shifted(best[False][i + 1, j], adds[held][i]), xp.inf)
                 # recompute [i, k); one reaching j would take the memory of running its plan inline
                 ks = slice(i + 1, j)
                 options = xp.concatenate([keep[None], (clock[ks] - clock[i])[:, None] + first[held][i, ks]
@@ -233,8 +248,8 @@ def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, u
             for held in (True, False):
                 first[held][i, j] = shifted(best[True][i, j], (0 if held else given[i]) + given[j])
     if not xp.isfinite(best[True][0, n, units]):
-        raise ValueError(f"plan: no plan keeps the activations within {budget} bytes (the largest single "
-                         f"layer needs {max(c.peak for c in costs)})")
+        raise ValueError(f"plan: no plan keeps the activations of these {n} layers within {budget} bytes "
+                         f"(its last layer alone needs {costs[-1].peak})")
 
     def build(i: int, j: int, m: int, held: bool) -> Plan:
         pieces, extra = [], 0.0
@@ -242,7 +257,7 @@ def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, u
             option = int(choice[held][i, j, m])
             if option == 0:
                 pieces.append(("keep", i))
-                m -= owned[held][i]
+                m -= adds[held][i]
                 i += 1
             else:
                 g = 0 if held else given[i]
