@@ -29,14 +29,13 @@ import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 from minigrad import backend
-from minigrad.autograd.grad_mode import no_grad
 from minigrad.memory.checkpoint import _Layers, checkpoint
 from minigrad.memory.tracker import track
 from minigrad.nn.containers import Sequential
 from minigrad.nn.module import Module
 from minigrad._tensor import Tensor, _wrap
 
-__all__ = ["LayerCost", "Plan", "layers_of", "measure", "plan", "solve"]
+__all__ = ["LayerCost", "Plan", "kept_peak", "layers_of", "measure", "owned", "plan", "predicted_peak", "solve"]
 
 
 class LayerCost(NamedTuple):
@@ -178,13 +177,13 @@ def kept_peak(costs: Sequence[LayerCost]) -> int:
     return predicted_peak(Plan([], [("keep", i) for i in range(len(costs))], 0, 0.0), costs)
 
 
-def predicted_peak(p: Plan, costs: Sequence[LayerCost], held: bool = True) -> int:
-    """The activation peak in bytes that the cost model gives for plan ``p``. ``held``: its input is
-    held (and counted) outside, as the chain's input and a recomputed range's saved input are;
-    otherwise it is the previous piece's output, which counts until a piece drops it."""
+def predicted_peak(p: Plan, costs: Sequence[LayerCost]) -> int:
+    """The activation peak in bytes that the cost model gives for plan ``p``, whose input is held
+    (and counted) outside it, as the chain's input and a recomputed range's saved input are; a
+    later piece's input is the output before it, which counts until no piece keeps it."""
     held_bytes, worst = 0, 0
     for t, piece in enumerate(p.pieces):
-        first_held = held and t == 0
+        first_held = t == 0
         given = 0 if first_held or piece[1] == 0 else costs[piece[1] - 1].output
         if piece[0] == "keep":
             c = costs[piece[1]]
