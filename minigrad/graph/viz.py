@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - the dev extra installs it
     raise ImportError("minigrad.graph.draw needs the graphviz Python package: pip install graphviz "
                       "(it comes with pip install -e '.[dev]')") from None
 
-__all__ = ["Digraph", "GraphvizNotFoundError", "changed_nodes", "draw", "draw_pair"]
+__all__ = ["Digraph", "GraphvizNotFoundError", "changed_nodes", "draw", "draw_pair", "draw_plan"]
 
 _INSTALL = ("Graphviz's `dot` program was not found, so the graph cannot be rendered (its DOT text is "
             "still in `.source`). Install it with `sudo apt-get install graphviz` (Debian/Ubuntu; "
@@ -108,6 +108,34 @@ def draw_pair(before: Graph, after: Graph, colours: Mapping[str, str] | None = N
             for a, b in edges:
                 box.edge(f"{title}_{a}", f"{title}_{b}")
     return dot
+
+
+def draw_plan(plan: Any, rankdir: str = "LR") -> Digraph:
+    """Draw a checkpoint plan (``minigrad.memory.plan``): the chain's layers, each coloured by how
+    often backward recomputes it (green: kept), each recomputed range a box around its layers,
+    nested as the plan nests them. Nodes are named ``L0``, ``L1``... in chain order."""
+    dot = Digraph(graph_attr={"rankdir": rankdir, "fontname": "Helvetica", "fontsize": "9"},
+                  node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box", "style": "filled"})
+    counts = plan.recompute_counts()
+    ranges = iter(range(len(plan.layers)))
+
+    def add(into: Digraph, pieces: list) -> None:
+        for piece in pieces:
+            if piece[0] == "keep":
+                i = piece[1]
+                into.node(f"L{i}", f"{i}: {type(plan.layers[i]).__name__}", fillcolor=_RECOMPUTED[min(counts[i], 3)])
+            else:
+                with into.subgraph(name=f"cluster_{next(ranges)}") as box:
+                    box.attr(label=f"recompute {piece[1]}..{piece[2] - 1}", style="dashed")
+                    add(box, piece[3].pieces)
+
+    add(dot, plan.pieces)
+    for i in range(1, len(plan.layers)):
+        dot.edge(f"L{i - 1}", f"L{i}")
+    return dot
+
+
+_RECOMPUTED = ["#c7e9c0", "#fdd49e", "#fc8d59", "#d7301f"]  # kept, recomputed once, twice, 3+ times
 
 
 def _draw_ir(dot: Digraph, graph: Graph, max_nodes: int | None) -> None:

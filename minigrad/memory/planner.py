@@ -1,0 +1,273 @@
+"""Checkpointing to a memory budget: which activations to keep, which to recompute (chapter 03).
+
+``checkpoint_sequential`` cuts a chain into equal segments whatever they cost. ``plan`` is given a
+budget instead (bytes, or a fraction of the memory the chain's activations take when all are
+kept) and chooses, layer by layer, what to keep and what to recompute, from each layer's measured
+sizes and recompute cost, by dynamic programming over the chain as in Chen et al. 2016 ("Training
+deep nets with sublinear memory cost") and Griewank's revolve:
+
+- A plan for layers ``[i, j)`` is a list of pieces: a *kept* layer runs as usual and keeps what its
+  backward needs; a *recomputed* range ``[i, k)`` runs under ``checkpoint`` and keeps only its
+  output, and when backward reaches it, runs again under its own plan, which may recompute inside
+  (recursive checkpointing, the multi-level schedule of revolve).
+- A plan's peak is ``max`` over its pieces of (what the pieces before keep + that piece's peak); a
+  recomputed range costs the forward time of its layers once more, plus its own plan's extra.
+  ``best[i, j](m)``, the least extra time for ``[i, j)`` within ``m`` bytes, follows from the first
+  piece and ``best`` of the rest, for every ``m`` at once (an array over budgets in small units,
+  sizes rounded up so that the plan's predicted peak is never below its real one).
+
+Layers are the leaves of nested ``Sequential``s, so a block's cheap ops (ReLU, dropout, a norm)
+can be recomputed alone while its matmul's output is kept: the "selective" recompute of PyTorch's
+activation-memory budget, here found by the same search rather than by a list of op names. A
+recomputed dropout draws the same mask: ``checkpoint`` replays the random state.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any, Callable, NamedTuple, Sequence
+
+from minigrad import backend
+from minigrad.memory.checkpoint import _Layers, checkpoint
+from minigrad.memory.tracker import track
+from minigrad.nn.containers import Sequential
+from minigrad.nn.module import Module
+from minigrad._tensor import Tensor, _wrap
+
+__all__ = ["LayerCost", "Plan", "kept_peak", "layers_of", "measure", "owned", "plan", "predicted_peak", "solve"]
+
+
+class LayerCost(NamedTuple):
+    """What one layer costs, measured on its own with its input alive: ``peak`` bytes of
+    activations at its worst moment (its output included, its input not), ``kept`` bytes its graph
+    holds once its output is dropped (what backward saves, its input included if saved),
+    ``input_kept`` of those are its input and ``output_kept`` its output, ``output`` is its
+    output's size (all a recomputed range keeps), ``time`` its forward time (any unit)."""
+
+    peak: int
+    kept: int
+    input_kept: int
+    output_kept: int
+    output: int
+    time: float
+
+
+class Plan:
+    """A chain's layers with, for each, kept or recomputed: call it on the chain's input.
+
+    ``pieces`` is a list of ``("keep", i)`` and ``("recompute", i, k, Plan)`` for layers ``i..k-1``;
+    ``peak`` and ``extra_time`` are what the search predicted (bytes above the input; time in the
+    unit of ``LayerCost.time``)."""
+
+    def __init__(self, layers: Sequence[Callable], pieces: list, peak: int, extra_time: float) -> None:
+        self.layers, self.pieces, self.peak, self.extra_time = list(layers), pieces, peak, extra_time
+
+    def __call__(self, x: Tensor) -> Tensor:
+        for piece in self.pieces:
+            if piece[0] == "keep":
+                x = self.layers[piece[1]](x)
+            else:
+                x = checkpoint(_Segment(self.layers, piece[1], piece[2], piece[3]), x)
+        return x
+
+    def recompute_counts(self) -> list[int]:
+        """How many times backward recomputes each layer's forward (0: its activations are kept)."""
+        counts = [0] * len(self.layers)
+        for piece in self.pieces:
+            if piece[0] == "recompute":
+                inner = piece[3].recompute_counts()
+                for i in range(piece[1], piece[2]):
+                    counts[i] += 1 + inner[i]
+        return counts
+
+    def __repr__(self) -> str:
+        def text(pieces: list) -> str:
+            return " ".join(str(p[1]) if p[0] == "keep" else f"[{text(p[3].pieces)}]" for p in pieces)
+        return f"Plan({text(self.pieces)}; peak {self.peak} B, extra time {self.extra_time:.3g})"
+
+
+class _Segment(_Layers):
+    """A recomputed range run under its own plan (a ``_Layers``, so that ``checkpoint`` keeps its
+    modules' buffers as they were when it reruns them)."""
+
+    def __init__(self, layers: Sequence[Callable], start: int, stop: int, inner: Plan) -> None:
+        super().__init__([layers[i] for i in range(start, stop)])
+        self.inner = inner
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.inner(x)
+
+
+def layers_of(model: Sequence[Callable] | Module) -> list[Callable]:
+    """The chain's layers: the leaves of nested ``Sequential``s, in order."""
+    layers: list[Callable] = []
+    for layer in model:
+        layers += layers_of(layer) if isinstance(layer, Sequential) else [layer]
+    return layers
+
+
+def measure(layers: Sequence[Callable], x: Tensor, repeats: int = 2) -> list[LayerCost]:
+    """Run the layers one at a time, each on a copy of the last output cut from the graph (so that
+    memory never holds more than one layer's activations), and measure with the memory tracker
+    what each one keeps, and its forward time (the least of ``repeats`` runs). The random state is
+    left as it was, so planning draws no dropout mask of the training run."""
+    costs = []
+    x, start = x.detach(), backend.get_rng_state(x.device)
+    with track(x.device):  # one tracker around all: the inner ones need not look for live tensors
+        for layer in layers:
+            state = backend.get_rng_state(x.device)  # every run of a dropout draws the same mask
+            best = float("inf")
+            for _ in range(repeats):
+                backend.set_rng_state(state, x.device)
+                t0 = time.perf_counter()
+                layer(x)
+                best = min(best, time.perf_counter() - t0)
+            backend.set_rng_state(state, x.device)
+            x.requires_grad_()
+            with track(x.device) as mem:
+                given = x.clone()  # made inside, so the tracker sees whether the layer keeps it, and not
+                # a leaf, whose gradient node would keep it
+                y = layer(given)
+                peak = mem.activation_peak - given.array.nbytes
+                node, output, following = y.grad_fn, y.array.nbytes, y.array.copy()
+                alive = [weakref.ref(_base(t.array)) for t in (given, y)]
+                del y, given  # freed at once: a graph holds no reference cycles
+                input_kept, output_kept = [a().nbytes if a() is not None else 0 for a in alive]
+                costs.append(LayerCost(peak, mem.activations, input_kept, output_kept, output, best))
+            del node
+            x = _wrap(following, x.device)
+    backend.set_rng_state(start, x.device)
+    return costs
+
+
+def _base(array: Any) -> Any:
+    while getattr(array, "base", None) is not None:
+        array = array.base
+    return array
+
+
+def owned(costs: Sequence[LayerCost], k: int, held: bool) -> int:
+    """What layer ``k`` kept adds to memory: its ``kept`` bytes, less its input when that is held
+    outside, less its output when the next layer keeps that as its input (the next piece, kept or
+    recomputed, counts it; else a buffer saved by both would count twice)."""
+    shared = costs[k].output_kept if k + 1 < len(costs) and costs[k + 1].input_kept else 0
+    return costs[k].kept - (costs[k].input_kept if held else 0) - shared
+
+
+def plan(model: Sequence[Callable] | Module, x: Tensor, budget: int | float,
+         costs: Sequence[LayerCost] | None = None) -> Plan:
+    """The cheapest plan for running ``model`` (a Sequential or a list of layers) on inputs like
+    ``x`` with its activations' peak within ``budget``: bytes when an int, a fraction of the
+    all-kept peak when a float. ``costs`` defaults to ``measure(layers, x)``; pass your own (for
+    instance FLOPs for time) to make the plan independent of the machine's timing noise."""
+    layers = layers_of(model)
+    costs = list(costs) if costs is not None else measure(layers, x)
+    if len(costs) != len(layers):
+        raise ValueError(f"plan: expected one LayerCost per layer ({len(layers)}), got {len(costs)}")
+    if isinstance(budget, float):
+        if not 0 < budget <= 1:
+            raise ValueError(f"plan: a fractional budget must be in (0, 1], got {budget}")
+        budget = int(budget * kept_peak(costs))
+    return solve(layers, costs, budget)
+
+
+def kept_peak(costs: Sequence[LayerCost]) -> int:
+    """The chain's activation peak, by the cost model, when every layer keeps its activations."""
+    return predicted_peak(Plan([], [("keep", i) for i in range(len(costs))], 0, 0.0), costs)
+
+
+def predicted_peak(p: Plan, costs: Sequence[LayerCost]) -> int:
+    """The activation peak in bytes that the cost model gives for plan ``p``, whose input is held
+    (and counted) outside it, as the chain's input and a recomputed range's saved input are; a
+    later piece's input is the output before it, which counts until no piece keeps it."""
+    held_bytes, worst = 0, 0
+    for t, piece in enumerate(p.pieces):
+        first_held = t == 0
+        given = 0 if first_held or piece[1] == 0 else costs[piece[1] - 1].output
+        if piece[0] == "keep":
+            c = costs[piece[1]]
+            worst = max(worst, held_bytes + given + c.peak)
+            held_bytes += owned(costs, piece[1], first_held)
+        else:
+            # while backward recomputes it, its first output is still alive
+            worst = max(worst, held_bytes + given + costs[piece[2] - 1].output + predicted_peak(piece[3], costs))
+            held_bytes += given  # a recomputed range keeps its input
+    return worst
+
+
+def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, units: int = 256) -> Plan:
+    """The dynamic programme of the module docstring, over budgets in steps of ``budget / units``;
+    ``ValueError`` when no plan fits ``budget``.
+
+    Two tables, as in ``predicted_peak``: ``held[i, j]`` for a range whose input is counted
+    outside it (the chain, a recomputed range), ``free[i, j]`` for the rest of a range after its
+    first piece, whose input is the output before it."""
+    n, xp = len(costs), backend.numpy
+    if budget >= kept_peak(costs):  # (the search's rounding up might not see that keeping all fits)
+        return Plan(layers, [("keep", i) for i in range(n)], kept_peak(costs), 0.0)
+    unit = max(budget, 1) / units
+
+    def size(nbytes: int) -> int:
+        return int(-(-nbytes // unit))  # rounded up: the predicted peak is never too low
+
+    given = [0] + [size(c.output) for c in costs]  # given[i]: the input of layer i
+    peak = {True: [size(c.peak) for c in costs],
+            False: [size(c.peak + (costs[i - 1].output if i else 0)) for i, c in enumerate(costs)]}
+    adds = {h: [size(owned(costs, k, h)) for k in range(n)] for h in (True, False)}
+    clock = xp.concatenate([[0.0], xp.cumsum([c.time for c in costs])])
+    budgets = xp.arange(units + 1)
+
+    def shifted(values: Any, by: int) -> Any:  # values[..., m - by], inf where m < by
+        result = xp.full(values.shape, xp.inf)
+        if by <= units:
+            result[..., by:] = values[..., :units + 1 - by]
+        return result
+
+    # best[held][i, j, m]: least extra time for layers [i, j) within m units; choice: 0 keeps layer
+    # i, c > 0 recomputes [i, i + c). first[held][i, k]: best[True][i, k] as the first piece of a
+    # range, shifted by the input and output it holds meanwhile.
+    best = {h: xp.full((n + 1, n + 1, units + 1), xp.inf) for h in (True, False)}
+    choice = {h: xp.zeros((n + 1, n + 1, units + 1), dtype=int) for h in (True, False)}
+    first = {h: xp.full((n + 1, n + 1, units + 1), xp.inf) for h in (True, False)}
+    for h in (True, False):
+        best[h][range(n + 1), range(n + 1)] = 0.0
+    for length in range(1, n + 1):
+        for i in range(n - length + 1):
+            j = i + length
+            for held in (True, False):
+                g = 0 if held else given[i]
+                keep = xp.where(budgets >= peak[held][i], shifted(best[False][i + 1, j], adds[held][i]), xp.inf)
+                # recompute [i, k); one reaching j would take the memory of running its plan inline
+                ks = slice(i + 1, j)
+                options = xp.concatenate([keep[None], (clock[ks] - clock[i])[:, None] + first[held][i, ks]
+                                          + shifted(best[False][ks, j], g)])
+                choice[held][i, j] = xp.argmin(options, axis=0)
+                best[held][i, j] = options[choice[held][i, j], budgets]
+            for held in (True, False):
+                first[held][i, j] = shifted(best[True][i, j], (0 if held else given[i]) + given[j])
+    if not xp.isfinite(best[True][0, n, units]):
+        raise ValueError(f"plan: no plan keeps the activations of these {n} layers within {budget} bytes "
+                         f"(its last layer alone needs {costs[-1].peak})")
+
+    def build(i: int, j: int, m: int, held: bool) -> Plan:
+        pieces, extra = [], 0.0
+        while i < j:
+            option = int(choice[held][i, j, m])
+            if option == 0:
+                pieces.append(("keep", i))
+                m -= adds[held][i]
+                i += 1
+            else:
+                g = 0 if held else given[i]
+                inner = build(i, i + option, m - g - given[i + option], True)
+                pieces.append(("recompute", i, i + option, inner))
+                extra += clock[i + option] - clock[i] + inner.extra_time
+                m -= g
+                i += option
+            held = False
+        result = Plan(layers, pieces, 0, extra)
+        result.peak = predicted_peak(result, costs)
+        return result
+
+    return build(0, n, units, True)

@@ -1,0 +1,162 @@
+"""The checkpoint planner (minigrad.memory.planner): gradients bitwise those of no checkpointing,
+the tracker's activation peak within the budget and equal to the plan's prediction, and the
+dynamic programme's plan as cheap as the best one found by trying them all (chapter 03)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import minigrad
+from minigrad import backend, memory, nn
+from minigrad.memory.planner import LayerCost, Plan, kept_peak, layers_of, predicted_peak, solve
+
+LAYERS = {
+    "linear": lambda w: nn.Linear(w, w, dtype=backend.float64),
+    "relu": lambda w: nn.ReLU(),
+    "tanh": lambda w: nn.Tanh(),
+    "dropout": lambda w: nn.Dropout(0.3),
+    "layernorm": lambda w: nn.LayerNorm(w, dtype=backend.float64),
+}
+
+
+def chain(kinds: list[str], width: int) -> nn.Sequential:
+    minigrad.manual_seed(0)
+    return nn.Sequential(*[LAYERS[k](width) for k in kinds])
+
+
+def run(model: nn.Module, x: minigrad.Tensor, forward) -> tuple[list[np.ndarray], int]:
+    """Gradients of the parameters and the input from seed 1, and the step's activation peak."""
+    model.zero_grad()
+    x = x.detach().requires_grad_()
+    seed = minigrad.ones(8, x.shape[1], dtype=backend.float64)
+    minigrad.manual_seed(1)
+    with memory.track() as mem:
+        forward(x).backward(seed)
+    return [p.grad.array.copy() for p in model.parameters()] + [x.grad.array.copy()], mem.activation_peak
+
+
+@settings(max_examples=15, deadline=None)
+@given(kinds=st.lists(st.sampled_from(sorted(LAYERS)), min_size=2, max_size=7),
+       fraction=st.floats(0.1, 1.0))
+def test_plan_keeps_gradients_and_budget(kinds: list[str], fraction: float) -> None:
+    model = chain(kinds, 16)
+    x = minigrad.randn(8, 16, dtype=backend.float64)
+    expected, _ = run(model, x, model)
+    costs = memory.planner.measure(layers_of(model), x)
+    budget = int(fraction * kept_peak(costs))
+    try:
+        plan = memory.plan(model, x, budget, costs)
+    except ValueError:
+        assert budget < kept_peak(costs)  # else keeping everything would do
+        return
+    grads, peak = run(model, x, plan)
+    for g, e in zip(grads, expected):
+        np.testing.assert_array_equal(g, e)
+    assert peak <= plan.peak <= budget  # the model rounds up: a dropout mask may be gone sooner
+
+
+def test_all_kept_prediction_is_the_tracker_figure() -> None:
+    model = chain(["linear", "relu", "layernorm", "tanh", "dropout", "linear"], 32)
+    x = minigrad.randn(8, 32, dtype=backend.float64)
+    costs = memory.planner.measure(layers_of(model), x)
+    assert run(model, x, model)[1] == kept_peak(costs)
+    plan = memory.plan(model, x, 1.0, costs)
+    assert plan.recompute_counts() == [0] * 6 and plan.extra_time == 0
+
+
+def test_measure_leaves_the_random_state() -> None:
+    model = chain(["linear", "dropout", "linear", "dropout"], 8)
+    x = minigrad.randn(4, 8, dtype=backend.float64)
+    minigrad.manual_seed(3)
+    memory.planner.measure(layers_of(model), x)
+    after = minigrad.rand(5).array
+    minigrad.manual_seed(3)
+    np.testing.assert_array_equal(after, minigrad.rand(5).array)
+
+
+def test_selective_recompute_of_cheap_layers() -> None:
+    """With matmuls dear and norms, tanh and dropout cheap, a budget of 80% is met by recomputing
+    cheap layers only: the matmuls' outputs are kept."""
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.LayerNorm(16), nn.Tanh(), nn.Dropout(0.1))
+                            for _ in range(4)])
+    layers = layers_of(model)
+    x = minigrad.randn(64, 16)
+    costs = [c._replace(time=1.0 if isinstance(layer, nn.Linear) else 0.01)
+             for c, layer in zip(memory.planner.measure(layers, x), layers)]
+    plan = memory.plan(model, x, 0.8, costs)
+    recomputed = [layers[i] for i, count in enumerate(plan.recompute_counts()) if count]
+    assert recomputed and not any(isinstance(layer, nn.Linear) for layer in recomputed)
+    assert plan.peak <= 0.8 * kept_peak(costs) and plan.extra_time < 0.1
+
+
+def brute_force(costs: list[LayerCost], budget: int) -> float:
+    """The least extra time over every plan (every nesting of recomputed ranges) within budget."""
+    n = len(costs)
+
+    def plans(i: int, j: int, whole_allowed: bool):
+        if i == j:
+            yield []
+            return
+        for rest in plans(i + 1, j, True):
+            yield [("keep", i)] + rest
+        for k in range(i + 1, j + (1 if whole_allowed else 0)):
+            for inner in plans(i, k, False):
+                for rest in plans(k, j, True):
+                    yield [("recompute", i, k, Plan([], inner, 0, 0.0))] + rest
+
+    def extra(pieces: list) -> float:
+        return sum(sum(c.time for c in costs[p[1]:p[2]]) + extra(p[3].pieces) for p in pieces if p[0] != "keep")
+
+    fits = [extra(p) for p in plans(0, n, False) if predicted_peak(Plan([], p, 0, 0.0), costs) <= budget]
+    return min(fits, default=float("inf"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 8), st.integers(0, 8), st.booleans(), st.integers(1, 6),
+                          st.integers(1, 9)), min_size=1, max_size=5),
+       st.integers(1, 40))
+def test_dynamic_programme_matches_brute_force(layers: list[tuple], budget: int) -> None:
+    unit = 1024  # sizes in whole units of the search, so that its rounding loses nothing
+    costs = []
+    for peak, kept, keeps_input, output, time in layers:
+        inp = (costs[-1].output if costs else 4 * unit) if keeps_input else 0
+        kept_bytes = kept * unit + inp
+        costs.append(LayerCost(max(peak * unit, output * unit, kept_bytes - inp), kept_bytes, inp, 0,
+                               output * unit, float(time)))
+    budget *= unit
+    best = brute_force(costs, budget)
+    try:
+        plan = solve(list(range(len(costs))), costs, budget, units=budget // unit)
+    except ValueError:
+        assert best == float("inf")
+        return
+    assert predicted_peak(plan, costs) <= budget
+    assert plan.extra_time == pytest.approx(best)
+
+
+def test_errors_name_the_budget() -> None:
+    model = chain(["linear", "relu"], 8)
+    x = minigrad.randn(4, 8, dtype=backend.float64)
+    with pytest.raises(ValueError, match="within 10 bytes"):
+        memory.plan(model, x, 10)
+    with pytest.raises(ValueError, match=r"\(0, 1\], got 1.5"):
+        memory.plan(model, x, 1.5)
+    with pytest.raises(ValueError, match="one LayerCost per layer"):
+        memory.plan(model, x, 0.5, [])
+
+
+def test_draw_plan_is_deterministic() -> None:
+    from minigrad.graph.viz import draw_plan
+
+    model = chain(["linear", "relu", "linear", "relu", "linear", "relu", "linear"], 8)
+    x = minigrad.randn(32, 8, dtype=backend.float64)
+    costs = memory.planner.measure(layers_of(model), x)
+    plan = memory.plan(model, x, 0.8, costs)
+    source = draw_plan(plan).source
+    assert source == draw_plan(memory.plan(model, x, 0.8, costs)).source
+    assert source.count("cluster_") == str(plan).count("[") > 0
+    assert all(f"L{i} " in source for i in range(7))
