@@ -62,6 +62,20 @@ def _check_digest(f: BinaryIO, start: int, length: int, digest: str, index: int,
         raise error(f"array {index} does not match its checksum (the file was modified)")
 
 
+def npy_header(f: Any, index: int) -> tuple[tuple, bool, Any]:
+    """The shape, Fortran order and dtype in the ``.npy`` header at ``f``'s position (left just
+    after it), refused unless it is a version numpy writes and holds no Python objects."""
+    version = numpy.lib.format.read_magic(f)
+    if version not in ((1, 0), (2, 0)):
+        raise CheckpointError(f"array {index}: unsupported .npy version {version}")
+    read_header = (numpy.lib.format.read_array_header_1_0 if version == (1, 0)
+                   else numpy.lib.format.read_array_header_2_0)
+    shape, fortran, dtype = read_header(f)
+    if dtype.hasobject:
+        raise CheckpointError(f"array {index} holds Python objects, which a checkpoint never does")
+    return shape, fortran, dtype
+
+
 def read_checkpoint(f: BinaryIO, file_size: int, checked_metadata: Callable) -> tuple[dict, list]:
     """The metadata and the arrays, as private maps, of an open native checkpoint.
     ``checked_metadata`` is serialization's check of the zip members and the metadata."""
@@ -76,14 +90,9 @@ def read_checkpoint(f: BinaryIO, file_size: int, checked_metadata: Callable) -> 
         start = info.header_offset + _LOCAL_HEADER.size + fields[10] + fields[11]  # name and extra lengths
         _check_digest(f, start, info.compress_size, digest, i, CheckpointError)
         f.seek(start)
-        version = numpy.lib.format.read_magic(f)
-        if version not in ((1, 0), (2, 0)):
-            raise CheckpointError(f"array {i}: unsupported .npy version {version}")
-        read_header = (numpy.lib.format.read_array_header_1_0 if version == (1, 0)
-                       else numpy.lib.format.read_array_header_2_0)
-        shape, fortran, dtype = read_header(f)
+        shape, fortran, dtype = npy_header(f, i)
         offset = f.tell()
-        if dtype.hasobject or dtype.itemsize * math.prod(shape) != start + info.compress_size - offset:
+        if dtype.itemsize * math.prod(shape) != start + info.compress_size - offset:
             raise CheckpointError(f"array {i}: header declares shape {shape} of {dtype}, which is not "
                                   f"the {start + info.compress_size - offset} bytes that follow it")
         arrays.append(_view(whole, shape, dtype, offset, "F" if fortran else "C"))

@@ -282,14 +282,7 @@ def _is_key(node: Any) -> bool:
 def _read_npy(raw: bytes, index: int) -> numpy.ndarray:
     """An array from its ``.npy`` bytes, once its header is known to describe exactly those bytes."""
     buf = io.BytesIO(raw)
-    version = numpy.lib.format.read_magic(buf)
-    if version not in ((1, 0), (2, 0)):
-        raise CheckpointError(f"array {index}: unsupported .npy version {version}")
-    read_header = (numpy.lib.format.read_array_header_1_0 if version == (1, 0)
-                   else numpy.lib.format.read_array_header_2_0)
-    shape, fortran_order, dtype = read_header(buf)
-    if dtype.hasobject:
-        raise CheckpointError(f"array {index} holds Python objects, which a checkpoint never does")
+    shape, fortran_order, dtype = mapped.npy_header(buf, index)
     size = dtype.itemsize * math.prod(shape)
     if size != len(raw) - buf.tell():
         raise CheckpointError(f"array {index}: header declares shape {shape} of {dtype} ({size} bytes) "
