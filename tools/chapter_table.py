@@ -10,6 +10,7 @@ when a lesson grows.
     python tools/chapter_table.py            # print the table
     python tools/chapter_table.py --write    # rewrite it in chapters/README.md
     python tools/chapter_table.py --measure --write
+    python tools/chapter_table.py --junit nbval.xml --write   # times from a run already made
 """
 
 from __future__ import annotations
@@ -60,11 +61,17 @@ def measure(paths: list[Path]) -> dict[str, int]:
         report = Path(tmp) / "nbval.xml"
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--nbval", f"--junitxml={report}",
                         "--nbval-sanitize-with", "chapters/nbval_sanitize.cfg", *map(str, paths)], cwd=ROOT, check=False)
-        seconds: dict[str, float] = {}
-        for case in ET.parse(report).iter("testcase"):
-            name = case.get("classname", "").replace(".", "/")  # chapters.01_graphs.x -> chapters/01_graphs/x
-            key = "/".join(name.split("/")[1:3])
-            seconds[key + ".ipynb"] = seconds.get(key + ".ipynb", 0.0) + float(case.get("time", 0))
+        return seconds_from_report(report)
+
+
+def seconds_from_report(report: Path) -> dict[str, int]:
+    """Seconds per notebook (``01_graphs/x.ipynb``) in an nbval run's JUnit report."""
+    seconds: dict[str, float] = {}
+    for case in ET.parse(report).iter("testcase"):
+        parts = case.get("classname", "").split(".")  # chapters.01_graphs.x.ipynb
+        if len(parts) == 4 and parts[0] == "chapters" and parts[3] == "ipynb":
+            key = f"{parts[1]}/{parts[2]}.ipynb"
+            seconds[key] = seconds.get(key, 0.0) + float(case.get("time", 0))
     return {k: max(1, round(v)) for k, v in seconds.items()}
 
 
@@ -92,12 +99,14 @@ def replace_table(text: str, new: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measure", action="store_true", help="run every notebook under nbval and time it")
+    parser.add_argument("--junit", type=Path, help="take the run times from this nbval run's JUnit report")
     parser.add_argument("--write", action="store_true", help="rewrite the table in chapters/README.md")
     args = parser.parse_args(argv)
     text = README.read_text()
     run = {name: cells[3] for name, cells in stored_rows(text).items()}
-    if args.measure:
-        run.update({k: str(v) for k, v in measure(notebooks()).items()})
+    if args.measure or args.junit:
+        times = seconds_from_report(args.junit) if args.junit else measure(notebooks())
+        run.update({k: str(v) for k, v in times.items()})
     new = table(ROOT, run)
     if args.write:
         README.write_text(replace_table(text, new))

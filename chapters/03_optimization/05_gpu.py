@@ -205,7 +205,7 @@ for name, us in overhead.items():
 #
 # ## 5. Why fusion matters more on a GPU
 # Each eager op also reads its inputs from memory and writes its result back. On a GPU that is a
-# round trip through HBM per op, plus a launch. Fusion (lesson 03.1) turns a chain of elementwise
+# round trip through HBM per op, plus a launch. Fusion (lesson 03.6) turns a chain of elementwise
 # ops into one kernel that reads the inputs once and writes one result. We trace the benchmark's
 # chain (`benchmarks/bench_fusion.py`: tanh-GELU, a per-column scale and shift, a sigmoid gate, a
 # LayerNorm-style normalise of each row) at its size, 4096 x 1024 float32.
@@ -322,7 +322,7 @@ print(f"compiled is {times['eager'] / times['compiled']:.1f}x faster than eager"
 
 # %% [markdown]
 # On the CPU the fused kernels win by keeping each block of the chain in the caches, by
-# allocating nothing per op, and by splitting the blocks among threads (lesson 03.1 separates
+# allocating nothing per op, and by splitting the blocks among threads (lesson 03.6 separates
 # the two). On a GPU the same graph also saves fourteen launches and most of the
 # HBM traffic; how much that buys there is the figure `gpu_check.sh` will record.
 #

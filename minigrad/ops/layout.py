@@ -148,6 +148,7 @@ class AsStrided(Op):
 
     kind = "movement"
     returns_view = True
+    onnx_refused = "ONNX tensors have no strides: a view of raw storage has no ONNX form"
 
     @staticmethod
     def forward(ctx, a, size, stride, offset):
