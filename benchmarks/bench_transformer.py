@@ -214,7 +214,8 @@ def memory_rows(layers: int, idx0, targets0, vocab: int, repeats: int, steps: in
     table = [f"{'':16}{'activations':>21}{'ms fwd+bwd':>18}"]
     for name, run in runs.items():
         act = activation_peak(model, run)
-        table.append(f"{name:16}{act / 1e6:11.1f} MB {act / base:5.2f}x{ms[name]:11.1f} {ms[name] / ms['all kept']:5.2f}x")
+        table.append(f"{name:16}{act / 1e6:11.1f} MB {act / base:5.2f}x"
+                     f"{ms[name]:11.1f} {ms[name] / ms['all kept']:5.2f}x")
     return table + lines
 
 
