@@ -154,6 +154,8 @@ def contenders(layers: int, idx0, targets0, vocab: int) -> dict:
         try:
             twin_losses = [step().item() for _ in range(3)]
         except Exception as e:  # inductor needs a working C++ toolchain; say why and go on without it
+            if name == "torch":
+                raise
             print(f"{name} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             continue
         if name == "torch.compile":
