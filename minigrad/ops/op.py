@@ -91,6 +91,7 @@ def all_ops() -> list[type[Op]]:
     found, stack = [], list(Op.__subclasses__())
     while stack:
         cls = stack.pop(0)
-        found.append(cls)
+        if cls.__module__.startswith("minigrad."):  # not the probes tests define
+            found.append(cls)
         stack[:0] = cls.__subclasses__()
     return found

@@ -170,6 +170,8 @@ class DynamicInt8Linear(Op):
 
     kind = "matmul"
     autocast = "fp32"
+    onnx_refused = ("its input grid is chosen per batch at run time (ONNX DynamicQuantizeLinear + MatMulInteger "
+                    "would express it; no emitter written yet): export a statically quantized model instead")
 
     @staticmethod
     def forward(ctx, x, w_q, w_scale, bias):
