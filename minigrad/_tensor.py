@@ -470,14 +470,15 @@ def _init(t: Tensor, data: Any, device: Device) -> None:
         _new_array(data)
 
 
-def _wrap(data: Any, device: Device) -> Tensor:
-    """A Tensor around an array, without copying or checking it (used on every op's output)."""
+def _wrap(data: Any, device: Device, modes: tuple | None = None) -> Tensor:
+    """A Tensor around an array, without copying or checking it (used on every op's output).
+    ``modes``: the thread's modes, passed by ``Function.apply``, which has read them already."""
     t = object.__new__(Tensor)
     t.array, t.device = data, device
     t.requires_grad, t.grad, t.grad_fn = False, None, None
     t._output_nr, t._vc, t._base, t._accum, t._hooks = 0, 0, None, None, None
-    if _current_modes():
-        _new_array(data)
+    for m in _current_modes() if modes is None else modes:  # the memory tracker counts the new array
+        m.new_array(data)
     return t
 
 

@@ -123,7 +123,7 @@ class Function:
         if device is None:
             device = cpu
         ctx.device = device
-        ctx.xp = device.xp
+        xp = ctx.xp = device.xp
         record = requires_grad and is_grad_enabled()
         if record:
             _connect(ctx, args)
@@ -136,11 +136,11 @@ class Function:
             except ValueError as e:
                 shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
                 raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
-            ndarray = device.xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
+            ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
             if type(out) is tuple:
-                outputs = tuple([_wrap(o if type(o) is ndarray else device.xp.asarray(o), device) for o in out])
+                outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
             else:
-                outputs = _wrap(out if type(out) is ndarray else device.xp.asarray(out), device)
+                outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
         else:
             with grad_mode.no_grad():
                 outputs = out = cls.forward(ctx, *args, **kwargs)

@@ -571,12 +571,12 @@ def minimum(a, b): return _binary(Minimum, a, b)
 
 
 def _is_bool(v: Any) -> bool:
-    return v.dtype.kind == "b" if isinstance(v, Tensor) else isinstance(v, bool)
+    return v.array.dtype.kind == "b" if isinstance(v, Tensor) else isinstance(v, bool)
 
 
 def _not_bool(v: Any, op: str) -> Any:
     """Subtraction and negation are refused on bool tensors, as in PyTorch (use ``~``)."""
-    if isinstance(v, Tensor) and v.dtype.kind == "b":
+    if isinstance(v, Tensor) and v.array.dtype.kind == "b":
         raise DTypeError(f"{op}: not supported on bool tensors; use ~ or logical_not to invert a mask")
     return v
 
@@ -602,6 +602,10 @@ def div(a, b):
         elif isinstance(b, Tensor):
             b = cast(b, backend.get_default_dtype())
     return _binary(Div, a, b)
+
+
+# in-place arithmetic under no_grad (``t.add_(x)``) writes with the op's ufunc (ops.inplace)
+add.op, sub.op, mul.op, div.op = Add, Sub, Mul, Div
 
 
 def neg(x): return Neg.apply(_not_bool(x, "neg"))

@@ -66,17 +66,16 @@ def inplace(t: Tensor, fn: Callable[..., Tensor], *args: Any) -> Tensor:
     return t
 
 
-# Without autograd (an optimizer step under no_grad), `p.sub_(g)` can write straight into p's
-# memory with the ufunc's out= argument: one pass over the data instead of a temporary and a copy.
-_UFUNCS = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide"}
-
-
 def _arithmetic_in_place(t: Tensor, fn: Callable, args: tuple) -> bool:
-    """Do ``t op= other`` with out=, when that is exactly what the general path would compute."""
-    name = _UFUNCS.get(fn.__name__)
-    if name is None or len(args) != 1 or mode.sees_writes():
+    """Do ``t op= other`` with out=, when that is exactly what the general path would compute.
+    Without autograd (an optimizer step under no_grad), ``p.sub_(g)`` can write straight into p's
+    memory with the op's ufunc (``Sub.ufunc``): one pass over the data instead of a temporary and a
+    copy. ``fn.op`` is the op class of a binary arithmetic function (``add.op is Add``)."""
+    op = getattr(fn, "op", None)
+    if op is None or len(args) != 1 or mode.sees_writes():
         return False
-    if name == "true_divide" and t.dtype.kind != "f":
+    name = op.ufunc
+    if name == "divide" and t.dtype.kind != "f":
         return False
     other = args[0]
     if isinstance(other, Tensor):
