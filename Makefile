@@ -13,7 +13,7 @@ BENCH_ENV := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 # JupyterLab refuses to start as root unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv graphviz gcc lab chapters test course-check torch onnx safetensors check-install bench clean
+.PHONY: help venv graphviz gcc lab chapters test course-check torch onnx check-install bench clean
 
 help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
@@ -22,7 +22,6 @@ help:
 	@echo "make course-check  student exercises = release of the solutions (100% / 0%); chapter order of the package regions"
 	@echo "make torch     install PyTorch 2.13.0 (CPU) into .venv for cross-checks and benchmarks"
 	@echo "make onnx      install onnx and onnxruntime (the course extra already has them; for a venv without it)"
-	@echo "make safetensors  install safetensors so the .safetensors round trips with PyTorch run"
 	@echo "make check-install  pip install . into a bare venv (build/bare) and run the examples there"
 	@echo "make bench     run every benchmark in benchmarks/"
 	@echo "make venv      create .venv and install minigrad with its dev extra"
@@ -94,9 +93,6 @@ torch: venv
 
 onnx: venv
 	$(PY) -m pip install --quiet --progress-bar off -e '.[onnx]'
-
-safetensors: venv
-	$(PY) -m pip install --quiet --progress-bar off -e '.[safetensors]'
 
 # What a user of the package (not the course) gets: `pip install .` into a bare virtual environment
 # trains the digits example; `pip install .[mpi]` adds a working mpiexec for the DDP example.

@@ -10,7 +10,8 @@ A region is a block of the package source between two comment lines, at the bloc
 
 ``strip_regions`` replaces each region with ``raise NotImplementedError("chapter 01: topological
 order")``; ``release_package`` writes the student repository (the package stripped, the lesson
-notebooks, the student exercise notebooks, the student tests, Makefile, README, pyproject); with
+notebooks, the student exercise notebooks, the student tests, the benchmarks (lessons import them), docs,
+Makefile, README, pyproject); with
 ``upto=k`` the regions of chapters 1..k stay written, which is what a student has done after
 chapter k. ``CHAPTER_TESTS`` and ``CHAPTER_LESSONS`` say which tests and lesson notebooks check
 which chapter; ``check_chapter(k)`` runs them in a release with chapters 1..k written, so a hole
@@ -59,7 +60,7 @@ CHAPTER_LESSONS: dict[int, list[str]] = {
     4: ["chapters/04_distributed/0*.ipynb"],
 }
 # What the student repository holds besides the package (the solutions never leave).
-_FILES = ["Makefile", "README.md", "pyproject.toml", "chapters"]
+_FILES = ["Makefile", "README.md", "pyproject.toml", "chapters", "benchmarks", "docs"]
 _TEST_SUPPORT = ["tests/conftest.py", "tests/helpers.py", "tests/op_table.py", "tests/fake_cupy.py", "tests/distributed"]
 
 
