@@ -1,9 +1,10 @@
 """``Tensor``: an N-D array on a device, plus what autograd needs to differentiate through it.
 
-A Tensor holds ``array`` (an ``xp`` array: numpy on the CPU, cupy on a GPU), ``requires_grad``, ``grad`` and ``grad_fn`` (the graph
-node that produced it, ``None`` for a leaf). Every operator and method below is one line that
-applies a ``Function`` from ``minigrad.ops``; the graph is recorded there (chapter 01 draws it,
-chapter 02 walks it backwards). Views share memory with their base and its version counter, so
+A Tensor holds ``array`` (an ``xp`` array: numpy on the CPU, cupy on a GPU), ``requires_grad``,
+``grad`` and ``grad_fn`` (the graph node that produced it, ``None`` for a leaf); ``data`` is, as in
+PyTorch, the same memory as a Tensor outside autograd. Every operator and method below is one line
+that applies a ``Function`` from ``minigrad.ops``; the graph is recorded there (chapter 01 draws
+it, chapter 02 walks it backwards). Views share memory with their base and its version counter, so
 an in-place change to either is seen by autograd's saved-tensor check.
 
 The module is ``minigrad._tensor`` so that ``minigrad.tensor`` is one thing, the function that
