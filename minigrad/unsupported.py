@@ -17,8 +17,10 @@ MISSING: dict[str, str] = {
     "minigrad.jit": "TorchScript compiles models for PyTorch's C++ runtime; minigrad.compile traces and "
                     "optimises a function instead",
     "minigrad.fx": "minigrad's tracer is minigrad.graph.trace (a Graph of Nodes), not torch.fx",
-    "minigrad.onnx": "minigrad exports with minigrad.graph.export_onnx (torch.onnx.export's dynamic_axes included), not a torch.onnx module",
-    "minigrad.ao": "minigrad has no quantisation or pruning toolkit (torch.ao)",
+    "minigrad.onnx": "minigrad exports with minigrad.graph.export_onnx (torch.onnx.export's dynamic_axes "
+                     "included), not a torch.onnx module",
+    "minigrad.ao": "torch.ao.quantization's eager-mode API is minigrad.quantization (prepare, convert, "
+                   "quantize_dynamic); there is no pruning or sparsity toolkit",
     "minigrad.hub": "minigrad never downloads models or code",
     "minigrad.distributions": "minigrad has no probability-distributions package",
     "minigrad.export": "torch.export produces graphs for PyTorch's runtimes; " + _C_EXT,
