@@ -82,7 +82,12 @@ class Function:
                 f"{self.name()}: trying to backward through the graph a second time (or to read "
                 "saved tensors after they were freed); pass retain_graph=True to the first backward"
             )
-        return tuple([_unpack(self, s) for s in saved]) if saved else ()
+        if not saved:
+            return ()
+        tensors = []
+        for s in saved:  # a loop: cheaper than a comprehension for the one or two entries most ops keep
+            tensors.append(_unpack(self, s))
+        return tuple(tensors)
 
     def name(self) -> str:
         return type(self).__name__
@@ -131,8 +136,8 @@ class Function:
             ctx.needs_input_grad = _NONE_NEEDED[len(args)] if len(args) < 8 else (False,) * len(args)
 
         if cls.array_forward:
-            try:
-                out = cls.forward(ctx, *arrays, **kwargs)
+            try:  # (a call without ** when there are no keywords: it costs a dict less)
+                out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
             except ValueError as e:
                 shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
                 raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
@@ -221,8 +226,8 @@ def _connect(ctx: Function, args: tuple) -> None:
 def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, stack: tuple) -> None:
     """Make the node the grad_fn of its (floating) outputs, and turn saved arrays into saved tensors
     (``raw`` is what forward returned, which it may have saved before it became ``outputs``)."""
-    non_diff = ctx._non_differentiable
     if type(outputs) is tuple:
+        non_diff = ctx._non_differentiable
         ctx._n_outputs = len(outputs)
         ctx._output_meta = tuple([(o.array.shape, o.array.dtype) for o in outputs])
         for i, o in enumerate(outputs):
@@ -231,13 +236,16 @@ def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, st
         out_list, raw_list = outputs, raw
     else:
         ctx._n_outputs = 1
-        if outputs.array.dtype.kind == "f" and not non_diff:
+        if outputs.array.dtype.kind == "f" and not ctx._non_differentiable:
             outputs.requires_grad = True
             outputs.grad_fn = ctx
         out_list, raw_list = (outputs,), (raw,)
     saved = ctx._saved
     if saved:
-        ctx._saved = packed = tuple([_pack(x, args, arrays, out_list, raw_list) for x in saved])
+        packed = []
+        for x in saved:  # plain loops: on this path, zip() and comprehensions cost more than the work
+            packed.append(_pack(x, args, arrays, out_list, raw_list))
+        ctx._saved = packed = tuple(packed)
         if stack:  # a constant kept for backward (a mask, im2col columns) is memory, and a traced value
             for k, (kind, value, _) in enumerate(packed):
                 if kind == SAVED_ARRAY:
@@ -252,15 +260,20 @@ SAVED_OUTPUT, SAVED_ARRAY = 1, 2
 
 
 def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any:
-    if s is None or not hasattr(s, "shape"):
+    if s is None or not hasattr(s, "shape"):  # a Python value
         return (3, s, 0)
-    for a, arr in zip(args, arrays):
-        if s is arr or s is a:
+    i = 0
+    for arr in arrays:  # an input: kept as its tensor
+        if s is arr or s is args[i]:
+            a = args[i]
             if isinstance(a, Tensor):
                 return (0, a, a._version)
-    for i, (o, r) in enumerate(zip(outputs, raws)):
-        if s is o or s is o.array or s is r:
+        i += 1
+    i = 0
+    for o in outputs:  # an output: kept as its array and a weak reference
+        if s is o or s is o.array or s is raws[i]:
             return (SAVED_OUTPUT, (o.array, i, weakref.ref(o)), o._version)
+        i += 1
     if isinstance(s, Tensor):
         return (0, s, s._version)
     return (SAVED_ARRAY, s, 0)
