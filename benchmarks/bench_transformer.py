@@ -13,9 +13,8 @@ eager, ``minigrad.compile`` of the whole step (after one eager warm-up step, so 
 moments exist before the trace), PyTorch eager with the same initial weights, and PyTorch with
 ``torch.compile`` of the model (inductor compiles C++ on the first call; when it fails, the
 reason is printed and its column left out). The first steps are checked to agree: compiled with
-eager minigrad, minigrad with PyTorch. A compiled AdamW step replays the bias correction of the
-step it traced (``minigrad.compile`` freezes Python numbers), so later steps drift from eager
-ones by that correction alone; the time is unaffected.
+eager minigrad, minigrad with PyTorch. AdamW's step count is a tensor, so the compiled step
+computes each step's own bias correction, as eager does.
 
 (b) Activation memory of forward + backward (minigrad's tracker): all kept, and the checkpoint
 plans ``memory.plan`` finds over the chain of blocks for 50% and 25% of the all-kept peak (the

@@ -122,7 +122,7 @@ def save_safetensors(state_dict: dict, path: str | os.PathLike, metadata: dict[s
     for name, t in state_dict.items():
         if not hasattr(t, "detach"):
             raise TypeError(f"save_safetensors: {name!r} is a {type(t).__name__}; a state dict holds tensors")
-        arrays[name] = numpy.ascontiguousarray(t.detach().cpu().numpy())
+        arrays[name] = numpy.asarray(t.detach().cpu().numpy(), order="C")  # keeps 0-d tensors 0-d
     save_file(arrays, str(path), metadata=metadata)
 
 

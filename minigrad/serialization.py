@@ -80,7 +80,8 @@ def _checkpoint_bytes(obj: Any) -> bytes:
     buffers = []
     for a in arrays:
         buf = io.BytesIO()
-        numpy.lib.format.write_array(buf, numpy.ascontiguousarray(a), allow_pickle=False)
+        # asarray, not ascontiguousarray, which turns a 0-d array into shape (1,)
+        numpy.lib.format.write_array(buf, numpy.asarray(a, order="C"), allow_pickle=False)
         buffers.append(buf.getvalue())
     meta = {
         "format": FORMAT,

@@ -4,6 +4,7 @@ signatures are cached and re-traced, and what a graph cannot replay falls back t
 
 import contextlib
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -143,6 +144,50 @@ def test_every_update_is_computed_into_its_tensor(make_opt):
     writes = Executor(graph).writes
     assert writes.absorbed == {n for n in graph if n.op == "copy_"}
     assert writes.into and writes.own_grads
+
+
+@pytest.mark.parametrize("make_opt", [lambda ps: optim.AdamW(ps, lr=0.01), lambda ps: optim.Adam(ps, lr=0.01, amsgrad=True),
+                                      lambda ps: optim.Adadelta(ps, lr=0.5)], ids=["adamw", "amsgrad", "adadelta"])
+def test_adam_step_counts_are_tensors_so_a_compiled_step_counts_too(make_opt):
+    """Adam's bias corrections change every step: computed from a tensor step count, they are
+    replayed, not frozen (10 compiled steps equal eager), and one graph serves every step."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        train_both(mlp, (12, 8), make_opt=make_opt)
+
+
+def _lr_schedule_run(compiled: bool, lrs: list[float]) -> tuple[list, mg.Tensor, mg.Tensor]:
+    mg.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = optim.SGD(model.parameters(), lr=lrs[0], momentum=0.9)
+    x, t = mg.randn(8, 4), mg.randint(0, 2, (8,))
+    step = training_step(model, opt, nn.functional.cross_entropy)
+    step(x, t)  # the eager warm-up: momentum buffers exist before the trace
+    run = mg.compile(step) if compiled else step
+    for lr in lrs:
+        opt.param_groups[0]["lr"] = lr  # what a scheduler's step() does
+        run(x, t)
+    return run, model.weight, model.bias
+
+
+def test_a_new_learning_rate_traces_again_instead_of_replaying_the_old_one():
+    skip_if_kernels_cannot_run()
+    lrs = [0.1, 0.1, 0.1, 0.01, 0.01, 0.01, 0.1]
+    compiled, *params = _lr_schedule_run(True, lrs)
+    _, *expected = _lr_schedule_run(False, lrs)
+    for p, q in zip(params, expected):
+        assert_close(p, q)
+    assert len(compiled.graphs) == 2  # one per learning rate: back at 0.1, the first graph replays
+
+
+def test_python_numbers_that_change_on_every_call_run_eagerly_and_say_which():
+    skip_if_kernels_cannot_run()
+    lrs = [0.1 / (1 + i) for i in range(6)]  # a per-step schedule
+    with pytest.warns(CompileWarning, match=r"Python numbers \(lr\) of its SGD step changed on two calls in a row"):
+        _, *params = _lr_schedule_run(True, lrs)
+    _, *expected = _lr_schedule_run(False, lrs)
+    for p, q in zip(params, expected):
+        assert_close(p, q)
 
 
 # -- signatures and the cache ---------------------------------------------------------------------------

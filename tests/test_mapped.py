@@ -65,6 +65,8 @@ def test_safetensors_round_trip_and_mmap(tmp_path):
         sd = mg.load(path, mmap=mapped)
         assert isinstance(sd["weight"].array.base, mmap.mmap) == mapped
         numpy.testing.assert_array_equal(sd["weight"].array, model.weight.array)
+    mg.save({"step": mg.tensor(3.0)}, path)  # a 0-d tensor stays 0-d
+    assert mg.load(path)["step"].shape == ()
 
 
 def test_safetensors_moves_weights_both_ways_with_torch(tmp_path):

@@ -26,6 +26,15 @@ def _checkpoint():
     }
 
 
+@pytest.mark.parametrize("mmap", [False, True])
+def test_zero_dimensional_tensors_come_back_zero_dimensional(tmp_path, mmap):
+    """Optimizer step counts are 0-d tensors: a round trip must not make them shape (1,)."""
+    mg.save({"step": mg.tensor(3.0, dtype=mg.float64), "raw": np.array(5, dtype=np.int32)}, tmp_path / "ck")
+    back = mg.load(tmp_path / "ck", mmap=mmap)
+    assert back["step"].shape == () and back["step"].item() == 3.0
+    assert back["raw"].shape == () and back["raw"] == 5
+
+
 def test_round_trip(tmp_path):
     ck = _checkpoint()
     mg.save(ck, tmp_path / "ck.mg")

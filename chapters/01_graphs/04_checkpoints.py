@@ -45,8 +45,8 @@ loss_fn = nn.CrossEntropyLoss()
 # %% [markdown]
 # ## A training run with every source of state in sight
 # The model starts from a seeded initialisation, Adam keeps two running averages and a step count
-# per parameter, and each epoch shuffles with a generator seeded by `(seed, epoch)`, so the epoch
-# number alone says which batches come next.
+# per parameter (a 0-d tensor, as in PyTorch), and each epoch shuffles with a generator seeded by
+# `(seed, epoch)`, so the epoch number alone says which batches come next.
 
 # %%
 def make_model_and_optimizer(seed=0):
@@ -83,7 +83,7 @@ reference = {k: v.numpy().copy() for k, v in model.state_dict().items()}
 # %%
 state = optimizer.state_dict()
 for index, entry in state["state"].items():
-    print(index, {k: (tuple(v.shape) if hasattr(v, "shape") else v) for k, v in entry.items()})
+    print(index, {k: (v.item() if v.ndim == 0 else tuple(v.shape)) for k, v in entry.items()})
 print(state["param_groups"])
 
 # %% [markdown]
@@ -248,7 +248,7 @@ print("2. plain SGD, fresh optimizer at epoch 2, weights equal:", all(
     for a, b in zip(sgd_run().state_dict().values(), sgd_run(fresh_optimizer_at=2).state_dict().values())))
 with zipfile.ZipFile("run.ckpt") as archive:
     arrays = [info.filename for info in archive.infolist() if info.filename.endswith(".npy")]
-print(f"3. {len(arrays)} arrays: 4 parameters, and Adam's exp_avg and exp_avg_sq for each of the 4")
+print(f"3. {len(arrays)} arrays: 4 parameters, and Adam's step, exp_avg and exp_avg_sq for each of the 4")
 
 # %%
 os.chdir(here)

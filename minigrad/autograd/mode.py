@@ -5,7 +5,7 @@ PyTorch's dispatch modes are: entered with ``with``, kept on a stack of the curr
 told about each op by ``Function.apply`` (``before_op`` may rewrite its arguments, ``after_op``
 sees its outputs), about each backward rule by the engine (``node_backward``), and about the few
 things the core does besides running ops (a new array, an array saved for backward, an in-place
-write, a fresh ``.grad``). With the stack empty an op pays one read of ``current_modes()``: modes cost nothing
+write, a fresh ``.grad``, an optimizer about to read its Python numbers). With the stack empty an op pays one read of ``current_modes()``: modes cost nothing
 unless they are on. The thread's backward depth, which ``is_backward_running`` answers from, is
 kept here too. Both are context variables, which every thread has its own of (and which cost a
 third of a ``threading.local`` attribute to read).
@@ -65,6 +65,10 @@ class Mode:
     def fresh_grad(self, leaf: Any, grad: Any, value: Any) -> None:
         """The engine gave ``leaf`` its first ``.grad``: ``grad``, holding ``value``'s values."""
 
+    def reads_python_state(self, owner: Any) -> None:
+        """A step is about to read ``owner``'s Python numbers (``owner.python_state()``: an
+        optimizer's learning rate, Adam's step count), which no op sees."""
+
 
 def push(mode: Mode) -> None:
     _stack.set(_stack.get() + (mode,))
@@ -110,6 +114,11 @@ def new_array(array: Any) -> None:
 def inplace_write(t: Any, result: Any) -> None:
     for m in _stack.get():
         m.inplace_write(t, result)
+
+
+def reads_python_state(owner: Any) -> None:
+    for m in _stack.get():
+        m.reads_python_state(owner)
 
 
 def sees_writes() -> bool:

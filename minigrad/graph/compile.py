@@ -48,8 +48,10 @@ def compile(fn: Callable[..., Any] | None = None, *, passes: list | None = None,
     replay the optimised graph, whose executor frees every buffer after its last use and computes
     an optimizer's updates straight into the tensors they update. As with ``trace``, Python control
     flow is frozen at trace time, and a training step should be compiled after one eager warm-up
-    step, so that optimizer state (momentum buffers) exists before the trace; values kept in Python
-    numbers (Adam's step count) are frozen too. A signature runs eagerly, with a ``CompileWarning``
+    step, so that optimizer state (momentum buffers) exists before the trace. An optimizer's Python
+    numbers (learning rate, Adam's step count), which no op sees, are part of the signature: a new
+    learning rate traces again, and numbers that change on two calls in a row make the signature
+    run eagerly, since a replay would freeze them. A signature runs eagerly, with a ``CompileWarning``
     naming the ops, when op arguments hold traced values as raw arrays, when a write cannot be
     replayed, or when outputs require grad outside a traced backward (a replay records no autograd
     graph: compile the whole training step, or run inference under ``no_grad``).
@@ -82,6 +84,9 @@ class CompiledFunction:
             else functools.partial(fuse_elementwise, max_group_size=max_group_size, backend=self.backend)]
         self.verbose, self.cache_size_limit = verbose, cache_size_limit
         self._cache: dict[tuple, _Entry | None] = {}
+        self._owners: list = []  # optimizers whose Python numbers a traced step read (Optimizer.python_state)
+        self._last: dict[tuple, tuple] = {}  # signature -> those numbers at its last call
+        self._streak: dict[tuple, int] = {}  # signature -> calls in a row on which they changed
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.__doc__ = getattr(fn, "__doc__", None)
 
@@ -93,6 +98,8 @@ class CompiledFunction:
         if active(Tracer) is not None:  # inside another trace: let it record the ops themselves
             return self.fn(*args, **kwargs)
         key = self._signature(args, kwargs)
+        if key is not None:
+            key = self._with_python_state(key)
         entry = self._cache.get(key, _MISSING) if key is not None else None
         if entry is _MISSING:
             if len(self._cache) >= self.cache_size_limit:
@@ -133,6 +140,19 @@ class CompiledFunction:
         except TypeError:
             return self._eager("an argument that is not hashable (non-tensor arguments are constants of a signature)")
         return tuple(parts)
+
+    def _with_python_state(self, signature: tuple) -> tuple | None:
+        """The cache key: the signature and the Python numbers of the optimizers its steps read (a
+        replay would freeze them: a new learning rate traces again). Numbers that change on two
+        calls in a row, as Adam's step count does, make the signature run eagerly (None)."""
+        state = tuple(o.python_state() for o in self._owners)
+        last = self._last.get(signature, state)
+        self._last[signature] = state
+        streak = self._streak[signature] = self._streak.get(signature, 0) + 1 if state != last else 0
+        if streak == 2:
+            self._eager(f"the Python numbers {_changed(last, state)} of its {_names(self._owners)} step changed "
+                        "on two calls in a row, and a compiled replay would freeze them")
+        return None if streak >= 2 else (signature, state)
 
     def _compile(self, key: tuple, args: tuple, kwargs: dict) -> Any:
         """Run the function under the tracer (its result is this call's), then optimise the graph."""
@@ -177,6 +197,11 @@ class CompiledFunction:
                 "its outputs require grad, and a compiled replay records no autograd graph; compile the whole "
                 "training step (forward, backward, update) or call it under minigrad.no_grad()")
             return result
+        new = [(o, state) for o, state in tracer.python_states if not any(o is known for known in self._owners)]
+        if new:  # from now on their numbers are part of the key; this graph holds their values at the trace
+            self._owners += [o for o, _ in new]
+            key = (key[0], key[1] + tuple(state for _, state in new))
+            self._last[key[0]] = key[1]
         graph = PassManager(self.passes, verbose=self.verbose)(graph)
         self._cache[key] = _Entry(graph, Executor(graph), spec)
         return result
@@ -188,4 +213,20 @@ class CompiledFunction:
         warnings.warn(f"compile: {self.__name__} runs eagerly for this signature: {why}", CompileWarning,
                       stacklevel=4)
         return None
+
+
+def _names(owners: list) -> str:
+    return " and ".join(sorted({type(o).__name__ for o in owners}))
+
+
+def _changed(old: tuple, new: tuple) -> str:
+    """The names of the Python numbers that differ between two ``python_state()`` tuples (as "(lr, step)")."""
+    names = set()
+    for before, after in zip(old, new):  # one (groups, per-parameter state) per owner
+        for part_before, part_after in zip(before, after):
+            for items_before, items_after in zip(part_before, part_after):
+                names.update(k for (k, v), (k2, v2) in zip(items_before, items_after) if k != k2 or v != v2)
+                if len(items_before) != len(items_after):
+                    names.update(k for k, _ in items_before + items_after)
+    return f"({', '.join(sorted(names))})" if names else "(its state)"
 

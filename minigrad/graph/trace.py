@@ -110,7 +110,8 @@ class Tracer(Mode):
     - arrays an op saved for its backward (a ReLU mask) become ``saved`` nodes of that op.
 
     ``frozen`` lists (op name, message) for each op argument that froze a traced value;
-    ``fresh_grads`` counts the ``.grad``s the engine set (a backward pass ran).
+    ``fresh_grads`` counts the ``.grad``s the engine set (a backward pass ran); ``python_states``
+    lists (owner, its ``python_state()`` then) for each optimizer whose step read its Python numbers.
     """
 
     sees_writes = True  # in-place arithmetic must report its writes, to be replayed
@@ -119,6 +120,7 @@ class Tracer(Mode):
         self.graph = graph
         self.frozen: list[tuple[str, str]] = []
         self.fresh_grads = 0
+        self.python_states: list[tuple[Any, Any]] = []
         self._bound: dict[int, tuple] = {}  # id(tensor) -> (node of its value, its version and base then)
         self._arrays: dict[int, Any] = {}  # id(array) -> its node, or (op node, k, array) if an op saved it
         self._home: dict[int, tuple[Tensor, Node]] = {}  # tensors from outside fn -> their source node
@@ -171,6 +173,10 @@ class Tracer(Mode):
         if grad is not value:
             self._alive.append(grad)
             self._bind(grad, self.node_of(value))
+
+    def reads_python_state(self, owner: Any) -> None:
+        if not any(o is owner for o, _ in self.python_states):
+            self.python_states.append((owner, owner.python_state()))
 
     def inplace_write(self, t: Tensor, result: Tensor) -> None:
         """``t`` now holds ``result``'s values: later reads of ``t`` read that node, and when ``t``

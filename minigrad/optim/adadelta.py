@@ -34,7 +34,7 @@ class Adadelta(Optimizer):
                 state = self.state[p]
                 if not state:
                     state["step"], state["square_avg"], state["acc_delta"] = 0, zeros_like(p), zeros_like(p)
-                state["step"] += 1
+                self._count_step(state, p)
                 v, u = state["square_avg"], state["acc_delta"]
                 v.mul_(rho).add_(g * g, alpha=1 - rho)
                 delta = (u + eps).sqrt() / (v + eps).sqrt() * g

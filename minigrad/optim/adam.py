@@ -48,8 +48,7 @@ class Adam(Optimizer):
                     state["exp_avg_sq"] = zeros_like(p)
                     if group["amsgrad"]:
                         state["max_exp_avg_sq"] = zeros_like(p)
-                state["step"] += 1
-                t = state["step"]
+                t = self._count_step(state, p)
                 if wd and self.decoupled_weight_decay:
                     p.mul_(1 - lr * wd)
                 elif wd:
@@ -61,7 +60,7 @@ class Adam(Optimizer):
                     state["max_exp_avg_sq"].copy_(maximum(state["max_exp_avg_sq"], v))
                     v = state["max_exp_avg_sq"]
                 denom = (v / (1 - b2 ** t)).sqrt() + eps
-                p.sub_(m / denom, alpha=lr / (1 - b1 ** t))
+                p.sub_(m / denom * (lr / (1 - b1 ** t)))
         return loss
         ### END SOLUTION
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from minigrad.autograd import mode
 from minigrad.autograd.grad_mode import enable_grad, no_grad
 from minigrad.ops import cat
 from minigrad.optim.optimizer import Optimizer
@@ -143,6 +144,7 @@ class LBFGS(Optimizer):
     @no_grad()
     def step(self, closure: Callable[[], Tensor]) -> Tensor:  # type: ignore[override]
         """Run up to ``max_iter`` iterations; ``closure`` zeroes grads, computes the loss, calls backward."""
+        mode.reads_python_state(self)
         closure = enable_grad()(closure)
         group = self.param_groups[0]
         lr, max_iter, max_eval = group["lr"], group["max_iter"], group["max_eval"]

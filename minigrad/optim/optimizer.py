@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Iterable
 
+from minigrad import backend
+from minigrad.autograd import mode
 from minigrad.autograd.grad_mode import enable_grad
 from minigrad.errors import ArgumentError
+from minigrad.creation import tensor
 from minigrad._tensor import Tensor
 
 
@@ -63,13 +66,34 @@ class Optimizer:
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
         raise NotImplementedError(f"{type(self).__name__} does not implement step()")
 
-    @staticmethod
-    def _evaluate(closure: Callable[[], Tensor] | None) -> Tensor | None:
-        """Run the closure (it recomputes the loss and calls backward) with grad mode on."""
+    def _evaluate(self, closure: Callable[[], Tensor] | None) -> Tensor | None:
+        """Run the closure (it recomputes the loss and calls backward) with grad mode on. Every
+        step starts here, so here the modes hear that it reads the optimizer's Python numbers."""
+        mode.reads_python_state(self)
         if closure is None:
             return None
         with enable_grad():
             return closure()
+
+    def python_state(self) -> tuple:
+        """The Python numbers a step reads: each group's hyper-parameters and the numbers in the
+        per-parameter state (Adam's step count). No op sees them, so ``minigrad.compile`` makes
+        them part of a compiled step's signature instead of freezing them."""
+        groups = tuple(tuple((k, v) for k, v in g.items() if k != "params" and _is_number(v)) for g in self.param_groups)
+        state = tuple(tuple((k, v) for k, v in s.items() if _is_number(v)) for s in self.state.values())
+        return groups, state
+
+    @staticmethod
+    def _count_step(state: dict[str, Any], p: Tensor) -> Tensor:
+        """Add one to parameter ``p``'s step count and return it: a float64 0-d tensor on ``p``'s
+        device (torch keeps a tensor too), so a compiled step (chapter 03) counts as well, and Adam's
+        bias corrections computed from it are ops a trace sees. An int count (a new state, an older
+        checkpoint) becomes one."""
+        step = state.get("step", 0)
+        if not isinstance(step, Tensor):
+            step = state["step"] = tensor(float(step), dtype=backend.float64, device=p.device)
+        step += 1  # in place: state["step"] is this tensor
+        return step
 
     def _params_with_grad(self, group: dict[str, Any]) -> Iterable[Tensor]:
         """The group's parameters that have a gradient; a sparse one (``minigrad.ops.sparse``) is an
@@ -142,5 +166,15 @@ def _like_param(value: Any, p: Tensor, name: str) -> Any:
             f"load_state_dict: state '{name}' has shape {tuple(value.shape)} but its parameter has "
             f"shape {tuple(p.shape)}"
         )
-    dtype = p.dtype if value.dtype.kind == "f" else value.dtype
+    if name == "step":  # a step count is float64 (torch's is float32), so bias corrections stay exact
+        dtype = backend.float64
+    else:  # floating state takes the parameter's dtype
+        dtype = p.dtype if value.dtype.kind == "f" else value.dtype
     return value.detach().to(device=p.device, dtype=dtype).clone()
+
+
+def _is_number(v: Any) -> bool:
+    """A Python value a step may read as a number: bool, int, float, None, or a tuple of them (betas)."""
+    if isinstance(v, tuple):
+        return all(_is_number(x) for x in v)
+    return v is None or isinstance(v, (bool, int, float))

@@ -40,7 +40,7 @@ class RMSprop(Optimizer):
                         state["momentum_buffer"] = zeros_like(p)
                     if group["centered"]:
                         state["grad_avg"] = zeros_like(p)
-                state["step"] += 1
+                self._count_step(state, p)
                 v = state["square_avg"]
                 v.mul_(alpha).add_(g * g, alpha=1 - alpha)
                 if group["centered"]:
