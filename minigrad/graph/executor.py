@@ -61,7 +61,8 @@ class Executor:
         self._in_place = True  # this call writes the planned values into their tensors
         self._work = self._plan_work()
         self._effect_plan = [(e.op, e.inputs[0], e.inputs[1] if len(e.inputs) > 1 else None,
-                              e in self.writes.absorbed, e in self.writes.own_grads) for e in self.effects]
+                              e in self.writes.absorbed, e in self.writes.own_grads, e.attrs.get("writes", 1))
+                             for e in self.effects]
         self.planned_live = self._plan_memory()
         self.planned_peak = max(self.planned_live, default=0)
         owned = [n for n in self.schedule if n.op not in _FROM_OUTSIDE and not _is_view(n)]
@@ -120,9 +121,9 @@ class Executor:
         """The effects, in order: a ``copy_`` whose value the run already wrote into the tensor
         (or that a later copy overwrites) only bumps the tensor's version."""
         in_place = self._in_place
-        for op, target_node, value, absorbed, own in self._effect_plan:
+        for op, target_node, value, absorbed, own, writes in self._effect_plan:
             apply_effect(op, source_tensor(target_node, given), env[value] if value is not None else None,
-                         written=absorbed and in_place, own=own)
+                         written=absorbed and in_place, own=own, writes=writes)
 
     def _apart(self, given: dict[Node, Tensor]) -> bool:
         """Whether the tensors written in place share no memory with the sources that the plan
