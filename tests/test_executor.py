@@ -284,6 +284,23 @@ def test_copies_that_a_later_copy_overwrites_are_skipped():
     assert len(ex.writes.absorbed) == 3 and len(ex.writes.into) == 3
 
 
+def test_a_timed_run_records_every_node_and_effect_and_computes_the_same():
+    model = nn.Linear(3, 2).to(mg.float64)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = training_step(model, opt, lambda y, t: ((y - t) ** 2).mean())
+    x, t = randn(4, 3), randn(4, 2)
+    step(x, t)
+    ex = Executor(trace(step, x, t).graph)
+    twin = Executor(ex.graph)
+    before = [p.array.copy() for p in model.parameters()]
+    (timed,) = ex.run([x, t], time_nodes=True)
+    assert set(ex.node_seconds) == {n for n in ex.schedule if n.op != "placeholder"}
+    for p, b in zip(model.parameters(), before):
+        p.array[...] = b
+    close([timed], twin.run([x, t]))
+    assert not twin.node_seconds
+
+
 def test_an_overwritten_copy_is_dropped_and_the_one_left_counts_every_write():
     """``p.mul_(x)`` and ``p.add_(1)`` are overwritten by ``p.sub_(x)``: one copy into p stays,
     standing for three writes (p's version moves by 3, as in eager)."""

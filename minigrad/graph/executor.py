@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
@@ -45,6 +46,8 @@ class Executor:
     what keeping every value to the end (as ``run_graph`` does) holds; ``measured_peak`` is set by
     ``run(..., measure=True)`` when the memory tracker (``minigrad.memory.track``) is available.
     ``writes`` is the plan of updates computed in place (``minigrad.graph.writeback``).
+    ``run(..., time_nodes=True)`` records in ``node_seconds`` the seconds each node took (the ops
+    the pool computes excepted), writes included: where a compiled step's time goes.
     """
 
     def __init__(self, graph: Graph, parallel: bool = False, max_workers: int | None = None) -> None:
@@ -68,17 +71,21 @@ class Executor:
         owned = [n for n in self.schedule if n.op not in _FROM_OUTSIDE and not _is_view(n)]
         self.planned_total = sum(_nbytes(n) for n in owned)
         self.measured_peak: int | None = None
+        self.node_seconds: dict[Node, float] = {}
 
     # -- running ------------------------------------------------------------------------------------
-    def run(self, inputs: Sequence[Tensor], measure: bool = False) -> list[Any]:
+    def run(self, inputs: Sequence[Tensor], measure: bool = False, time_nodes: bool = False) -> list[Any]:
         """Execute the graph; returns the output arrays. ``measure=True`` records the measured peak
-        of the bytes the run allocates in ``measured_peak`` (None without the memory tracker)."""
+        of the bytes the run allocates in ``measured_peak`` (None without the memory tracker);
+        ``time_nodes=True`` each node's seconds in ``node_seconds``."""
         if len(inputs) != len(self.graph.placeholders):
             raise TypeError(f"Executor.run: the graph takes {len(self.graph.placeholders)} input(s), got {len(inputs)}")
+        if time_nodes:
+            self.node_seconds = {}
         track = _tracker() if measure else None
         if track is None:
             self.measured_peak = None
-            return self._run(inputs)
+            return self._run(inputs, clock=time_nodes)
         with track() as mem:
             outputs = self._run(inputs, report=True)
         self.measured_peak = mem.peak - mem.start
@@ -87,7 +94,7 @@ class Executor:
     def __call__(self, *inputs: Tensor) -> list[Any]:
         return self.run(inputs)
 
-    def _run(self, inputs: Sequence[Tensor], report: bool = False) -> list[Any]:
+    def _run(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False) -> list[Any]:
         given = dict(zip(self.graph.placeholders, inputs))
         env: dict[Node, Any] = {n: x.array for n, x in given.items()}
         ctxs: dict[Node, Any] = {}
@@ -97,8 +104,13 @@ class Executor:
             for pooled, calls, frees, ctx_frees, new in self._work:
                 if pooled:  # compute on the pool's threads, store here
                     futures = [pool.submit(compute, [env[i] for i in n.inputs]) for n, compute in pooled]
-                for call in calls:
-                    call(env, ctxs)
+                for n, call in calls:
+                    if clock:
+                        start = time.perf_counter()
+                        call(env, ctxs)
+                        self.node_seconds[n] = time.perf_counter() - start
+                    else:
+                        call(env, ctxs)
                 if pooled:
                     for (n, _), f in zip(pooled, futures):
                         env[n], ctx = f.result()
@@ -114,16 +126,19 @@ class Executor:
         finally:
             if pool is not None:
                 pool.shutdown()
-        self._apply_effects(env, given)
+        self._apply_effects(env, given, clock)
         return [env[n] for n in self.graph.outputs]
 
-    def _apply_effects(self, env: dict[Node, Any], given: dict[Node, Tensor]) -> None:
+    def _apply_effects(self, env: dict[Node, Any], given: dict[Node, Tensor], clock: bool = False) -> None:
         """The effects, in order: a ``copy_`` whose value the run already wrote into the tensor
         (or that a later copy overwrites) only bumps the tensor's version."""
         in_place = self._in_place
-        for op, target_node, value, absorbed, own, writes in self._effect_plan:
+        for e, (op, target_node, value, absorbed, own, writes) in zip(self.effects, self._effect_plan):
+            start = time.perf_counter() if clock else 0.0
             apply_effect(op, source_tensor(target_node, given), env[value] if value is not None else None,
                          written=absorbed and in_place, own=own, writes=writes)
+            if clock:
+                self.node_seconds[e] = time.perf_counter() - start
 
     def _apart(self, given: dict[Node, Tensor]) -> bool:
         """Whether the tensors written in place share no memory with the sources that the plan
@@ -154,8 +169,8 @@ class Executor:
         return last
 
     def _plan_work(self) -> list[tuple]:
-        """For each step: the ops for the thread pool (with their compute functions), the calls to
-        make here (ops and structural nodes: sources, getitem, saved), the values and ctxs to drop
+        """For each step: the ops for the thread pool (with their compute functions), the nodes to
+        run here with their calls (ops and structural nodes: sources, getitem, saved), the values and ctxs to drop
         after it, and the nodes whose values are new buffers (for the memory tracker)."""
         step_of = {n: k for k, step in enumerate(self.steps) for n in step}
         frees: list[list[Node]] = [[] for _ in self.steps]
@@ -173,7 +188,7 @@ class Executor:
             inline = [n for n in ops if n not in threaded] + [n for n in step if n.op in _STRUCTURAL]
             new = [n for n in step if n.op not in _FROM_OUTSIDE and n.op not in EFFECT_OPS
                    and n not in self.writes.into]
-            work.append((pooled, [node_step(n, self._compute(n), n in self._keep_ctx) for n in inline], free,
+            work.append((pooled, [(n, node_step(n, self._compute(n), n in self._keep_ctx)) for n in inline], free,
                          ctx_free, new))
         return work
 
