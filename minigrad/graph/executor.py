@@ -170,8 +170,8 @@ class Executor:
 
     def _plan_work(self) -> list[tuple]:
         """For each step: the ops for the thread pool (with their compute functions), the nodes to
-        run here with their calls (ops and structural nodes: sources, getitem, saved), the values and ctxs to drop
-        after it, and the nodes whose values are new buffers (for the memory tracker)."""
+        run here with their calls (ops and structural nodes: sources, getitem, saved), the values
+        and ctxs to drop after it, and the nodes whose values are new buffers (for the memory tracker)."""
         step_of = {n: k for k, step in enumerate(self.steps) for n in step}
         frees: list[list[Node]] = [[] for _ in self.steps]
         ctx_frees: list[list[Node]] = [[] for _ in self.steps]

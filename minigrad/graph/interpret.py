@@ -115,7 +115,8 @@ def node_step(n: Node, compute: Callable[[list], tuple[Any, Any]], keep_ctx: boo
 def apply_effect(op: str, target: Tensor, value: Any, written: bool = False, own: bool = False,
                  writes: int = 1) -> None:
     """Apply one write: ``copy_`` stores ``value`` in ``target`` (unless the run already ``written``
-    it there) and bumps its version once for each of the ``writes`` it stands for; ``set_grad`` makes ``value`` its ``.grad`` (a copy, unless the
+    it there) and bumps its version once for each of the ``writes`` it stands for (overwritten
+    copies that a pass dropped); ``set_grad`` makes ``value`` its ``.grad`` (a copy, unless the
     run made the array for it alone: ``own``), or clears it when ``value`` is None."""
     if op == "copy_":
         if not written:

@@ -88,7 +88,7 @@ def drop_overwritten_copies(graph: Graph) -> Graph:
             return DROP
         return rw.copy(node, attrs={**node.attrs, "writes": writes[node]}) if node in writes else None
 
-    return rewrite(graph, visit) if heir else graph
+    return rewrite(graph, visit)
 
 
 def _place(target: Node, writes: list[Node], step_of: dict[Node, int], keep_ctx: set[Node],
