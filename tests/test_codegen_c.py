@@ -209,7 +209,7 @@ def test_groups_c_does_not_write_keep_the_numpy_kernel(fn, x):
 
 def test_large_groups_are_shared_among_threads():
     """Past ``PARALLEL_MIN_SIZE`` elements the outer loop is an OpenMP loop, and still agrees."""
-    x, y = mg.randn(300, 200), mg.randn(300, 200)
+    x, y = mg.randn(1024, 1024), mg.randn(1024, 1024)
     (flat,) = check(lambda a, b: (a * b).tanh() - a, x, y)
-    (rows,) = check(layer_norm, x, mg.randn(200), mg.randn(200))
+    (rows,) = check(layer_norm, x, mg.randn(1024), mg.randn(1024))
     assert "parallel for simd schedule(simd: dynamic" in flat.source and "parallel for schedule(dynamic" in rows.source
