@@ -12,7 +12,8 @@ compiled >= 1.2x faster. (c) Peak memory of the chain: eager, and the executor (
 its last use) on the unfused and on the fused graph, beside what keeping every value would take.
 ``--sweep`` times the compiled chain for block sizes and thread counts (``codegen/cpu.py`` took its
 defaults from it); ``--profile`` shows where the compiled ReLU step's time goes, node by node
-(``Executor.run(time_nodes=True)``). ``python benchmarks/bench_fusion.py [--repeats R] [--steps N]
+(``Executor.run(time_nodes=True)``), and which products the executor overlaps with the rest of the
+step on a second thread (``minigrad.graph.overlap``). ``python benchmarks/bench_fusion.py [--repeats R] [--steps N]
 [--sweep] [--profile]``.
 """
 
@@ -182,7 +183,8 @@ def sweep(arrays, repeats: int) -> str:
 
 def step_profile(repeats: int) -> str:
     """Each node's median time in the compiled ReLU step (C kernels) over ``repeats`` timed runs,
-    summed by what runs it; the runner's own time is each run's wall time less its nodes' times."""
+    summed by what runs it; the runner's own time is each run's wall time less its nodes' times.
+    A timed run runs node after node: the products an untimed run overlaps are named below."""
     (graph,) = mlp_step_contenders(mlp)["compiled"].graphs.values()
     timed = Executor(graph)  # a second executor of the compiled graph: the same step, timed node by node
     walls, samples = [], []
@@ -213,6 +215,8 @@ def step_profile(repeats: int) -> str:
     for n in sorted(ms, key=ms.get, reverse=True)[:10]:
         what = "+".join(n.attrs["ops"]) if n.op == "fused" else n.op
         lines.append(f"  {n.name:6} {what:30} {str(n.shape):14}{ms[n]:8.3f}")
+    lines.append("an untimed step runs on a second thread, while the rest goes on: " + ", ".join(
+        f"{n.name} {n.op} {n.shape}" for n in timed.overlap))
     return "\n".join(lines)
 
 

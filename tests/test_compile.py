@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import minigrad as mg
 from minigrad import nn, optim
-from minigrad.graph import CompileWarning, trace
+from minigrad.graph import CompileWarning, overlap, trace
 from minigrad.graph.codegen import BACKENDS, cpu
 from minigrad.graph.executor import Executor
 from helpers import cpu_only, skip_if_kernels_cannot_run, training_step
@@ -164,6 +164,14 @@ def test_the_overwritten_momentum_copy_is_dropped_and_the_update_fuses(backend):
     buffer_updates = [n for n in graph if n.op == "copy_" and n.attrs.get("writes") == 2]
     assert len(buffer_updates) == 6 and all(n.inputs[1].op == "fused" for n in buffer_updates)
     assert all(n.inputs[1].attrs["ops"] == ("Mul", "Add") for n in buffer_updates)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_weight_gradients_overlap_the_rest_of_the_step_and_still_match_eager(backend, monkeypatch):
+    monkeypatch.setattr(overlap, "OVERLAP_MIN_MACS", 0)  # the small MLP's products count as big
+    graph = train_both(mlp, (12, 8), backend=backend)
+    planned = Executor(graph).overlap
+    assert planned and all(n.op == "Matmul" and n.shape in ((16, 8), (16, 16), (3, 16)) for n in planned)
 
 
 # -- signatures and the cache ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import minigrad as mg
 from minigrad import nn, optim
 from minigrad.graph import Graph, trace
+from minigrad.graph import overlap
 from minigrad.graph.executor import Executor
 from minigrad.graph.passes import PassManager, default_passes, fuse_elementwise, rewrite
 from minigrad.graph.trace import TENSOR_ARG, run_graph
@@ -282,6 +283,31 @@ def test_copies_that_a_later_copy_overwrites_are_skipped():
 
     ex = _updates(twice, randn(3, 3), p)
     assert len(ex.writes.absorbed) == 3 and len(ex.writes.into) == 3
+
+
+def test_a_product_on_the_helper_thread_is_waited_for_before_its_input_is_updated(monkeypatch):
+    """``x @ w`` runs on the helper thread while ``(x @ v) @ v`` runs here; ``w.mul_(2)`` is
+    computed into w's memory, so the run waits for the product first."""
+    monkeypatch.setattr(overlap, "OVERLAP_MIN_MACS", 0)
+    w, v = randn(64, 64), randn(64, 64)
+
+    def program(w, v):
+        def f(x):
+            a = x @ w
+            b = (x @ v) @ v
+            with mg.no_grad():
+                w.mul_(2)
+            return a + b
+        return f
+
+    ex = Executor(trace(program(w, v), randn(64, 64)).graph)
+    (product, wait), = ex.overlap.items()
+    assert product.inputs[1].op == "parameter" and ex.writes.into.get(ex.schedule[wait]) is product.inputs[1]
+    twins = [w.clone(), v.clone()]
+    for _ in range(3):
+        x = randn(64, 64)
+        close(ex.run([x]), [program(*twins)(x).numpy()])
+        close([w.array], [twins[0].array])
 
 
 def test_a_timed_run_records_every_node_and_effect_and_computes_the_same():

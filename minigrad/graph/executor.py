@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from minigrad.autograd import mode
 from minigrad.graph.interpret import EFFECT_OPS, apply_effect, keeps_ctx, node_step, run_node, source_tensor
 from minigrad.graph.ir import SOURCE_OPS, Graph, Node
+from minigrad.graph.overlap import plan_overlap
 from minigrad.graph.writeback import plan_writes, ufunc_args
 from minigrad._tensor import Tensor
 
@@ -45,7 +46,9 @@ class Executor:
     and constants not counted), ``planned_live`` those bytes at each step, and ``planned_total``
     what keeping every value to the end (as ``run_graph`` does) holds; ``measured_peak`` is set by
     ``run(..., measure=True)`` when the memory tracker (``minigrad.memory.track``) is available.
-    ``writes`` is the plan of updates computed in place (``minigrad.graph.writeback``).
+    ``writes`` is the plan of updates computed in place (``minigrad.graph.writeback``), and
+    ``overlap`` maps the big matrix products that run on a helper thread while the graph goes on
+    (``minigrad.graph.overlap``; not with ``parallel``, nor while measuring) to the step that waits.
     ``run(..., time_nodes=True)`` records in ``node_seconds`` the seconds each node took (the ops
     the pool computes excepted), writes included: where a compiled step's time goes.
     """
@@ -63,6 +66,12 @@ class Executor:
         self._seen: tuple[list, bool] | None = None  # the watched arrays of the last check, and its answer
         self._in_place = True  # this call writes the planned values into their tensors
         self._work = self._plan_work()
+        self.overlap = {} if parallel else plan_overlap(self.schedule, self.writes.into, self._keep_ctx)
+        self._waits: dict[int, list[Node]] = {}
+        for n, k in self.overlap.items():
+            self._waits.setdefault(k, []).append(n)
+        self._launch = {n: self._compute(n) for n in self.overlap}
+        self._helper: ThreadPoolExecutor | None = None  # the overlap's thread, started on first use
         self._effect_plan = [(e.op, e.inputs[0], e.inputs[1] if len(e.inputs) > 1 else None,
                               e in self.writes.absorbed, e in self.writes.own_grads, e.attrs.get("writes", 1))
                              for e in self.effects]
@@ -100,8 +109,19 @@ class Executor:
         ctxs: dict[Node, Any] = {}
         self._in_place = not self._watched or self._apart(given)
         pool = ThreadPoolExecutor(self.max_workers) if self.parallel else None
+        overlap = bool(self.overlap) and not report and not clock
+        if overlap and self._helper is None:
+            self._helper = ThreadPoolExecutor(1, thread_name_prefix="minigrad-overlap")
+        pending: dict[Node, Any] = {}  # products running on the helper thread
         try:
-            for pooled, calls, frees, ctx_frees, new in self._work:
+            for k, (pooled, calls, frees, ctx_frees, new) in enumerate(self._work):
+                if overlap:
+                    for n in self._waits.get(k, ()):
+                        env[n] = pending.pop(n).result()[0]
+                    if calls and calls[0][0] in self._launch:  # one node per step when not parallel
+                        n = calls[0][0]
+                        pending[n] = self._helper.submit(self._launch[n], [env[i] for i in n.inputs])
+                        calls = ()
                 if pooled:  # compute on the pool's threads, store here
                     futures = [pool.submit(compute, [env[i] for i in n.inputs]) for n, compute in pooled]
                 for n, call in calls:
@@ -123,6 +143,8 @@ class Executor:
                     del env[n]
                 for n in ctx_frees:  # a ctx holds the arrays its op saved
                     del ctxs[n]
+            for n, f in pending.items():  # values only the writes or the output read
+                env[n] = f.result()[0]
         finally:
             if pool is not None:
                 pool.shutdown()
