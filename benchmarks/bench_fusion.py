@@ -11,7 +11,10 @@ momentum) and the same MLP with GELU, tanh and sigmoid activations, compiled vs 
 compiled >= 1.2x faster. (c) Peak memory of the chain: eager, and the executor (each buffer freed after
 its last use) on the unfused and on the fused graph, beside what keeping every value would take.
 ``--sweep`` times the compiled chain for block sizes and thread counts (``codegen/cpu.py`` took its
-defaults from it). ``python benchmarks/bench_fusion.py [--repeats R] [--steps N] [--sweep]``.
+defaults from it); ``--profile`` shows where the compiled ReLU step's time goes, node by node
+(``Executor.run(time_nodes=True)``), and which products the executor overlaps with the rest of the
+step on a second thread (``minigrad.graph.overlap``). ``python benchmarks/bench_fusion.py [--repeats R] [--steps N]
+[--sweep] [--profile]``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from bench_train import make_step, mlp
 from minigrad.graph import trace
 from minigrad.graph.codegen import cc, cpu
 from minigrad.graph.executor import Executor
+from minigrad.graph.ir import op_kind
 from minigrad.graph.passes import eliminate_dead_code, fuse_elementwise
 
 SHAPE = (4096, 1024)
@@ -177,11 +181,51 @@ def sweep(arrays, repeats: int) -> str:
     return "\n".join(lines)
 
 
+def step_profile(repeats: int) -> str:
+    """Each node's median time in the compiled ReLU step (C kernels) over ``repeats`` timed runs,
+    summed by what runs it; the runner's own time is each run's wall time less its nodes' times.
+    A timed run runs node after node: the products an untimed run overlaps are named below."""
+    (graph,) = mlp_step_contenders(mlp)["compiled"].graphs.values()
+    timed = Executor(graph)  # a second executor of the compiled graph: the same step, timed node by node
+    walls, samples = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        timed.run([], time_nodes=True)
+        walls.append(time.perf_counter() - start)
+        samples.append(timed.node_seconds)
+    ms = {n: 1e3 * statistics.median(s[n] for s in samples) for n in samples[0]}
+
+    def part(n) -> str:
+        if op_kind(n) == "matmul" or n.meta.get("kind") == "matmul":
+            return "matrix products (BLAS; a fused one with its C epilogue)"
+        if n.op == "fused":
+            return "fused C kernels (elementwise, row reductions)"
+        if op_kind(n) == "effect":
+            return "write-backs (copy_, set_grad)"
+        return "lookups (sources, saved arrays)" if n.op in ("constant", "parameter", "grad", "saved",
+                                                              "getitem") else "other ops (numpy)"
+    parts: dict[str, float] = {}
+    for n, t in ms.items():
+        parts[part(n)] = parts.get(part(n), 0.0) + t
+    rest = 1e3 * statistics.median(w - sum(s.values()) for w, s in zip(walls, samples))
+    lines = [f"{'ms per step':58}{1e3 * statistics.median(walls):8.2f}"]
+    lines += [f"  {k:56}{v:8.2f}" for k, v in parts.items()]
+    lines.append(f"  {'the runner between nodes':56}{rest:8.2f}")
+    lines.append("slowest nodes:")
+    for n in sorted(ms, key=ms.get, reverse=True)[:10]:
+        what = "+".join(n.attrs["ops"]) if n.op == "fused" else n.op
+        lines.append(f"  {n.name:6} {what:30} {str(n.shape):14}{ms[n]:8.3f}")
+    lines.append("an untimed step runs on a second thread, while the rest goes on: " + ", ".join(
+        f"{n.name} {n.op} {n.shape}" for n in timed.overlap))
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7, help="interleaved repeats (median taken)")
     parser.add_argument("--steps", type=int, default=3, help="calls per repeat")
     parser.add_argument("--sweep", action="store_true", help="also time block sizes and thread counts")
+    parser.add_argument("--profile", action="store_true", help="also time the compiled ReLU step node by node")
     args = parser.parse_args()
     rng = numpy.random.default_rng(0)
     arrays = [rng.standard_normal(SHAPE).astype(numpy.float32), rng.standard_normal(SHAPE[1:]).astype(numpy.float32),
@@ -208,6 +252,10 @@ def main() -> None:
         print()
         print("(d) compiled chain, ms per call by block size and threads (best and median of the repeats)")
         print(sweep(arrays, args.repeats))
+    if args.profile:
+        print()
+        print(f"(e) where the compiled ReLU step's time goes (median of {args.repeats * args.steps} timed steps)")
+        print(step_profile(args.repeats * args.steps))
     print(f"\nload average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 

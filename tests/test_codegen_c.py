@@ -153,6 +153,16 @@ def test_processes_building_the_same_kernel_at_once_all_load_it(tmp_path):
     assert not list((tmp_path / "kernels").glob("tmp*"))  # no temporary file left behind
 
 
+@pytest.mark.parametrize("policy", [None, "ACTIVE"])
+def test_openmp_threads_sleep_between_kernels_unless_the_environment_says_otherwise(tmp_path, policy):
+    code = ("import os; from minigrad.graph.codegen import cc; "
+            f"cc.build({SOURCE!r}).twice; print(os.environ['OMP_WAIT_POLICY'])")
+    env = {"MINIGRAD_CACHE_DIR": str(tmp_path), "PATH": os.environ["PATH"]} | (
+        {"OMP_WAIT_POLICY": policy} if policy else {})
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == (policy or "PASSIVE")
+
+
 @pytest.mark.parametrize("compiler, says", [("no-such-compiler", "no C compiler found"), ("false", "false failed")])
 def test_without_a_working_compiler_the_numpy_kernel_runs_after_one_warning(tmp_path, monkeypatch, compiler, says):
     monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
@@ -199,7 +209,7 @@ def test_groups_c_does_not_write_keep_the_numpy_kernel(fn, x):
 
 def test_large_groups_are_shared_among_threads():
     """Past ``PARALLEL_MIN_SIZE`` elements the outer loop is an OpenMP loop, and still agrees."""
-    x, y = mg.randn(300, 200), mg.randn(300, 200)
+    x, y = mg.randn(1024, 1024), mg.randn(1024, 1024)
     (flat,) = check(lambda a, b: (a * b).tanh() - a, x, y)
-    (rows,) = check(layer_norm, x, mg.randn(200), mg.randn(200))
+    (rows,) = check(layer_norm, x, mg.randn(1024), mg.randn(1024))
     assert "parallel for simd schedule(simd: dynamic" in flat.source and "parallel for schedule(dynamic" in rows.source

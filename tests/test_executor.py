@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 import minigrad as mg
 from minigrad import nn, optim
 from minigrad.graph import Graph, trace
+from minigrad.graph import overlap
 from minigrad.graph.executor import Executor
-from minigrad.graph.passes import PassManager, default_passes, fuse_elementwise
+from minigrad.graph.passes import PassManager, default_passes, fuse_elementwise, rewrite
 from minigrad.graph.trace import TENSOR_ARG, run_graph
+from minigrad.graph.writeback import drop_overwritten_copies
 from minigrad.ops.elementwise import Op
 from helpers import skip_if_kernels_cannot_run, to_numpy, training_step
 from test_passes import random_program, step
@@ -283,6 +285,94 @@ def test_copies_that_a_later_copy_overwrites_are_skipped():
     assert len(ex.writes.absorbed) == 3 and len(ex.writes.into) == 3
 
 
+def test_a_product_on_the_helper_thread_is_waited_for_before_its_input_is_updated(monkeypatch):
+    """``x @ w`` runs on the helper thread while ``(x @ v) @ v`` runs here; ``w.mul_(2)`` is
+    computed into w's memory, so the run waits for the product first."""
+    monkeypatch.setattr(overlap, "OVERLAP_MIN_MACS", 0)
+    w, v = randn(64, 64), randn(64, 64)
+
+    def program(w, v):
+        def f(x):
+            a = x @ w
+            b = (x @ v) @ v
+            with mg.no_grad():
+                w.mul_(2)
+            return a + b
+        return f
+
+    ex = Executor(trace(program(w, v), randn(64, 64)).graph)
+    (product, wait), = ex.overlap.items()
+    assert product.inputs[1].op == "parameter" and ex.writes.into.get(ex.schedule[wait]) is product.inputs[1]
+    twins = [w.clone(), v.clone()]
+    for _ in range(3):
+        x = randn(64, 64)
+        close(ex.run([x]), [program(*twins)(x).numpy()])
+        close([w.array], [twins[0].array])
+
+
+def test_a_timed_run_records_every_node_and_effect_and_computes_the_same():
+    model = nn.Linear(3, 2).to(mg.float64)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = training_step(model, opt, lambda y, t: ((y - t) ** 2).mean())
+    x, t = randn(4, 3), randn(4, 2)
+    step(x, t)
+    ex = Executor(trace(step, x, t).graph)
+    twin = Executor(ex.graph)
+    before = [p.array.copy() for p in model.parameters()]
+    (timed,) = ex.run([x, t], time_nodes=True)
+    assert set(ex.node_seconds) == {n for n in ex.schedule if n.op != "placeholder"}
+    for p, b in zip(model.parameters(), before):
+        p.array[...] = b
+    close([timed], twin.run([x, t]))
+    assert not twin.node_seconds
+
+
+def test_an_overwritten_copy_is_dropped_and_the_one_left_counts_every_write():
+    """``p.mul_(x)`` and ``p.add_(1)`` are overwritten by ``p.sub_(x)``: one copy into p stays,
+    standing for three writes (p's version moves by 3, as in eager)."""
+    def program(p, q):
+        def f(x):
+            with mg.no_grad():
+                p.mul_(x)
+                q.copy_(p.T.T)
+                p.add_(1)
+                p.sub_(x)
+            return x * 1
+        return f
+
+    p, q = randn(3, 3), randn(3, 3)
+    graph = drop_overwritten_copies(trace(program(p, q), randn(3, 3)).graph)  # tracing runs f once
+    assert [n.attrs.get("writes", 1) for n in graph if n.op == "copy_"] == [1, 3]
+    twins = [p.clone(), q.clone()]
+    ex = Executor(graph)
+    for _ in range(2):
+        x = randn(3, 3)
+        versions = [t._version for t in (p, q, *twins)]
+        close(ex.run([x]), [program(*twins)(x).numpy()])
+        close([p.array, q.array], [t.array for t in twins])
+        assert [t._version - v for t, v in zip((p, q, *twins), versions)] == [3, 1, 3, 1]
+
+
+def test_a_copy_is_kept_when_an_effect_before_the_next_one_reads_memory_it_may_change():
+    """Between the two copies into p, a copy into q reads the input itself (not a fresh array):
+    that input might be a view of p, so the first copy into p stays."""
+    p, q = randn(3, 3), randn(3, 3)
+
+    def f(x):
+        with mg.no_grad():
+            p.mul_(x)
+            q.copy_(x)
+            p.add_(1)
+        return x * 1
+
+    traced = trace(f, randn(3, 3)).graph
+    (x,) = traced.placeholders
+    into_q = [n for n in traced if n.op == "copy_"][1]
+    reads_x = rewrite(traced, lambda n, rw: rw.copy(n, [rw[n.inputs[0]], rw[x]]) if n is into_q else None)
+    assert len([n for n in drop_overwritten_copies(traced) if n.op == "copy_"]) == 2
+    assert len([n for n in drop_overwritten_copies(reads_x) if n.op == "copy_"]) == 3
+
+
 def test_a_constant_sharing_memory_with_an_updated_tensor_keeps_the_old_values():
     """The plan cannot see that two arrays share memory; the run checks, and copies at the end instead."""
     p = randn(3, 4, requires_grad=True)
@@ -359,7 +449,8 @@ def test_random_updates_run_as_in_eager(optimise, steps, parallel):
 
     ps = [randn(3, 4, requires_grad=True) for _ in range(2)]
     traced = trace(program(ps), randn(3, 4))
-    graph = fuse_elementwise(PassManager(default_passes())(traced.graph)) if optimise else traced.graph
+    graph = (fuse_elementwise(drop_overwritten_copies(PassManager(default_passes())(traced.graph))) if optimise
+             else traced.graph)
     ex = Executor(graph, parallel=parallel)
     twins = [p.detach().clone().requires_grad_() for p in ps]
     for _ in range(2):

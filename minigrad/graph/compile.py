@@ -24,6 +24,7 @@ from minigrad.graph.ir import Graph
 from minigrad.graph.passes import PassManager, default_passes
 from minigrad.graph.passes.fusion import MAX_GROUP_SIZE, fuse_elementwise
 from minigrad.graph.trace import Tracer, TraceWarning
+from minigrad.graph.writeback import drop_overwritten_copies
 from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["CompileWarning", "CompiledFunction", "compile"]
@@ -79,9 +80,9 @@ class CompiledFunction:
                  cache_size_limit: int, backend: str | None = None) -> None:
         self.fn = fn
         self.backend = check_backend(backend) if backend is not None else default_backend()
-        self.passes = passes if passes is not None else default_passes() + [
-            functools.partial(fuse_elementwise, backend=self.backend) if max_group_size == MAX_GROUP_SIZE
-            else functools.partial(fuse_elementwise, max_group_size=max_group_size, backend=self.backend)]
+        fuse = (functools.partial(fuse_elementwise, backend=self.backend) if max_group_size == MAX_GROUP_SIZE
+                else functools.partial(fuse_elementwise, max_group_size=max_group_size, backend=self.backend))
+        self.passes = passes if passes is not None else default_passes() + [drop_overwritten_copies, fuse]
         self.verbose, self.cache_size_limit = verbose, cache_size_limit
         self._cache: dict[tuple, _Entry | None] = {}
         self._owners: list = []  # optimizers whose Python numbers a traced step read (Optimizer.python_state)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from minigrad.autograd import mode
 from minigrad.graph.interpret import EFFECT_OPS, apply_effect, keeps_ctx, node_step, run_node, source_tensor
 from minigrad.graph.ir import SOURCE_OPS, Graph, Node
+from minigrad.graph.overlap import plan_overlap
 from minigrad.graph.writeback import plan_writes, ufunc_args
 from minigrad._tensor import Tensor
 
@@ -44,7 +46,11 @@ class Executor:
     and constants not counted), ``planned_live`` those bytes at each step, and ``planned_total``
     what keeping every value to the end (as ``run_graph`` does) holds; ``measured_peak`` is set by
     ``run(..., measure=True)`` when the memory tracker (``minigrad.memory.track``) is available.
-    ``writes`` is the plan of updates computed in place (``minigrad.graph.writeback``).
+    ``writes`` is the plan of updates computed in place (``minigrad.graph.writeback``), and
+    ``overlap`` maps the big matrix products that run on a helper thread while the graph goes on
+    (``minigrad.graph.overlap``; not with ``parallel``, nor while measuring) to the step that waits.
+    ``run(..., time_nodes=True)`` records in ``node_seconds`` the seconds each node took (the ops
+    the pool computes excepted), writes included: where a compiled step's time goes.
     """
 
     def __init__(self, graph: Graph, parallel: bool = False, max_workers: int | None = None) -> None:
@@ -60,24 +66,35 @@ class Executor:
         self._seen: tuple[list, bool] | None = None  # the watched arrays of the last check, and its answer
         self._in_place = True  # this call writes the planned values into their tensors
         self._work = self._plan_work()
+        self.overlap = {} if parallel else plan_overlap(self.schedule, self.writes.into, self._keep_ctx)
+        self._waits: dict[int, list[Node]] = {}
+        for n, k in self.overlap.items():
+            self._waits.setdefault(k, []).append(n)
+        self._launch = {n: self._compute(n) for n in self.overlap}
+        self._helper: ThreadPoolExecutor | None = None  # the overlap's thread, started on first use
         self._effect_plan = [(e.op, e.inputs[0], e.inputs[1] if len(e.inputs) > 1 else None,
-                              e in self.writes.absorbed, e in self.writes.own_grads) for e in self.effects]
+                              e in self.writes.absorbed, e in self.writes.own_grads, e.attrs.get("writes", 1))
+                             for e in self.effects]
         self.planned_live = self._plan_memory()
         self.planned_peak = max(self.planned_live, default=0)
         owned = [n for n in self.schedule if n.op not in _FROM_OUTSIDE and not _is_view(n)]
         self.planned_total = sum(_nbytes(n) for n in owned)
         self.measured_peak: int | None = None
+        self.node_seconds: dict[Node, float] = {}
 
     # -- running ------------------------------------------------------------------------------------
-    def run(self, inputs: Sequence[Tensor], measure: bool = False) -> list[Any]:
+    def run(self, inputs: Sequence[Tensor], measure: bool = False, time_nodes: bool = False) -> list[Any]:
         """Execute the graph; returns the output arrays. ``measure=True`` records the measured peak
-        of the bytes the run allocates in ``measured_peak`` (None without the memory tracker)."""
+        of the bytes the run allocates in ``measured_peak`` (None without the memory tracker);
+        ``time_nodes=True`` each node's seconds in ``node_seconds``."""
         if len(inputs) != len(self.graph.placeholders):
             raise TypeError(f"Executor.run: the graph takes {len(self.graph.placeholders)} input(s), got {len(inputs)}")
+        if time_nodes:
+            self.node_seconds = {}
         track = _tracker() if measure else None
         if track is None:
             self.measured_peak = None
-            return self._run(inputs)
+            return self._run(inputs, clock=time_nodes)
         with track() as mem:
             outputs = self._run(inputs, report=True)
         self.measured_peak = mem.peak - mem.start
@@ -86,18 +103,34 @@ class Executor:
     def __call__(self, *inputs: Tensor) -> list[Any]:
         return self.run(inputs)
 
-    def _run(self, inputs: Sequence[Tensor], report: bool = False) -> list[Any]:
+    def _run(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False) -> list[Any]:
         given = dict(zip(self.graph.placeholders, inputs))
         env: dict[Node, Any] = {n: x.array for n, x in given.items()}
         ctxs: dict[Node, Any] = {}
         self._in_place = not self._watched or self._apart(given)
         pool = ThreadPoolExecutor(self.max_workers) if self.parallel else None
+        overlap = bool(self.overlap) and not report and not clock
+        if overlap and self._helper is None:
+            self._helper = ThreadPoolExecutor(1, thread_name_prefix="minigrad-overlap")
+        pending: dict[Node, Any] = {}  # products running on the helper thread
         try:
-            for pooled, calls, frees, ctx_frees, new in self._work:
+            for k, (pooled, calls, frees, ctx_frees, new) in enumerate(self._work):
+                if overlap:
+                    for n in self._waits.get(k, ()):
+                        env[n] = pending.pop(n).result()[0]
+                    if calls and calls[0][0] in self._launch:  # one node per step when not parallel
+                        n = calls[0][0]
+                        pending[n] = self._helper.submit(self._launch[n], [env[i] for i in n.inputs])
+                        calls = ()
                 if pooled:  # compute on the pool's threads, store here
                     futures = [pool.submit(compute, [env[i] for i in n.inputs]) for n, compute in pooled]
-                for call in calls:
-                    call(env, ctxs)
+                for n, call in calls:
+                    if clock:
+                        start = time.perf_counter()
+                        call(env, ctxs)
+                        self.node_seconds[n] = time.perf_counter() - start
+                    else:
+                        call(env, ctxs)
                 if pooled:
                     for (n, _), f in zip(pooled, futures):
                         env[n], ctx = f.result()
@@ -110,19 +143,24 @@ class Executor:
                     del env[n]
                 for n in ctx_frees:  # a ctx holds the arrays its op saved
                     del ctxs[n]
+            for n, f in pending.items():  # values only the writes or the output read
+                env[n] = f.result()[0]
         finally:
             if pool is not None:
                 pool.shutdown()
-        self._apply_effects(env, given)
+        self._apply_effects(env, given, clock)
         return [env[n] for n in self.graph.outputs]
 
-    def _apply_effects(self, env: dict[Node, Any], given: dict[Node, Tensor]) -> None:
+    def _apply_effects(self, env: dict[Node, Any], given: dict[Node, Tensor], clock: bool = False) -> None:
         """The effects, in order: a ``copy_`` whose value the run already wrote into the tensor
         (or that a later copy overwrites) only bumps the tensor's version."""
         in_place = self._in_place
-        for op, target_node, value, absorbed, own in self._effect_plan:
+        for e, (op, target_node, value, absorbed, own, writes) in zip(self.effects, self._effect_plan):
+            start = time.perf_counter() if clock else 0.0
             apply_effect(op, source_tensor(target_node, given), env[value] if value is not None else None,
-                         written=absorbed and in_place, own=own)
+                         written=absorbed and in_place, own=own, writes=writes)
+            if clock:
+                self.node_seconds[e] = time.perf_counter() - start
 
     def _apart(self, given: dict[Node, Tensor]) -> bool:
         """Whether the tensors written in place share no memory with the sources that the plan
@@ -153,9 +191,9 @@ class Executor:
         return last
 
     def _plan_work(self) -> list[tuple]:
-        """For each step: the ops for the thread pool (with their compute functions), the calls to
-        make here (ops and structural nodes: sources, getitem, saved), the values and ctxs to drop
-        after it, and the nodes whose values are new buffers (for the memory tracker)."""
+        """For each step: the ops for the thread pool (with their compute functions), the nodes to
+        run here with their calls (ops and structural nodes: sources, getitem, saved), the values
+        and ctxs to drop after it, and the nodes whose values are new buffers (for the memory tracker)."""
         step_of = {n: k for k, step in enumerate(self.steps) for n in step}
         frees: list[list[Node]] = [[] for _ in self.steps]
         ctx_frees: list[list[Node]] = [[] for _ in self.steps]
@@ -172,7 +210,7 @@ class Executor:
             inline = [n for n in ops if n not in threaded] + [n for n in step if n.op in _STRUCTURAL]
             new = [n for n in step if n.op not in _FROM_OUTSIDE and n.op not in EFFECT_OPS
                    and n not in self.writes.into]
-            work.append((pooled, [node_step(n, self._compute(n), n in self._keep_ctx) for n in inline], free,
+            work.append((pooled, [(n, node_step(n, self._compute(n), n in self._keep_ctx)) for n in inline], free,
                          ctx_free, new))
         return work
 

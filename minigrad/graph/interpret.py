@@ -112,14 +112,17 @@ def node_step(n: Node, compute: Callable[[list], tuple[Any, Any]], keep_ctx: boo
     return step
 
 
-def apply_effect(op: str, target: Tensor, value: Any, written: bool = False, own: bool = False) -> None:
+def apply_effect(op: str, target: Tensor, value: Any, written: bool = False, own: bool = False,
+                 writes: int = 1) -> None:
     """Apply one write: ``copy_`` stores ``value`` in ``target`` (unless the run already ``written``
-    it there) and bumps its version; ``set_grad`` makes ``value`` its ``.grad`` (a copy, unless the
+    it there) and bumps its version once for each of the ``writes`` it stands for (overwritten
+    copies that a pass dropped); ``set_grad`` makes ``value`` its ``.grad`` (a copy, unless the
     run made the array for it alone: ``own``), or clears it when ``value`` is None."""
     if op == "copy_":
         if not written:
             target.device.xp.copyto(target.array, value, casting="same_kind")
-        target._bump_version()
+        for _ in range(writes):
+            target._bump_version()
     elif value is not None:
         target.grad = _wrap(value if own else value.copy(), target.device)
     else:
@@ -145,5 +148,5 @@ def run_graph(graph: Graph, inputs: Sequence[Tensor]) -> list[Any]:
             node_step(node, functools.partial(run_node, node), keeps_ctx(node))(env, ctxs)
     for e in effects:
         value = env[e.inputs[1]] if len(e.inputs) > 1 else None
-        apply_effect(e.op, source_tensor(e.inputs[0], given), value)
+        apply_effect(e.op, source_tensor(e.inputs[0], given), value, writes=e.attrs.get("writes", 1))
     return [env[n] for n in graph.outputs]

@@ -8,7 +8,8 @@ finds, before anything runs, the values that can be computed into their tensor's
 ``out=``, for ops that declare their ``ufunc``, or a generated kernel's), so that their copies have
 nothing left to do, the copies that a later copy into the same tensor overwrites anyway, and the new
 gradients that may become ``.grad`` without a copy (as eager's engine keeps a gradient no one else
-holds).
+holds). Before fusion, ``drop_overwritten_copies`` removes the overwritten copies from the graph, so
+that ``m = buf * 0.9`` is read by ``m + g`` alone and both fuse into one kernel.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import Any, NamedTuple
 from minigrad.graph.codegen import is_anchor
 from minigrad.graph.codegen.c import CKernel
 from minigrad.graph.codegen.cpu import CpuKernel, one_ufunc
-from minigrad.graph.ir import EFFECT_OPS, SIDE_EFFECT_OPS, SOURCE_OPS, Node, op_kind
+from minigrad.graph.ir import EFFECT_OPS, SIDE_EFFECT_OPS, SOURCE_OPS, Graph, Node, op_kind
+from minigrad.graph.passes.rewrite import DROP, Rewriter, rewrite
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 
-__all__ = ["WritePlan", "plan_writes", "ufunc_args"]
+__all__ = ["WritePlan", "drop_overwritten_copies", "plan_writes", "ufunc_args"]
 
 
 class WritePlan(NamedTuple):
@@ -58,6 +60,35 @@ def plan_writes(steps: list[list[Node]], effects: list[Node], outputs: list[Node
             absorbed.add(writes[-1])
     return WritePlan(into, frozenset(absorbed), _own_grads(effects, outputs, into),
                      _overlaps(into, copies, step_of, len(steps)))
+
+
+def drop_overwritten_copies(graph: Graph) -> Graph:
+    """A new graph without the ``copy_`` effects that a later copy into the same input or
+    parameter overwrites, when no effect between the two reads memory that may hold the tensor
+    (only fresh values). Effects apply at the end, in order, so an overwritten copy only made its
+    value look read twice, which kept it out of a fused group. The copy that stays records in
+    ``attrs['writes']`` how many writes it stands for: the tensor's version moves as in eager."""
+    effects = [n for n in graph.topological_order() if n.op in EFFECT_OPS]
+    heir: dict[Node, Node] = {}  # an overwritten copy -> the last copy into its tensor
+    later: dict[Node, int] = {}  # a target -> the index of the next copy into it
+    for k in reversed(range(len(effects))):
+        e = effects[k]
+        if e.op != "copy_" or e.inputs[0].op not in ("parameter", "placeholder"):
+            continue
+        j = later.get(e.inputs[0])
+        if j is not None and all(_fresh(v) for between in effects[k + 1:j] for v in between.inputs[1:]):
+            heir[e] = heir.get(effects[j], effects[j])
+        later[e.inputs[0]] = k
+    writes: dict[Node, int] = {}
+    for e, h in heir.items():
+        writes[h] = writes.get(h, h.attrs.get("writes", 1)) + e.attrs.get("writes", 1)
+
+    def visit(node: Node, rw: Rewriter) -> Any:
+        if node in heir:
+            return DROP
+        return rw.copy(node, attrs={**node.attrs, "writes": writes[node]}) if node in writes else None
+
+    return rewrite(graph, visit)
 
 
 def _place(target: Node, writes: list[Node], step_of: dict[Node, int], keep_ctx: set[Node],

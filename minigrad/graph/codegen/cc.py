@@ -14,6 +14,13 @@ through ``sqrt``, so that ``(-inf) ** -1.5`` is NaN, not 0). The generated sourc
 vector math functions (``libmvec``: ``tanhf``, ``expf``...) itself, as ``-ffast-math`` would.
 When no compiler is found, or it fails, ``build`` raises ``CompilerUnavailable`` saying why; the
 caller then runs the blocked numpy kernel and warns once (``minigrad.graph.codegen.c``).
+
+Before the first library loads (and with it OpenMP, which reads its settings then), ``build`` sets
+``OMP_WAIT_POLICY=PASSIVE`` unless the environment says otherwise: by default OpenMP's threads
+spin after each parallel loop, waiting for the next one, and between kernels the main thread runs
+numpy's matrix products, which a spinning thread slows down by taking a core. On 2 busy cores a
+compiled MLP training step ran 2.5x slower than eager that way (70 ms against 28 ms), and 1.15x
+faster with sleeping threads, which wake in microseconds.
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ def build(source: str) -> ctypes.CDLL:
     if cc is None:
         raise CompilerUnavailable("no C compiler found ($CC, gcc or cc on the PATH)")
     library = library_path(source)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     with _lock:
         if str(library) in _loaded:
             return _loaded[str(library)]
