@@ -59,6 +59,22 @@ def test_plan_keeps_gradients_and_budget(kinds: list[str], fraction: float) -> N
     assert peak <= plan.peak <= budget  # the model rounds up: a dropout mask may be gone sooner
 
 
+@pytest.mark.parametrize("fraction", [0.3, 0.35])
+def test_nested_plans_keep_gradients_and_budget(fraction: float) -> None:
+    """Small budgets nest recomputed ranges: an inner range's backward runs while the outer one's
+    recomputed output is gone (only the chain's output, held by the caller, stays alive)."""
+    model = chain(["linear", "relu"] * 10, 16)
+    x = minigrad.randn(8, 16, dtype=backend.float64)
+    expected, _ = run(model, x, model)
+    costs = memory.planner.measure(layers_of(model), x)
+    plan = memory.plan(model, x, int(fraction * kept_peak(costs)), costs)
+    assert max(plan.recompute_counts()) >= 2
+    grads, peak = run(model, x, plan)
+    for g, e in zip(grads, expected):
+        np.testing.assert_array_equal(g, e)
+    assert peak <= plan.peak <= fraction * kept_peak(costs)
+
+
 def test_all_kept_prediction_is_the_tracker_figure() -> None:
     model = chain(["linear", "relu", "layernorm", "tanh", "dropout", "linear"], 32)
     x = minigrad.randn(8, 32, dtype=backend.float64)
