@@ -303,3 +303,17 @@ def test_checkpoint_modules_refuses_a_tensor_it_was_not_given():
     y = checkpoint_modules(lambda h: lin(h) * extra, minigrad.randn(2, 3), [lin]).sum()
     with pytest.raises(AutogradError, match=r"shape \(3,\) that requires grad and is neither"):
         y.backward()
+
+
+def test_checkpoint_modules_gives_second_derivatives():
+    lin = nn.Linear(5, 5, dtype="float64")
+    x = minigrad.randn(3, 5, dtype="float64", requires_grad=True)
+
+    def hvp(run):
+        out = run(x * 1.5)  # a computed input: its second derivative must flow through it
+        gx, gw = minigrad.grad((out ** 2).sum(), [x, lin.weight], create_graph=True)
+        return minigrad.grad(gx.sum() + gw.sum(), [x, lin.weight])
+
+    segment = nn.Sequential(lin, nn.Tanh())
+    for e, g in zip(hvp(segment), hvp(lambda h: checkpoint_modules(segment, h, [segment])), strict=True):
+        np.testing.assert_allclose(e.numpy(), g.numpy(), rtol=1e-12, atol=1e-12)

@@ -113,19 +113,30 @@ def _check_no_outside_nodes(seg: Any, outputs: tuple, replay: list) -> None:
     outside the segment (the recomputation makes fresh nodes): the segment read a computed tensor it
     was not given as an argument, and its gradient could not reach that tensor's graph. A segment of
     modules first run without a graph (``memory.checkpoint.checkpoint_modules``) has no such record;
-    its recomputed graph must reach no leaf but its inputs and its modules' parameters."""
-    known = None if seg.inner is not None else {id(t) for t in replay + seg.params}
-    for node in engine.topological_order([o.grad_fn for o in outputs if o.grad_fn is not None]):
-        if known is None and node in seg.inner:
-            raise AutogradError(
-                f"checkpoint: the function read a tensor computed outside it (by {node.name()}) without "
-                "receiving it as an argument, so its gradient cannot flow back; pass it to checkpoint() "
-                "as an argument")
-        if known is not None and type(node) is AccumulateGrad and id(node.variable) not in known:
+    its recomputed graph, up to its inputs, must reach no leaf but its inputs and its parameters."""
+    roots = [o.grad_fn for o in outputs if o.grad_fn is not None]
+    if seg.inner is not None:
+        for node in engine.topological_order(roots):
+            if node in seg.inner:
+                raise AutogradError(
+                    f"checkpoint: the function read a tensor computed outside it (by {node.name()}) without "
+                    "receiving it as an argument, so its gradient cannot flow back; pass it to checkpoint() "
+                    "as an argument")
+        return
+    known = {id(t) for t in replay + seg.params}
+    inputs = {t.grad_fn for t in replay if t.grad_fn is not None}  # aliases (create_graph): outside beyond
+    seen, stack = set(), roots
+    while stack:
+        node = stack.pop()
+        if node in seen or node in inputs:
+            continue
+        seen.add(node)
+        if type(node) is AccumulateGrad and id(node.variable) not in known:
             raise AutogradError(
                 f"checkpoint: the modules read a tensor of shape {tuple(node.variable.shape)} that requires "
                 "grad and is neither their input nor one of their parameters, so its gradient cannot flow "
                 "back; register it as a parameter, or checkpoint with memory.checkpoint()")
+        stack += [e[0] for e in node.next_functions if e is not None]
 
 
 def _graph_only(t: Tensor) -> Tensor:
