@@ -398,7 +398,7 @@ for name, r in rows.items():
 # this one: the planner, recomputing some layers twice, gets to 65% saved for about a third more
 # compute, and to 76% for two and a half extra forward passes, recomputing some layers four times:
 # the last savings are the dearest. On the 32-block MLP of `bench_memory.py` the plan for 25%
-# recomputes about one forward pass (measured 1.2-1.4x the step time on a loaded 2-core machine).
+# recomputes about one forward pass (measured 1.3-1.4x the step time on a loaded 2-core machine).
 # No plan can do much better there: 25% is room for 10 of its 32 block outputs (1 MiB each), and
 # even were the ReLU masks free, reversing 32 steps with 10 slots takes at least 25 recomputed
 # blocks, 0.78 of a forward pass (the binomial bound of Griewank's *revolve*).
