@@ -12,7 +12,9 @@ checkpointing recomputes during backward, not the gradients); "step peak" is the
 peak above what was alive before it (weights, data), gradients included; arrays an op keeps for
 backward (ReLU's bool mask, the convolution's im2col columns) count too. Targets: with sqrt(n)
 segments, activations at most 25% of no checkpointing's for at most 1.35x its step time; the plan
-for 25% within it for at most 1.25x (issue 19).
+for 25% within it for at most 1.25x (issue 19). Under each table, the planner's cost model: the
+forward passes a plan recomputes (each layer's forward time without a graph, measured alone) and
+the step time that predicts.
 
 ``make bench``, or ``python benchmarks/bench_memory.py [--repeats R] [--steps N] [--width W]``.
 """
@@ -76,9 +78,10 @@ def case(title: str, model: nn.Sequential, x: minigrad.Tensor, repeats: int, ste
     base_act = measure(model, runs["none"])[0]
     costs = memory.planner.measure(memory.planner.layers_of(model), x)
     loss_bytes = base_act - memory.planner.kept_peak(costs)
-    for fraction in PLAN_BUDGETS:
-        plan = memory.plan(model, x, int(fraction * base_act) - loss_bytes, costs)
-        runs[f"plan {fraction:.0%}"] = make_step(model, x, plan)
+    plans = {f"plan {fraction:.0%}": memory.plan(model, x, int(fraction * base_act) - loss_bytes, costs)
+             for fraction in PLAN_BUDGETS}
+    for name, plan in plans.items():
+        runs[name] = make_step(model, x, plan)
     ms = interleaved(runs, repeats, steps)
     mem = {name: measure(model, run) for name, run in runs.items()}
     base_act, base_peak = mem["none"]
@@ -87,6 +90,11 @@ def case(title: str, model: nn.Sequential, x: minigrad.Tensor, repeats: int, ste
         act, peak = mem[name]
         lines.append(f"{name:14}{act / 1e6:12.1f} MB {act / base_act:5.2f}x{peak / 1e6:12.1f} MB "
                      f"{peak / base_peak:5.2f}x{ms[name]:14.0f} {ms[name] / ms['none']:5.2f}x")
+    forward = sum(c.time for c in costs)
+    for name, plan in plans.items():
+        lines.append(f"cost model, {name}: recomputes {plan.extra_time / forward:.2f} forward passes "
+                     f"(layers up to {max(plan.recompute_counts())} times), {plan.extra_time * 1e3:.0f} ms: "
+                     f"predicted {1 + plan.extra_time * 1e3 / ms['none']:.2f}x the step time")
     for name, time_target in ((next(name for name in runs if "sqrt" in name), TIME_TARGET),
                               (f"plan {MEMORY_TARGET:.0%}", PLAN_TIME_TARGET)):
         act_ratio, time_ratio = mem[name][0] / base_act, ms[name] / ms["none"]

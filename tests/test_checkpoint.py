@@ -14,6 +14,7 @@ import minigrad
 from minigrad import nn
 from minigrad.errors import AutogradError
 from minigrad.memory import checkpoint, checkpoint_sequential, track
+from minigrad.memory.checkpoint import checkpoint_modules
 
 
 def mlp(depth: int = 6, width: int = 16) -> nn.Sequential:
@@ -271,3 +272,48 @@ def test_batchnorm_statistics_unlike_torch_count_the_batch_once():
     assert int(t[1].num_batches_tracked) == 2  # PyTorch's recomputation updates them again
     assert int(model[1].num_batches_tracked.item()) == 1
     np.testing.assert_allclose(model[0].weight.grad.numpy(), t[0].weight.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+# -- checkpoint_modules: the parameters known, the first run without a graph ----------------------------
+def modules_runs() -> list:
+    """The whole model as one segment, and its first layer as a segment nested in one of the whole."""
+    return [lambda m, x: checkpoint_modules(m, x, [m]),
+            lambda m, x: checkpoint_modules(lambda h: m[1:](checkpoint_modules(m[0], h, [m[0]])), x, [m])]
+
+
+@pytest.mark.parametrize("build", [mlp, with_dropout, with_batchnorm])
+@pytest.mark.parametrize("requires_grad", [True, False])
+def test_checkpoint_modules_gradients_are_identical(build, requires_grad):
+    assert_same_step(build, minigrad.randn(6, 16 if build is mlp else 8, requires_grad=requires_grad),
+                     modules_runs())
+
+
+def test_checkpoint_modules_first_run_records_no_graph():
+    model, x = mlp(depth=8, width=64), minigrad.randn(256, 64)
+    with track(minigrad.get_default_device()) as mem:
+        y = checkpoint_modules(model, x, [model])
+        assert mem.activations == 256 * 3 * 4  # the output only
+        assert mem.activation_peak <= 3 * 256 * 64 * 4  # a layer's input, output and ReLU mask at most
+    _segment, _input, *params = y.grad_fn.next_functions  # the parameters are the node's inputs
+    assert [e[0].variable for e in params] == list(model.parameters())
+
+
+def test_checkpoint_modules_refuses_a_tensor_it_was_not_given():
+    lin, extra = nn.Linear(3, 3), minigrad.randn(3, requires_grad=True)
+    y = checkpoint_modules(lambda h: lin(h) * extra, minigrad.randn(2, 3), [lin]).sum()
+    with pytest.raises(AutogradError, match=r"shape \(3,\) that requires grad and is neither"):
+        y.backward()
+
+
+def test_checkpoint_modules_gives_second_derivatives():
+    lin = nn.Linear(5, 5, dtype="float64")
+    x = minigrad.randn(3, 5, dtype="float64", requires_grad=True)
+
+    def hvp(run):
+        out = run(x * 1.5)  # a computed input: its second derivative must flow through it
+        gx, gw = minigrad.grad((out ** 2).sum(), [x, lin.weight], create_graph=True)
+        return minigrad.grad(gx.sum() + gw.sum(), [x, lin.weight])
+
+    segment = nn.Sequential(lin, nn.Tanh())
+    for e, g in zip(hvp(segment), hvp(lambda h: checkpoint_modules(segment, h, [segment])), strict=True):
+        np.testing.assert_allclose(e.numpy(), g.numpy(), rtol=1e-12, atol=1e-12)

@@ -59,6 +59,44 @@ def test_plan_keeps_gradients_and_budget(kinds: list[str], fraction: float) -> N
     assert peak <= plan.peak <= budget  # the model rounds up: a dropout mask may be gone sooner
 
 
+@pytest.mark.parametrize("fraction", [0.3, 0.35])
+def test_nested_plans_keep_gradients_and_budget(fraction: float) -> None:
+    """Small budgets nest recomputed ranges: an inner range's backward runs while the outer one's
+    recomputed output is gone (only the chain's output, held by the caller, stays alive)."""
+    model = chain(["linear", "relu"] * 10, 16)
+    x = minigrad.randn(8, 16, dtype=backend.float64)
+    expected, _ = run(model, x, model)
+    costs = memory.planner.measure(layers_of(model), x)
+    plan = memory.plan(model, x, int(fraction * kept_peak(costs)), costs)
+    assert max(plan.recompute_counts()) >= 2
+    grads, peak = run(model, x, plan)
+    for g, e in zip(grads, expected):
+        np.testing.assert_array_equal(g, e)
+    assert peak <= plan.peak <= fraction * kept_peak(costs)
+
+
+def test_layers_that_are_plain_functions() -> None:
+    """A range with a layer that is not a Module is checkpointed the general way (its first run
+    records a graph to find what it reads); gradients are still those of no checkpointing."""
+    model = chain(["linear", "tanh"] * 6, 16)
+    layers = [layer if i % 4 else (lambda h: h.tanh() * 0.5) for i, layer in enumerate(model, 1)]
+    x = minigrad.randn(8, 16, dtype=backend.float64)
+
+    def forward(h: minigrad.Tensor) -> minigrad.Tensor:
+        for layer in layers:
+            h = layer(h)
+        return h
+
+    expected, _ = run(model, x, forward)
+    costs = memory.planner.measure(layers, x)
+    plan = memory.plan(layers, x, 0.6, costs)
+    assert any(n and not isinstance(layers[i], nn.Module) for i, n in enumerate(plan.recompute_counts()))
+    grads, peak = run(model, x, plan)
+    for g, e in zip(grads, expected):
+        np.testing.assert_array_equal(g, e)
+    assert peak <= plan.peak
+
+
 def test_all_kept_prediction_is_the_tracker_figure() -> None:
     model = chain(["linear", "relu", "layernorm", "tanh", "dropout", "linear"], 32)
     x = minigrad.randn(8, 32, dtype=backend.float64)

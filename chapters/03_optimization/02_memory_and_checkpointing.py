@@ -381,14 +381,12 @@ def extra_forwards(r: dict) -> float:
     return r["calls"] / N_BLOCKS - 1
 
 
-rows = {"4 segments (sqrt n)": results[4], "plan 40%": measure_plan(plans[0.4])}
+plan_25 = memory.plan(deep, xd, int(0.25 * plain["peak"]) - loss_bytes, costs)
+rows = {"4 segments (sqrt n)": results[4], "plan 40%": measure_plan(plans[0.4]),
+        "plan 25%": measure_plan(plan_25)}
 for name, r in rows.items():
     print(f"{name:20} memory saved {1 - r['peak'] / plain['peak']:4.0%}, extra block forwards "
           f"{extra_forwards(r):4.0%} of a forward pass, about {extra_forwards(r) / 3:4.0%} of a step")
-try:
-    memory.plan(deep, xd, int(0.25 * plain["peak"]) - loss_bytes, costs)
-except ValueError as e:
-    print("25%:", e)
 
 # %% [markdown]
 # *Compute.* One extra forward pass is about a third of a step when backward costs two forward
@@ -398,11 +396,12 @@ except ValueError as e:
 # *Memory.* $\sqrt{n}$ segments keep about $2\sqrt{n}$ of $n$ block outputs: 50% saved for
 # $n = 16$, 75% only from $n = 64$ on. So "75%" holds for deep chains of equal blocks, not for
 # this one: the planner, recomputing some layers twice, gets to 65% saved for about a third more
-# compute, and no plan at all fits 25% here, since the last block's activations, the saved inputs
-# and the output being recomputed must be alive together. On the 32-block MLP of
-# `bench_memory.py` the planner does fit 25%, for about one extra forward pass (measured 1.3-1.6x
-# the step time on a loaded 2-core machine, more than FLOPs say: the recomputed ReLUs and the
-# extra allocations cost time too).
+# compute, and to 76% for two and a half extra forward passes, recomputing some layers four times:
+# the last savings are the dearest. On the 32-block MLP of `bench_memory.py` the plan for 25%
+# recomputes about one forward pass (measured 1.3-1.4x the step time on a loaded 2-core machine).
+# No plan can do much better there: 25% is room for 10 of its 32 block outputs (1 MiB each), and
+# even were the ReLU masks free, reversing 32 steps with 10 slots takes at least 25 recomputed
+# blocks, 0.78 of a forward pass (the binomial bound of Griewank's *revolve*).
 #
 # **What to remember:** activations, not parameters, fill memory in training; they grow with batch
 # and depth. Measure them (`track`, `summary`) before trading: checkpointing with about

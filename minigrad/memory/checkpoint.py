@@ -37,13 +37,13 @@ from typing import Any, Callable, Sequence
 from minigrad import backend
 from minigrad.autograd import engine
 from minigrad.autograd.function import AccumulateGrad
-from minigrad.autograd.grad_mode import is_grad_enabled
+from minigrad.autograd.grad_mode import is_grad_enabled, no_grad
 from minigrad.backend import cpu
 from minigrad.nn.module import Module
 from minigrad.ops.checkpoint import CheckpointFunction, as_outputs, detached
 from minigrad._tensor import Tensor, _wrap
 
-__all__ = ["CheckpointFunction", "checkpoint", "checkpoint_sequential"]
+__all__ = ["CheckpointFunction", "checkpoint", "checkpoint_modules", "checkpoint_sequential"]
 
 
 def checkpoint(function: Callable, *args: Any, use_reentrant: bool = False, preserve_rng_state: bool = True,
@@ -93,6 +93,26 @@ def checkpoint_sequential(functions: Sequence[Callable] | Module, segments: int,
         input = checkpoint(_Layers(layers[start:end]), input, use_reentrant=use_reentrant,
                            preserve_rng_state=preserve_rng_state)
     return _Layers(layers[end:])(input)
+
+
+def checkpoint_modules(function: Callable, input: Tensor, modules: Sequence[Module],
+                       preserve_rng_state: bool = True) -> Any:
+    """``checkpoint(function, input)`` for a function that reads nothing but its input and the
+    parameters and buffers of ``modules`` (a chain of layers, say): those parameters are known, so
+    no first run recording a graph is needed to find them. The first run is under ``no_grad``, as
+    in the reentrant variant, while gradients travel as in the default one; backward refuses a
+    recomputed graph that reaches any other leaf. ``memory.plan`` runs its recomputed ranges so,
+    each run of a range as cheap as a forward pass without autograd."""
+    if not is_grad_enabled():
+        return function(input)
+    call = _Call(function, (input,), {})
+    inputs = call.take_tensors()
+    seg = _Segment(call, inputs, preserve_rng_state, reentrant=False)
+    seg.modules = list(modules)
+    seg.params = list({id(p): p for m in seg.modules for p in m.parameters() if p.requires_grad}.values())
+    with no_grad():
+        seg.outputs = call(inputs)
+    return CheckpointFunction.apply(seg, *inputs, *seg.params)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,11 @@ deep nets with sublinear memory cost") and Griewank's revolve:
   output, and when backward reaches it, runs again under its own plan, which may recompute inside
   (recursive checkpointing, the multi-level schedule of revolve).
 - A plan's peak is ``max`` over its pieces of (what the pieces before keep + that piece's peak); a
-  recomputed range costs the forward time of its layers once more, plus its own plan's extra.
+  recomputed range costs the forward time of its layers once more, plus its own plan's extra. Each
+  layer runs once with autograd, before its backward; every other run is a recomputed range's,
+  without a graph (``checkpoint_modules`` when its layers are Modules), and that is the time
+  measured. While a range is recomputed, the chain's output is alive (the caller's loss reads it),
+  an enclosing range's recomputed output is not (``minigrad.ops.checkpoint`` drops it).
   ``best[i, j](m)``, the least extra time for ``[i, j)`` within ``m`` bytes, follows from the first
   piece and ``best`` of the rest, for every ``m`` at once (an array over budgets in small units,
   sizes rounded up so that the plan's predicted peak is never below its real one).
@@ -29,7 +33,8 @@ import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 from minigrad import backend
-from minigrad.memory.checkpoint import _Layers, checkpoint
+from minigrad.autograd.grad_mode import no_grad
+from minigrad.memory.checkpoint import _Layers, checkpoint, checkpoint_modules
 from minigrad.memory.tracker import track
 from minigrad.nn.containers import Sequential
 from minigrad.nn.module import Module
@@ -43,7 +48,8 @@ class LayerCost(NamedTuple):
     activations at its worst moment (its output included, its input not), ``kept`` bytes its graph
     holds once its output is dropped (what backward saves, its input included if saved),
     ``input_kept`` of those are its input and ``output_kept`` its output, ``output`` is its
-    output's size (all a recomputed range keeps), ``time`` its forward time (any unit)."""
+    output's size (all a recomputed range keeps), ``time`` its forward time without recording a
+    graph, as a recomputed range reruns it (any unit)."""
 
     peak: int
     kept: int
@@ -68,7 +74,11 @@ class Plan:
             if piece[0] == "keep":
                 x = self.layers[piece[1]](x)
             else:
-                x = checkpoint(_Segment(self.layers, piece[1], piece[2], piece[3]), x)
+                segment = _Segment(self.layers, piece[1], piece[2], piece[3])
+                if all(isinstance(layer, Module) for layer in segment.layers):
+                    x = checkpoint_modules(segment, x, segment.layers)
+                else:
+                    x = checkpoint(segment, x)
         return x
 
     def recompute_counts(self) -> list[int]:
@@ -110,8 +120,8 @@ def layers_of(model: Sequence[Callable] | Module) -> list[Callable]:
 def measure(layers: Sequence[Callable], x: Tensor, repeats: int = 2) -> list[LayerCost]:
     """Run the layers one at a time, each on a copy of the last output cut from the graph (so that
     memory never holds more than one layer's activations), and measure with the memory tracker
-    what each one keeps, and its forward time (the least of ``repeats`` runs). The random state is
-    left as it was, so planning draws no dropout mask of the training run."""
+    what each one keeps, and its forward time without a graph (the least of ``repeats`` runs). The
+    random state is left as it was, so planning draws no dropout mask of the training run."""
     costs = []
     x, start = x.detach(), backend.get_rng_state(x.device)
     with track(x.device):  # one tracker around all: the inner ones need not look for live tensors
@@ -121,7 +131,8 @@ def measure(layers: Sequence[Callable], x: Tensor, repeats: int = 2) -> list[Lay
             for _ in range(repeats):
                 backend.set_rng_state(state, x.device)
                 t0 = time.perf_counter()
-                layer(x)
+                with no_grad():
+                    layer(x)
                 best = min(best, time.perf_counter() - t0)
             backend.set_rng_state(state, x.device)
             x.requires_grad_()
@@ -177,11 +188,15 @@ def kept_peak(costs: Sequence[LayerCost]) -> int:
     return predicted_peak(Plan([], [("keep", i) for i in range(len(costs))], 0, 0.0), costs)
 
 
-def predicted_peak(p: Plan, costs: Sequence[LayerCost]) -> int:
+def predicted_peak(p: Plan, costs: Sequence[LayerCost], top: bool = True) -> int:
     """The activation peak in bytes that the cost model gives for plan ``p``, whose input is held
     (and counted) outside it, as the chain's input and a recomputed range's saved input are; a
-    later piece's input is the output before it, which counts until no piece keeps it."""
+    later piece's input is the output before it, which counts until no piece keeps it. ``top``: ``p``
+    is the whole chain's plan, so the chain's output (held by the caller, who computes a loss from
+    it) is alive whenever backward recomputes one of its ranges; an inner plan's output is not (the
+    recomputation drops it, ``minigrad.ops.checkpoint``)."""
     held_bytes, worst = 0, 0
+    alive = costs[-1].output if top else 0
     for t, piece in enumerate(p.pieces):
         first_held = t == 0
         given = 0 if first_held or piece[1] == 0 else costs[piece[1] - 1].output
@@ -190,8 +205,7 @@ def predicted_peak(p: Plan, costs: Sequence[LayerCost]) -> int:
             worst = max(worst, held_bytes + given + c.peak)
             held_bytes += owned(costs, piece[1], first_held)
         else:
-            # while backward recomputes it, its first output is still alive
-            worst = max(worst, held_bytes + given + costs[piece[2] - 1].output + predicted_peak(piece[3], costs))
+            worst = max(worst, held_bytes + given + alive + predicted_peak(piece[3], costs, top=False))
             held_bytes += given  # a recomputed range keeps its input
     return worst
 
@@ -200,9 +214,10 @@ def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, u
     """The dynamic programme of the module docstring, over budgets in steps of ``budget / units``;
     ``ValueError`` when no plan fits ``budget``.
 
-    Two tables, as in ``predicted_peak``: ``held[i, j]`` for a range whose input is counted
-    outside it (the chain, a recomputed range), ``free[i, j]`` for the rest of a range after its
-    first piece, whose input is the output before it."""
+    As in ``predicted_peak``: ``best[held][i, j]`` for a range whose input is counted outside it (a
+    recomputed range) or not (the rest of a range after its first piece, whose input is the output
+    before it); ``top[held][i]`` for the rest ``[i, n)`` of the chain itself, whose recomputed
+    ranges run while the chain's output is alive."""
     n, xp = len(costs), backend.numpy
     if budget >= kept_peak(costs):  # (the search's rounding up might not see that keeping all fits)
         return Plan(layers, [("keep", i) for i in range(n)], kept_peak(costs), 0.0)
@@ -215,6 +230,7 @@ def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, u
     peak = {True: [size(c.peak) for c in costs],
             False: [size(c.peak + (costs[i - 1].output if i else 0)) for i, c in enumerate(costs)]}
     adds = {h: [size(owned(costs, k, h)) for k in range(n)] for h in (True, False)}
+    alive = size(costs[-1].output)
     clock = xp.concatenate([[0.0], xp.cumsum([c.time for c in costs])])
     budgets = xp.arange(units + 1)
 
@@ -224,9 +240,17 @@ def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, u
             result[..., by:] = values[..., :units + 1 - by]
         return result
 
-    # best[held][i, j, m]: least extra time for layers [i, j) within m units; choice: 0 keeps layer
-    # i, c > 0 recomputes [i, i + c). first[held][i, k]: best[True][i, k] as the first piece of a
-    # range, shifted by the input and output it holds meanwhile.
+    def options(i: int, j: int, held: bool, rest: Any, beside: int) -> Any:
+        """Extra time of each first piece of [i, j) followed by the best plan of the rest (``rest[k]``
+        for [k, j)) for every budget: 0 keeps layer i, c > 0 recomputes [i, i + c) while ``beside``
+        units are alive elsewhere; a range reaching j would take the memory of running its plan inline."""
+        g = 0 if held else given[i]
+        keep = xp.where(budgets >= peak[held][i], shifted(rest[i + 1], adds[held][i]), xp.inf)
+        ks = slice(i + 1, j)
+        return xp.concatenate([keep[None], (clock[ks] - clock[i])[:, None] + shifted(first[held][i, ks], beside)
+                               + shifted(rest[ks], g)])
+
+    # first[held][i, k]: best[True][i, k] as the first piece of a range, shifted by its held input
     best = {h: xp.full((n + 1, n + 1, units + 1), xp.inf) for h in (True, False)}
     choice = {h: xp.zeros((n + 1, n + 1, units + 1), dtype=int) for h in (True, False)}
     first = {h: xp.full((n + 1, n + 1, units + 1), xp.inf) for h in (True, False)}
@@ -236,38 +260,42 @@ def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, u
         for i in range(n - length + 1):
             j = i + length
             for held in (True, False):
-                g = 0 if held else given[i]
-                keep = xp.where(budgets >= peak[held][i], shifted(best[False][i + 1, j], adds[held][i]), xp.inf)
-                # recompute [i, k); one reaching j would take the memory of running its plan inline
-                ks = slice(i + 1, j)
-                options = xp.concatenate([keep[None], (clock[ks] - clock[i])[:, None] + first[held][i, ks]
-                                          + shifted(best[False][ks, j], g)])
-                choice[held][i, j] = xp.argmin(options, axis=0)
-                best[held][i, j] = options[choice[held][i, j], budgets]
+                found = options(i, j, held, best[False][:, j], 0)
+                choice[held][i, j] = xp.argmin(found, axis=0)
+                best[held][i, j] = found[choice[held][i, j], budgets]
             for held in (True, False):
-                first[held][i, j] = shifted(best[True][i, j], (0 if held else given[i]) + given[j])
-    if not xp.isfinite(best[True][0, n, units]):
+                first[held][i, j] = shifted(best[True][i, j], 0 if held else given[i])
+    top = {h: xp.full((n + 1, units + 1), xp.inf) for h in (True, False)}
+    top_choice = {h: xp.zeros((n + 1, units + 1), dtype=int) for h in (True, False)}
+    for h in (True, False):
+        top[h][n] = 0.0
+    for i in reversed(range(n)):
+        for held in (True, False):
+            found = options(i, n, held, top[False], alive)
+            top_choice[held][i] = xp.argmin(found, axis=0)
+            top[held][i] = found[top_choice[held][i], budgets]
+    if not xp.isfinite(top[True][0, units]):
         raise ValueError(f"plan: no plan keeps the activations of these {n} layers within {budget} bytes "
                          f"(its last layer alone needs {costs[-1].peak})")
 
-    def build(i: int, j: int, m: int, held: bool) -> Plan:
+    def build(i: int, j: int, m: int, held: bool, is_top: bool) -> Plan:
         pieces, extra = [], 0.0
         while i < j:
-            option = int(choice[held][i, j, m])
+            option = int(top_choice[held][i, m] if is_top else choice[held][i, j, m])
             if option == 0:
                 pieces.append(("keep", i))
                 m -= adds[held][i]
                 i += 1
             else:
                 g = 0 if held else given[i]
-                inner = build(i, i + option, m - g - given[i + option], True)
+                inner = build(i, i + option, m - g - (alive if is_top else 0), True, False)
                 pieces.append(("recompute", i, i + option, inner))
                 extra += clock[i + option] - clock[i] + inner.extra_time
                 m -= g
                 i += option
             held = False
         result = Plan(layers, pieces, 0, extra)
-        result.peak = predicted_peak(result, costs)
+        result.peak = predicted_peak(result, costs, top=is_top)
         return result
 
-    return build(0, n, units, True)
+    return build(0, n, units, True, True)

@@ -13,12 +13,12 @@ from typing import Any, Iterator
 
 from minigrad import backend
 from minigrad.autograd import engine
-from minigrad.autograd.function import Function
+from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad
 from minigrad.errors import AutogradError
 from minigrad.memory.tracker import recomputation
 from minigrad.ops.movement import reshape
-from minigrad._tensor import Tensor
+from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["CheckpointFunction", "as_outputs", "detached"]
 
@@ -52,12 +52,13 @@ class CheckpointFunction(Function):
         with _replayed_rng(seg.rng_states), _buffers_kept(seg.modules), recomputation(), enable_grad():
             replay = [_replay_input(t, create_graph, seg.reentrant) for t in saved]
             outputs = as_outputs(seg.call(replay))
+        outputs = tuple([_graph_only(o) for o in outputs])  # the recomputed values go now, not after backward
         pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if o.requires_grad and g is not None]
         if seg.reentrant:  # as PyTorch: a nested backward fills the .grad of every leaf it reaches
             for i, (o, g) in enumerate(pairs):
                 engine.backward(o, g, retain_graph=i < len(pairs) - 1)
             return (None, *[t.grad if t.requires_grad else None for t in replay])
-        _check_no_outside_nodes(seg, outputs)
+        _check_no_outside_nodes(seg, outputs, replay)
         wanted = [t for t in replay + seg.params if t.requires_grad]
         grads = iter(engine.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
                                  create_graph=create_graph, allow_unused=True) if pairs else [None] * len(wanted))
@@ -107,16 +108,49 @@ def _replay_input(t: Tensor, create_graph: bool, reentrant: bool) -> Tensor:
     return t if t.grad_fn is None else reshape(t, t.shape)
 
 
-def _check_no_outside_nodes(seg: Any, outputs: tuple) -> None:
+def _check_no_outside_nodes(seg: Any, outputs: tuple, replay: list) -> None:
     """A node of the graph recorded at forward that turns up again in the recomputed graph was made
     outside the segment (the recomputation makes fresh nodes): the segment read a computed tensor it
-    was not given as an argument, and its gradient could not reach that tensor's graph."""
-    for node in engine.topological_order([o.grad_fn for o in outputs if o.grad_fn is not None]):
-        if node in seg.inner:
+    was not given as an argument, and its gradient could not reach that tensor's graph. A segment of
+    modules first run without a graph (``memory.checkpoint.checkpoint_modules``) has no such record;
+    its recomputed graph, up to its inputs, must reach no leaf but its inputs and its parameters."""
+    roots = [o.grad_fn for o in outputs if o.grad_fn is not None]
+    if seg.inner is not None:
+        for node in engine.topological_order(roots):
+            if node in seg.inner:
+                raise AutogradError(
+                    f"checkpoint: the function read a tensor computed outside it (by {node.name()}) without "
+                    "receiving it as an argument, so its gradient cannot flow back; pass it to checkpoint() "
+                    "as an argument")
+        return
+    known = {id(t) for t in replay + seg.params}
+    inputs = {t.grad_fn for t in replay if t.grad_fn is not None}  # aliases (create_graph): outside beyond
+    seen, stack = set(), roots
+    while stack:
+        node = stack.pop()
+        if node in seen or node in inputs:
+            continue
+        seen.add(node)
+        if type(node) is AccumulateGrad and id(node.variable) not in known:
             raise AutogradError(
-                f"checkpoint: the function read a tensor computed outside it (by {node.name()}) without "
-                "receiving it as an argument, so its gradient cannot flow back; pass it to checkpoint() "
-                "as an argument")
+                f"checkpoint: the modules read a tensor of shape {tuple(node.variable.shape)} that requires "
+                "grad and is neither their input nor one of their parameters, so its gradient cannot flow "
+                "back; register it as a parameter, or checkpoint with memory.checkpoint()")
+        stack += [e[0] for e in node.next_functions if e is not None]
+
+
+def _graph_only(t: Tensor) -> Tensor:
+    """A recomputed output as backward needs it: its place in the graph and its shape and dtype, not
+    its values (no backward rule reads an output through the output tensor; an op that needs its
+    output saved its own reference). Dropping the values while backward runs through the segment
+    frees one output's memory at the segment's peak. A leaf stays itself: its gradient is caught at
+    its own node."""
+    if t.grad_fn is None:
+        return t
+    xp = t.device.xp
+    stand_in = _wrap(xp.broadcast_to(xp.zeros((), t.dtype), t.shape), t.device)
+    stand_in.requires_grad, stand_in.grad_fn, stand_in._output_nr = True, t.grad_fn, t._output_nr
+    return stand_in
 
 
 def as_outputs(result: Any) -> tuple:
