@@ -154,7 +154,8 @@ def test_every_update_is_computed_into_its_tensor(make_opt):
     assert writes.into and writes.own_grads
 
 
-@pytest.mark.parametrize("make_opt", [lambda ps: optim.AdamW(ps, lr=0.01), lambda ps: optim.Adam(ps, lr=0.01, amsgrad=True),
+@pytest.mark.parametrize("make_opt", [lambda ps: optim.AdamW(ps, lr=0.01),
+                                      lambda ps: optim.Adam(ps, lr=0.01, amsgrad=True),
                                       lambda ps: optim.Adadelta(ps, lr=0.5)], ids=["adamw", "amsgrad", "adadelta"])
 def test_adam_step_counts_are_tensors_so_a_compiled_step_counts_too(make_opt):
     """Adam's bias corrections change every step: computed from a tensor step count, they are

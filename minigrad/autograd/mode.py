@@ -5,8 +5,8 @@ PyTorch's dispatch modes are: entered with ``with``, kept on a stack of the curr
 told about each op by ``Function.apply`` (``before_op`` may rewrite its arguments, ``after_op``
 sees its outputs), about each backward rule by the engine (``node_backward``), and about the few
 things the core does besides running ops (a new array, an array saved for backward, an in-place
-write, a fresh ``.grad``, an optimizer about to read its Python numbers). With the stack empty an op pays one read of ``current_modes()``: modes cost nothing
-unless they are on. The thread's backward depth, which ``is_backward_running`` answers from, is
+write, a fresh ``.grad``, an optimizer about to read its Python numbers). With the stack empty an
+op pays one read of ``current_modes()``: modes cost nothing unless they are on. The thread's backward depth, which ``is_backward_running`` answers from, is
 kept here too. Both are context variables, which every thread has its own of (and which cost a
 third of a ``threading.local`` attribute to read).
 """

@@ -79,7 +79,8 @@ class Optimizer:
         """The Python numbers a step reads: each group's hyper-parameters and the numbers in the
         per-parameter state (Adam's step count). No op sees them, so ``minigrad.compile`` makes
         them part of a compiled step's signature instead of freezing them."""
-        groups = tuple(tuple((k, v) for k, v in g.items() if k != "params" and _is_number(v)) for g in self.param_groups)
+        groups = tuple(tuple((k, v) for k, v in g.items() if k != "params" and _is_number(v))
+                       for g in self.param_groups)
         state = tuple(tuple((k, v) for k, v in s.items() if _is_number(v)) for s in self.state.values())
         return groups, state
 
