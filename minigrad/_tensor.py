@@ -463,6 +463,18 @@ class Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
+def _zero_grad(t: Tensor, set_to_none: bool) -> None:
+    """What ``zero_grad`` (of a Module or an optimizer) does to one tensor's ``.grad``: drop it
+    (always, for a sparse gradient), or zero it in place, detached from any graph."""
+    if t.grad is None:
+        return
+    if set_to_none or t.grad.is_sparse:
+        t.grad = None
+    else:
+        t.grad = t.grad.detach()
+        t.grad.zero_()
+
+
 def _init(t: Tensor, data: Any, device: Device) -> None:
     t.array, t.device = data, device
     t.requires_grad, t.grad, t.grad_fn = False, None, None

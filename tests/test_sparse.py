@@ -112,6 +112,17 @@ def test_optimizers_apply_sparse_gradients_as_torch(opt, kw):
         np.testing.assert_allclose(e.weight.detach().numpy(), te.weight.detach().numpy(), rtol=1e-12)
 
 
+def test_a_module_zeroes_and_converts_its_sparse_gradients():
+    emb = mg.nn.Embedding(10, 3, sparse=True)
+    emb(mg.tensor([1, 2, 2])).sum().backward()
+    emb.to(mg.float64)  # the values convert, the indices stay int64
+    g = emb.weight.grad
+    assert g.is_sparse and g.dtype == mg.float64 and g.indices().dtype == mg.int64
+    np.testing.assert_array_equal(g.to_dense().numpy().sum(1), [0, 3, 6, 0, 0, 0, 0, 0, 0, 0])
+    emb.zero_grad(set_to_none=False)  # a sparse gradient is dropped, as the optimizers do
+    assert emb.weight.grad is None
+
+
 def test_optimizers_that_cannot_take_sparse_gradients_say_so():
     e = mg.nn.Embedding(4, 2, sparse=True)
     e(mg.tensor([1])).sum().backward()

@@ -107,12 +107,13 @@ class MultiheadAttention(Module):
             if tuple(attn_mask.shape) not in ((L, S), (N * self.num_heads, L, S)):
                 raise ShapeError(f"MultiheadAttention: attn_mask should have shape {(L, S)} or "
                                  f"{(N * self.num_heads, L, S)}, got {tuple(attn_mask.shape)}")
-            mask = F._additive(attn_mask, dtype, "attn_mask", blocked_if_true=True)
+            mask = F._additive(attn_mask, dtype, "MultiheadAttention", "attn_mask", blocked_if_true=True)
         if key_padding_mask is not None:
             if tuple(key_padding_mask.shape) != (N, S):
                 raise ShapeError(f"MultiheadAttention: key_padding_mask should have shape {(N, S)}, "
                                  f"got {tuple(key_padding_mask.shape)}")
-            pad = F._additive(key_padding_mask, dtype, "key_padding_mask", blocked_if_true=True)
+            pad = F._additive(key_padding_mask, dtype, "MultiheadAttention", "key_padding_mask",
+                              blocked_if_true=True)
             pad = pad.reshape(N, 1, 1, S).expand(N, self.num_heads, 1, S).reshape(N * self.num_heads, 1, S)
             mask = pad if mask is None else mask + pad
         return mask

@@ -310,19 +310,22 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: 
     if is_causal:
         xp = q.device.xp
         causal = Tensor(xp.triu(xp.ones(scores.shape[-2:], dtype=bool), 1), device=q.device)
-        scores = scores + _additive(causal, scores.dtype, "is_causal", blocked_if_true=True)
+        scores = scores + _additive(causal, scores.dtype, "scaled_dot_product_attention", "is_causal",
+                                    blocked_if_true=True)
     if mask is not None:
-        scores = scores + _additive(mask, scores.dtype, "attn_mask", blocked_if_true=not allowed_if_true)
+        scores = scores + _additive(mask, scores.dtype, "scaled_dot_product_attention", "attn_mask",
+                                    blocked_if_true=not allowed_if_true)
     weights = dropout(scores.softmax(-1), dropout_p) if dropout_p > 0 else scores.softmax(-1)
     return weights @ v, weights
 
 
-def _additive(mask: Tensor, dtype: Any, name: str, blocked_if_true: bool) -> Tensor:
-    """A mask as something to add to the scores: -inf where a bool mask blocks, a float mask as is."""
+def _additive(mask: Tensor, dtype: Any, op: str, name: str, blocked_if_true: bool) -> Tensor:
+    """A mask as something to add to the scores: -inf where a bool mask blocks, a float mask as is
+    (``op`` and ``name`` say whose argument it is in the error for any other dtype)."""
     if mask.dtype.kind == "b":
         xp = mask.device.xp
         blocked = mask.array if blocked_if_true else ~mask.array
         return Tensor(xp.where(blocked, -math.inf, 0.0).astype(dtype), device=mask.device)
     if mask.dtype.kind != "f":
-        raise DTypeError(f"MultiheadAttention: {name} must be a bool or float tensor, got {mask.dtype}")
+        raise DTypeError(f"{op}: {name} must be a bool or float tensor, got {mask.dtype}")
     return mask.to(dtype)

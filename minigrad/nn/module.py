@@ -19,7 +19,7 @@ from minigrad.autograd.grad_mode import no_grad
 from minigrad.backend import Device
 from minigrad.errors import DTypeError
 from minigrad.hooks import RemovableHandle, add_hook
-from minigrad._tensor import Tensor, _init, parse_to_args
+from minigrad._tensor import Tensor, _init, _zero_grad, parse_to_args
 
 __all__ = ["Module", "Parameter", "RemovableHandle"]
 
@@ -358,13 +358,7 @@ class Module:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad = p.grad.detach()
-                p.grad.zero_()
+            _zero_grad(p, set_to_none)
 
     def _apply(self, convert: Callable[[Tensor], Tensor]) -> Module:
         """Convert every parameter, gradient and buffer by swapping its ``.array`` in place, so an
@@ -373,7 +367,10 @@ class Module:
         for t in tensors:
             new = convert(t)
             t.array, t.device = new.array, new.device
-            if t.grad is not None:
+            if t.grad is not None and t.grad.is_sparse:  # (minigrad.ops.sparse) indices move, values convert
+                g = t.grad
+                t.grad = type(g)(convert(g.indices()).array, convert(g.values()), g.shape, g.is_coalesced())
+            elif t.grad is not None:
                 g = convert(t.grad)
                 t.grad.array, t.grad.device = g.array, g.device
         return self

@@ -174,7 +174,7 @@ class SparseMM(Function):
         values, dense = ctx.saved_tensors
         rows, cols = ctx.indices
         gv = (g[rows] * dense[cols]).sum(1) if ctx.needs_input_grad[0] else None
-        gd = mm(SparseTensor(ctx.indices[::-1].copy(), values, ctx.shape[::-1]), g) if ctx.needs_input_grad[1] else None
+        gd = mm(SparseTensor(ctx.indices, values, ctx.shape).t(), g) if ctx.needs_input_grad[1] else None
         return gv, gd, None, None
 
 

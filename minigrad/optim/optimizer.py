@@ -18,7 +18,7 @@ from minigrad.autograd import mode
 from minigrad.autograd.grad_mode import enable_grad
 from minigrad.errors import ArgumentError
 from minigrad.creation import tensor
-from minigrad._tensor import Tensor
+from minigrad._tensor import Tensor, _zero_grad
 
 
 class Optimizer:
@@ -57,11 +57,7 @@ class Optimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         for group in self.param_groups:
             for p in group["params"]:
-                if set_to_none or (p.grad is not None and p.grad.is_sparse):  # a sparse grad is dropped
-                    p.grad = None
-                elif p.grad is not None:
-                    p.grad = p.grad.detach()
-                    p.grad.zero_()
+                _zero_grad(p, set_to_none)
 
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
         raise NotImplementedError(f"{type(self).__name__} does not implement step()")
