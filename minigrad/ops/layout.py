@@ -94,10 +94,6 @@ def is_channels_last(a) -> bool:
     return a.ndim == 4 and not a.flags.c_contiguous and _dense_in_order(a.shape, array_strides(a), channels_last.order)
 
 
-def suggest_memory_format(x: Tensor) -> MemoryFormat:
-    """``channels_last`` for a 4-D tensor stored that way (and not also row-major), else contiguous."""
-    return channels_last if is_channels_last(x.array) else contiguous_format
-
 
 # -- changing the layout -----------------------------------------------------------------------------
 class ToChannelsLast(Op):

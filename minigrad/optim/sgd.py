@@ -61,7 +61,7 @@ class SGD(Optimizer):
         if group["weight_decay"]:
             raise ArgumentError("SGD: weight_decay is not supported with sparse gradients (it would update "
                                 f"every row); got weight_decay={group['weight_decay']}")
-        g = -p.grad if group["maximize"] else p.grad
+        g = self._descent_gradient(p, group)
         mu = group["momentum"]
         if mu:
             state = self.state[p]

@@ -180,10 +180,11 @@ class HistogramObserver(_Observer):
         for mass in np.arange(0.001, 0.5, 0.001) * total:  # trim the cheaper tail a little more each time
             na = int(np.searchsorted(cdf, mass))
             nb = int(np.searchsorted(cdf, total - mass)) + 1
-            a, b = min(((na, b), (a, nb)), key=lambda ab: error(*ab) if ab[0] < ab[1] else math.inf)
+            candidates = [(error(*ab) if ab[0] < ab[1] else math.inf, ab) for ab in ((na, b), (a, nb))]
+            e, (a, b) = min(candidates, key=lambda c: c[0])  # each error computed once
             if a >= b:
                 break
-            if error(a, b) < best:
-                best, kept = error(a, b), (a, b)
+            if e < best:
+                best, kept = e, (a, b)
         a, b = kept
         return np.asarray(edges[a]), np.asarray(edges[b])

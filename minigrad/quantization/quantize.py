@@ -12,7 +12,8 @@ activations get their grid when they arrive.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Iterable
+import itertools
+from typing import Callable, Iterable
 
 from minigrad.nn import LSTM, Identity, Linear, Module
 from minigrad.quantization.modules import (DeQuantStub, DynamicQuantizedLinear, DynamicQuantizedLSTM, QConfig,
@@ -91,7 +92,4 @@ def quantize_dynamic(model: Module, qconfig_spec: Iterable[type] = (Linear, LSTM
 
 def model_size(model: Module) -> int:
     """Bytes of every parameter and buffer (what a state_dict file holds, less its small header)."""
-    seen: dict[int, Any] = {}
-    for t in list(model.parameters()) + list(model.buffers()):
-        seen[id(t)] = t.array.nbytes
-    return sum(seen.values())
+    return sum(t.array.nbytes for t in itertools.chain(model.parameters(), model.buffers()))
