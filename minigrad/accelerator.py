@@ -12,8 +12,7 @@ from minigrad.backend import Device
 __all__ = ["current_accelerator", "device_count", "is_available"]
 
 
-def is_available() -> bool:
-    return cuda.is_available()
+is_available = cuda.is_available
 
 
 def current_accelerator(check_available: bool = False) -> Device | None:
@@ -21,5 +20,4 @@ def current_accelerator(check_available: bool = False) -> Device | None:
     return Device("cuda") if cuda.is_available() else None
 
 
-def device_count() -> int:
-    return cuda.device_count() if cuda.is_available() else 0
+device_count = cuda.device_count  # 0 without cupy or a GPU

@@ -226,19 +226,22 @@ class CachingAllocator:
         cannot be given back and serves only requests that fit in its pieces. ``fragmentation``
         is ``1 - largest free block / free bytes`` (0: all free memory in one piece).
         """
-        self._free_dead()
-        free = [b.size for b in self.blocks() if not b.allocated]
-        partly_used = {b.segment.id for b in self.blocks() if b.allocated}
-        split = sum(b.size for b in self.blocks() if not b.allocated and b.segment.id in partly_used)
+        with self._lock:  # one consistent walk of the blocks, which other threads may be relinking
+            self._free_dead()
+            blocks = self.blocks()
+            free = [b.size for b in blocks if not b.allocated]
+            partly_used = {b.segment.id for b in blocks if b.allocated}
+            split = [b.size for b in blocks if not b.allocated and b.segment.id in partly_used]
+            active = len(blocks) - len(free)
         return {
             "allocated_bytes.all.current": self.allocated,
             "allocated_bytes.all.peak": self.peak_allocated,
             "requested_bytes.all.current": self.requested,
             "reserved_bytes.all.current": self.reserved,
             "reserved_bytes.all.peak": self.peak_reserved,
-            "active.all.current": sum(1 for b in self.blocks() if b.allocated),
-            "inactive_split.all.current": sum(1 for b in self.blocks() if not b.allocated and b.segment.id in partly_used),
-            "inactive_split_bytes.all.current": split,
+            "active.all.current": active,
+            "inactive_split.all.current": len(split),
+            "inactive_split_bytes.all.current": sum(split),
             "cached_blocks": len(free),
             "cached_bytes": sum(free),
             "segment.all.current": len(self.segments),

@@ -35,6 +35,11 @@ def test_matches_torch_on_meta():
     assert lin.weight.shape == tuple(tlin.weight.shape) and lin.weight.device.type == tlin.weight.device.type
 
 
+def test_indexing_by_a_meta_index_tensor_gives_the_shape():
+    x = mg.empty(3, 4, device="meta")
+    assert x[mg.zeros(2, 5, dtype=mg.int64, device="meta")].shape == (2, 5, 4)  # no values to range-check
+
+
 def test_shape_errors_and_values_are_refused_clearly():
     a, b = mg.empty(2, 3, device="meta"), mg.empty(4, 5, device="meta")
     with pytest.raises(ShapeError):

@@ -19,6 +19,7 @@ from minigrad.autograd import mode  # autocast casts mixed dtypes itself
 from minigrad.errors import DTypeError, ShapeError
 from minigrad import allocator as pool  # im2col's columns, the largest temporary of a conv step
 from minigrad.ops.elementwise import Op
+from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.layout import is_channels_last
 from minigrad._tensor import Tensor
 
@@ -173,7 +174,7 @@ class Conv2dWeight(Op):
     """The weight gradient of ``Conv2d``: correlate the input's windows with the output gradient."""
 
     kind = "matmul"
-    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
+    onnx_refused = GRADIENT_OP
     autocast = "low"
 
     @staticmethod

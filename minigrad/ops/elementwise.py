@@ -15,7 +15,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.autograd.function import Function
 from minigrad.errors import ArgumentError, DTypeError
-from minigrad.ops.op import Op, same_value
+from minigrad.ops.op import GRADIENT_OP, Op, same_value
 from minigrad._tensor import Tensor, _wrap
 
 __all__ = [
@@ -306,7 +306,7 @@ class TanhBackward(Op):
     """``g * (1 - y*y)`` in one op instead of three; differentiable again for higher orders."""
 
     kind = "elementwise"
-    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
+    onnx_refused = GRADIENT_OP
     cpu = "multiply({1}, {1}, out={o}); subtract(1, {o}, out={o}); multiply({0}, {o}, out={o})"
     cuda = "{0} * (({T})1 - {1} * {1})"
     c = cuda  # the same expression is C
@@ -346,7 +346,7 @@ class SigmoidBackward(Op):
     """``g * y * (1 - y)`` in one op; differentiable again for higher orders."""
 
     kind = "elementwise"
-    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
+    onnx_refused = GRADIENT_OP
     cpu = "multiply({0}, {1}, out={o}); subtract(1, {1}, out={t}); multiply({o}, {t}, out={o})"
     cuda = "{0} * {1} * (({T})1 - {1})"
     c = cuda  # the same expression is C

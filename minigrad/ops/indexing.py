@@ -16,7 +16,9 @@ from typing import Any
 from minigrad import backend
 from minigrad.autograd import grad_mode
 from minigrad.errors import DeviceError, ShapeError
+from minigrad.meta import MetaArray
 from minigrad.ops.elementwise import Op, cast
+from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.inplace import inplace
 from minigrad._tensor import Tensor, _dim
 
@@ -103,7 +105,7 @@ class ScatterIndex(Op):
     """zeros(shape) with ``g`` added at ``index``: GetItem's backward (and GetItem is its own)."""
 
     kind = "movement"
-    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
+    onnx_refused = GRADIENT_OP
 
     @staticmethod
     def forward(ctx, g, shape, index):
@@ -169,7 +171,7 @@ def _to_array(item: Any, x: Tensor, op: str) -> Any:
 
 
 def _check_range(arr: Any, size: int, dim: int, op: str, index: Any, shape: tuple, negative: bool = True) -> None:
-    if arr.size == 0:
+    if arr.size == 0 or isinstance(arr, MetaArray):  # a meta index has no values to check (as in torch)
         return
     lo, hi = int(arr.min()), int(arr.max())
     if hi >= size or lo < (-size if negative else 0):

@@ -86,7 +86,7 @@ def _arithmetic_in_place(t: Tensor, fn: Callable, args: tuple) -> bool:
         return False
     shape = getattr(other, "shape", ())
     try:
-        if backend.numpy.broadcast_shapes(shape, t.shape) != t.shape:  # shapes are host tuples
+        if backend.numpy.broadcast_shapes(shape, t.array.shape) != t.array.shape:  # host tuples, not Sizes
             return False
     except ValueError:
         return False  # the general path raises the ShapeError

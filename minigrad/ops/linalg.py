@@ -60,7 +60,8 @@ class Linear(Op):
 
 def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     """``x @ w.T + b`` for x (..., in), w (out, in), b (out,): the affine map of ``nn.Linear``."""
-    if x.shape[-1:] != w.shape[-1:] or w.ndim != 2 or (b is not None and b.shape != w.shape[:1]):
+    xs, ws = x.array.shape, w.array.shape  # the arrays' tuples: a Size is slower to build and index
+    if xs[-1:] != ws[-1:] or w.ndim != 2 or (b is not None and b.array.shape != ws[:1]):
         raise ShapeError(
             f"linear: input of shape {tuple(x.shape)} does not fit weight {tuple(w.shape)}"
             + (f" and bias {tuple(b.shape)}" if b is not None else "")

@@ -81,6 +81,10 @@ class Op(Function):
     compose: Callable[[dict, dict], dict] | None = None  # (inner attrs, outer attrs) -> one op's attrs
 
 
+# why an op that exists only in backward graphs has no ONNX translation (its ``onnx_refused``)
+GRADIENT_OP = "a gradient op (it appears in backward graphs; export takes inference graphs)"
+
+
 def same_value(b: Any, node: Any, a: Any, *_: Any) -> Any:
     """An ONNX emitter for ops whose value is their input's in an inference graph (a copy, dropout)."""
     return a

@@ -13,6 +13,7 @@ import math
 from minigrad.errors import ShapeError
 from minigrad.ops.conv import Geometry, IntPair, _check_image, _offsets, _pad, _pair, _windows
 from minigrad.ops.elementwise import Op
+from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.layout import is_channels_last
 from minigrad._tensor import Tensor
 
@@ -70,7 +71,7 @@ class WindowScatter(Op):
     """Send each value to the element ``idx`` of its window (overlapping windows add up)."""
 
     kind = "movement"
-    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
+    onnx_refused = GRADIENT_OP
 
     @staticmethod
     def forward(ctx, y, idx, g, hw):
@@ -93,7 +94,7 @@ class WindowGather(Op):
     """The adjoint of ``WindowScatter``: out[n, c, i, j] = element ``idx`` of window (i, j)."""
 
     kind = "movement"
-    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
+    onnx_refused = GRADIENT_OP
 
     @staticmethod
     def forward(ctx, x, idx, g):
@@ -140,7 +141,7 @@ class WindowSpread(Op):
     """The adjoint of ``WindowSum``: add each value to every element of its window."""
 
     kind = "movement"
-    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
+    onnx_refused = GRADIENT_OP
 
     @staticmethod
     def forward(ctx, y, g, hw):

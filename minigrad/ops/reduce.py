@@ -15,6 +15,7 @@ from typing import NamedTuple
 from minigrad import backend
 from minigrad.errors import DeviceError, DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, _floating, _not_bool, cast, exp, sqrt, where
+from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.movement import broadcast_to, reshape
 from minigrad._tensor import Tensor, _dim, _wrap
 
@@ -113,7 +114,7 @@ class Sum(Op):
 
 class SumTo(Op):
     kind = "reduction"
-    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
+    onnx_refused = GRADIENT_OP
 
     @staticmethod
     def forward(ctx, a, shape):

@@ -15,6 +15,7 @@ from minigrad import backend
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.compare import ne
 from minigrad.ops.elementwise import Op, cast, exp, where
+from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.movement import broadcast_to, reshape
 from minigrad.ops.reduce import _axes, sum
 from minigrad._tensor import Tensor
@@ -129,7 +130,7 @@ class Place(Op):
     """The adjoint of ``Pick``: zeros of shape (N, C, ...) holding ``g[n, ...]`` at class ``t[n, ...]``."""
 
     kind = "movement"
-    onnx_refused = "a gradient op (it appears in backward graphs; export takes inference graphs)"
+    onnx_refused = GRADIENT_OP
 
     @staticmethod
     def forward(ctx, g, t, classes):
