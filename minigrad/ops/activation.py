@@ -21,7 +21,6 @@ class Relu(Op):
     kind = "elementwise"
     cpu = "maximum({0}, 0, out={o})"
     cuda = "({0} > ({T})0 || {0} != {0}) ? {0} : ({T})0"
-    c = cuda  # the same expression is C
     onnx = "Relu"
 
     @staticmethod
@@ -39,7 +38,6 @@ class Relu(Op):
 class LeakyRelu(Op):
     kind = "elementwise"
     cuda = "{0} > ({T})0 ? {0} : ({T})({0} * {1})"
-    c = cuda  # the same expression is C
 
     @staticmethod
     def onnx(b, node, a, slope): return b.add("LeakyRelu", [a], alpha=float(slope))
@@ -57,7 +55,6 @@ class LeakyRelu(Op):
 class Softplus(Op):
     kind = "elementwise"
     cuda = "{0} * {1} > {2} ? {0} : ({T})(log1p(exp({0} * {1})) / {1})"
-    c = cuda  # the same expression is C
     autocast = "fp32"
 
     @staticmethod
@@ -109,7 +106,6 @@ class Hardswish(Op):
     kind = "elementwise"
     cpu = "add({0}, 3, out={o}); clip({o}, 0, 6, out={o}); multiply({0}, {o}, out={o}); divide({o}, 6, out={o})"
     cuda = "{0} * ({0} + ({T})3 < ({T})0 ? ({T})0 : {0} + ({T})3 > ({T})6 ? ({T})6 : {0} + ({T})3) / ({T})6"
-    c = cuda  # the same expression is C
 
     @staticmethod
     def forward(ctx, a):
@@ -148,7 +144,6 @@ def gelu(x, approximate: str = "none"):
 class Gelu(Op):
     kind = "elementwise"
     cuda = "({T})0.5 * {0} * (({T})1 + erf({0} * ({T})0.7071067811865476))"
-    c = cuda  # the same expression is C
 
     @staticmethod
     def onnx(b, node, a):
@@ -174,7 +169,6 @@ class Gelu(Op):
 class Erf(Op):
     kind = "elementwise"
     cuda = "erf({0})"
-    c = cuda  # the same expression is C
     onnx = "Erf"
 
     @staticmethod

@@ -23,7 +23,6 @@ def _compare(ufunc_name: str, c_operator: str, onnx: Any):
         kind = "elementwise"
         cpu = ufunc_name + "({0}, {1}, out={o})"
         cuda = "{0} " + c_operator + " {1}"
-        c = cuda  # the same expression is C
 
         @staticmethod
         def forward(ctx, a, b): return getattr(ctx.xp, ufunc_name)(a, b)
@@ -50,7 +49,6 @@ class LogicalNot(Op):
     kind = "elementwise"
     cpu = "logical_not({0}, out={o})"
     cuda = "!{0}"
-    c = cuda  # the same expression is C
     onnx = "Not"
 
     @staticmethod

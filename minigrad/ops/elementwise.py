@@ -36,7 +36,6 @@ class Add(Op):
     kind = "elementwise"
     ufunc = "add"
     cuda = "{0} + {1}"
-    c = cuda  # the same expression is C
     onnx = "Add"
     unit = (0, (0, 1))
 
@@ -50,7 +49,6 @@ class Sub(Op):
     kind = "elementwise"
     ufunc = "subtract"
     cuda = "{0} - {1}"
-    c = cuda  # the same expression is C
     onnx = "Sub"
     unit = (0, (1,))
 
@@ -64,7 +62,6 @@ class Mul(Op):
     kind = "elementwise"
     ufunc = "multiply"
     cuda = "{0} * {1}"
-    c = cuda  # the same expression is C
     onnx = "Mul"
     unit = (1, (0, 1))
 
@@ -85,7 +82,6 @@ class Div(Op):
     kind = "elementwise"
     ufunc = "divide"
     cuda = "{0} / {1}"
-    c = cuda  # the same expression is C
     onnx = "Div"
     unit = (1, (1,))
 
@@ -106,7 +102,6 @@ class Neg(Op):
     kind = "elementwise"
     cpu = "negative({0}, out={o})"
     cuda = "-{0}"
-    c = cuda  # the same expression is C
     onnx = "Neg"
     involution = True
 
@@ -120,7 +115,6 @@ class Pow(Op):
     kind = "elementwise"
     cpu = "power({0}, {1}, out={o})"
     cuda = "pow({0}, {1})"
-    c = cuda  # the same expression is C
     cuda_kinds = "f"  # C has no integer pow: integer powers run as their own op
     onnx = "Pow"
     autocast = "fp32"
@@ -148,7 +142,6 @@ class Exp(Op):
     kind = "elementwise"
     cpu = "exp({0}, out={o})"
     cuda = "exp({0})"
-    c = cuda  # the same expression is C
     onnx = "Exp"
     autocast = "fp32"
 
@@ -169,7 +162,6 @@ class Log(Op):
     kind = "elementwise"
     cpu = "log({0}, out={o})"
     cuda = "log({0})"
-    c = cuda  # the same expression is C
     onnx = "Log"
     autocast = "fp32"
 
@@ -189,7 +181,6 @@ class Sqrt(Op):
     kind = "elementwise"
     cpu = "sqrt({0}, out={o})"
     cuda = "sqrt({0})"
-    c = cuda  # the same expression is C
     onnx = "Sqrt"
 
     @staticmethod
@@ -206,7 +197,6 @@ class Rsqrt(Op):
     kind = "elementwise"
     cpu = "sqrt({0}, out={o}); divide(1, {o}, out={o})"
     cuda = "({T})1 / sqrt({0})"
-    c = cuda  # the same expression is C
     autocast = "fp32"
 
     @staticmethod
@@ -230,7 +220,6 @@ class Abs(Op):
     @staticmethod
     def cuda(args, T, out_type): return f"{'fabs' if T in ('float', 'double', 'float16') else 'abs'}({args[0]})"
 
-    c = cuda  # the same expression is C
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
@@ -243,8 +232,7 @@ class Abs(Op):
 class Sign(Op):
     kind = "elementwise"
     cpu = "sign({0}, out={o})"
-    cuda = "({T})(({0} > ({T})0) - ({0} < ({T})0))"
-    c = "({0} != {0}) ? {0} : ({T})(({0} > ({T})0) - ({0} < ({T})0))"  # NaN stays NaN
+    cuda = "({0} != {0}) ? {0} : ({T})(({0} > ({T})0) - ({0} < ({T})0))"  # NaN stays NaN, as numpy's sign
     onnx = "Sign"
 
     @staticmethod
@@ -257,7 +245,6 @@ class Sin(Op):
     kind = "elementwise"
     cpu = "sin({0}, out={o})"
     cuda = "sin({0})"
-    c = cuda  # the same expression is C
     onnx = "Sin"
 
     @staticmethod
@@ -273,7 +260,6 @@ class Cos(Op):
     kind = "elementwise"
     cpu = "cos({0}, out={o})"
     cuda = "cos({0})"
-    c = cuda  # the same expression is C
     onnx = "Cos"
 
     @staticmethod
@@ -289,7 +275,6 @@ class Tanh(Op):
     kind = "elementwise"
     cpu = "tanh({0}, out={o})"
     cuda = "tanh({0})"
-    c = cuda  # the same expression is C
     onnx = "Tanh"
 
     @staticmethod
@@ -309,7 +294,6 @@ class TanhBackward(Op):
     onnx_refused = GRADIENT_OP
     cpu = "multiply({1}, {1}, out={o}); subtract(1, {o}, out={o}); multiply({0}, {o}, out={o})"
     cuda = "{0} * (({T})1 - {1} * {1})"
-    c = cuda  # the same expression is C
 
     @staticmethod
     def forward(ctx, g, y):
@@ -328,7 +312,6 @@ class Sigmoid(Op):
     kind = "elementwise"
     cpu = "multiply(0.5, {0}, out={o}); tanh({o}, out={o}); multiply(0.5, {o}, out={o}); add(0.5, {o}, out={o})"
     cuda = "({T})0.5 + ({T})0.5 * tanh(({T})0.5 * {0})"
-    c = cuda  # the same expression is C
     onnx = "Sigmoid"
 
     @staticmethod
@@ -349,7 +332,6 @@ class SigmoidBackward(Op):
     onnx_refused = GRADIENT_OP
     cpu = "multiply({0}, {1}, out={o}); subtract(1, {1}, out={t}); multiply({o}, {t}, out={o})"
     cuda = "{0} * {1} * (({T})1 - {1})"
-    c = cuda  # the same expression is C
 
     @staticmethod
     def forward(ctx, g, y):
@@ -374,7 +356,6 @@ class Clamp(Op):
         x = x if lo == "None" else f"({x} < {lo} ? {lo} : {x})"
         return x if hi == "None" else f"({x} > {hi} ? {hi} : {x})"
 
-    c = cuda  # the same expression is C
     @staticmethod
     def onnx(b, node, a, lo, hi):
         return b.add("Clip", [a] + ["" if v is None else b.scalar(v, node.dtype) for v in (lo, hi)])
@@ -392,7 +373,6 @@ class Maximum(Op):
     kind = "elementwise"
     cpu = "maximum({0}, {1}, out={o})"
     cuda = "({0} > {1} || {0} != {0}) ? {0} : {1}"  # NaN propagates, as in numpy
-    c = cuda  # the same expression is C
     onnx = "Max"
 
     @staticmethod
@@ -414,7 +394,6 @@ class Minimum(Op):
     kind = "elementwise"
     cpu = "minimum({0}, {1}, out={o})"
     cuda = "({0} < {1} || {0} != {0}) ? {0} : {1}"
-    c = cuda  # the same expression is C
     onnx = "Min"
 
     @staticmethod
@@ -433,7 +412,6 @@ class Where(Op):
     kind = "elementwise"
     cpu = "copyto({o}, {2}); copyto({o}, {1}, where={0})"
     cuda = "{0} ? {1} : {2}"
-    c = cuda  # the same expression is C
 
     @staticmethod
     def onnx(b, node, c, x, y): return b.add("Where", [c, b.operand(x, node.dtype), b.operand(y, node.dtype)])
@@ -462,7 +440,6 @@ class Cast(Op):
     @staticmethod
     def cuda(args, T, out_type): return f"({out_type}){args[0]}"
 
-    c = cuda  # the same expression is C
     @staticmethod
     def onnx(b, node, a, dtype): return b.add("Cast", [a], to=b.onnx_dtype(node.dtype))
 
@@ -481,7 +458,6 @@ class Clone(Op):
     kind = "elementwise"
     cpu = "copyto({o}, {0})"
     cuda = "{0}"
-    c = cuda  # the same expression is C
     onnx = staticmethod(same_value)
 
     @staticmethod

@@ -27,7 +27,8 @@ exports and autocasts with no edit anywhere else.
 ``c``
     The C expression of the op for compiled CPU kernels, in the same form as ``cuda`` (``{T}``:
     ``float`` or ``double``; math functions are ``<tgmath.h>``'s, so ``tanh`` of a float is ``tanhf``);
-    see ``minigrad.graph.codegen.c``. Where the CUDA expression is plain C, ``c = cuda``.
+    see ``minigrad.graph.codegen.c``. Only where the CUDA expression is not plain C: without a
+    ``c``, C kernels use ``cuda`` (``c_expression``).
     ``c_reduce``: a reduction's ``(update, identity, final)`` over the reduced elements, ``{a}``
     the accumulator (a double), ``{x}`` an element, ``{n}`` their count: ``("{a} + {x}", "0", "{a} / {n}")``.
 ``onnx``
@@ -83,6 +84,12 @@ class Op(Function):
 
 # why an op that exists only in backward graphs has no ONNX translation (its ``onnx_refused``)
 GRADIENT_OP = "a gradient op (it appears in backward graphs; export takes inference graphs)"
+
+
+def c_expression(fn: Any) -> str | Callable[..., str] | None:
+    """The C expression of op class ``fn``: its ``c``, or else its ``cuda``, which is C too."""
+    c = getattr(fn, "c", None)
+    return c if c is not None else getattr(fn, "cuda", None)
 
 
 def same_value(b: Any, node: Any, a: Any, *_: Any) -> Any:

@@ -41,6 +41,7 @@ from minigrad.graph.codegen import cc, cpu
 from minigrad.graph.codegen.program import Program, program
 from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
+from minigrad.ops.op import c_expression
 
 __all__ = ["CKernel", "KernelWarning", "generate", "unsupported"]
 
@@ -137,7 +138,7 @@ def unsupported(prog: Program, rows: tuple | None = None) -> str | None:
     for n in prog.ops:
         if op_kind(n) == "reduction" and getattr(n.fn, "c_reduce", None) is not None:
             continue
-        if op_kind(n) != "elementwise" or getattr(n.fn, "c", None) is None or n.meta.get("kwargs"):
+        if op_kind(n) != "elementwise" or c_expression(n.fn) is None or n.meta.get("kwargs"):
             return f"{n.op} declares no C expression"
         if any(k not in (TENSOR_ARG, ARRAY_ARG) and not _is_scalar(n.attrs[k]) for k in n.meta["args"]):
             return f"{n.op} has a constant argument C cannot spell"
@@ -368,7 +369,7 @@ def _expression(node: Node, value: dict[Node, str]) -> str:
     ctype = _ctype(node.inputs[0]) if node.inputs and node.inputs[0].dtype.kind != "b" else _ctype(node)
     args = [value[next(inputs)] if k in (TENSOR_ARG, ARRAY_ARG) else _literal(node.attrs[k], ctype)
             for k in node.meta["args"]]
-    expr = node.fn.c
+    expr = c_expression(node.fn)
     return expr.format(*args, T=ctype) if isinstance(expr, str) else expr(args, ctype, _ctype(node))
 
 
