@@ -47,13 +47,14 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_module: Any = None, p
     ``io.BytesIO`` (as ``torch.save``). A path ending in ``.safetensors`` takes a flat
     ``{name: Tensor}`` state dict in that format. The pickle arguments are accepted so that torch
     calls run unchanged, and unused: minigrad writes arrays and JSON, never a pickle."""
-    if hasattr(f, "write"):
-        f.write(_checkpoint_bytes(obj))
+    if hasattr(f, "write"):  # written in one piece, so the stream need not be seekable
+        buf = io.BytesIO()
+        _write_checkpoint(obj, buf)
+        f.write(buf.getbuffer())
         return
     if str(f).endswith(".safetensors"):
         return mapped.save_safetensors(obj, f)
     path = Path(f)
-    data = _checkpoint_bytes(obj)
     folder = path.parent
     _remove_stale_temporaries(path)
     tmp = folder / f"{path.name}.{_TMP_TAG}.{secrets.token_hex(4)}.tmp"
@@ -61,7 +62,7 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_module: Any = None, p
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(data)
+            _write_checkpoint(obj, out)  # straight into the file: no second copy of it in memory
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -71,9 +72,9 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_module: Any = None, p
         raise
 
 
-def _checkpoint_bytes(obj: Any) -> bytes:
-    """The checkpoint of ``obj``: a zip of one .npy member per array (each aligned for ``mmap``)
-    and the JSON metadata."""
+def _write_checkpoint(obj: Any, out: BinaryIO) -> None:
+    """Write the checkpoint of ``obj`` into the seekable binary file ``out``: a zip of one .npy
+    member per array (each aligned for ``mmap``) and the JSON metadata."""
     ### BEGIN SOLUTION chapter 01: saving a checkpoint
     arrays: list[numpy.ndarray] = []
     tree = _encode(obj, arrays, "obj")
@@ -89,12 +90,10 @@ def _checkpoint_bytes(obj: Any) -> bytes:
         "tree": tree,
         "sha256": [hashlib.sha256(b).hexdigest() for b in buffers],
     }
-    out = io.BytesIO()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as z:
         for i, b in enumerate(buffers):
             z.writestr(mapped.aligned_member(f"arr_{i}.npy", out.tell()), b)
         z.writestr(_META, json.dumps(meta))
-    return out.getvalue()
     ### END SOLUTION
 
 
