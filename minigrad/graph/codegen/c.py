@@ -38,7 +38,7 @@ from typing import Any
 
 from minigrad.backend import cpu as _cpu_device
 from minigrad.graph.codegen import cc, cpu
-from minigrad.graph.codegen.program import Program, program
+from minigrad.graph.codegen.program import Program
 from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 from minigrad.ops.op import c_expression
@@ -68,8 +68,9 @@ class CKernel:
 
     def __init__(self, prog: Program, source: str, leaves: list[int], fallback: cpu.CpuKernel) -> None:
         self.name, self.source, self.fallback, self.ops = prog.name, source, fallback, fallback.ops
-        self._prog, self._leaves = prog, leaves
+        self._leaves = leaves
         self._anchor = cpu.NodeForward(prog.anchor) if prog.anchor is not None else None
+        self._anchor_args = [prog.inputs.index(i) for i in prog.anchor.inputs] if prog.anchor is not None else []
         self._types = [str(prog.inputs[k].dtype) for k in leaves] + (
             [str(prog.anchor.dtype)] if prog.anchor is not None else [])
         self._shape, self._dtype = tuple(prog.root.shape), xp.dtype(str(prog.root.dtype))
@@ -82,7 +83,7 @@ class CKernel:
             return self.fallback(*arrays, out=out)
         ins = [arrays[k] for k in self._leaves]
         if self._anchor is not None:
-            ins.append(self._anchor(*[arrays[self._prog.inputs.index(i)] for i in self._prog.anchor.inputs]))
+            ins.append(self._anchor(*[arrays[k] for k in self._anchor_args]))
         ins = [xp.ascontiguousarray(x, dtype=t) for x, t in zip(ins, self._types)]
         target = out if out is not None and self._writable(out, ins) else None
         if target is None:
@@ -153,12 +154,8 @@ def unsupported(prog: Program, rows: tuple | None = None) -> str | None:
 
 def generate(group: Graph) -> CKernel | cpu.CpuKernel:
     """The C kernel of a fused group (compiled on its first call), or the numpy one (``unsupported``)."""
-    fallback = cpu.generate(group)
-    prog = program(group)
-    rows = cpu.rows_shape(prog)
-    if rows:  # the root reduction is one more step of each row
-        prog = prog._replace(ops=prog.ops + [prog.reduction] * (prog.reduction is not None), reduction=None,
-                             shape=rows)
+    prog, rows = cpu.row_program(group)
+    fallback = cpu.generate_program(prog, rows)
     if unsupported(prog, rows) is not None:
         return fallback
     names = {p: f"x{k}" for k, p in enumerate(prog.inputs)}
@@ -197,7 +194,7 @@ def _flat(prog: Program, params: list[Node], names: dict[Node, str]) -> list[str
 def _assign(n: Node, value: dict[Node, str]) -> str:
     """``float v7 = <n's expression>;  // %7 Tanh``, naming n's value ``v7`` in ``value``."""
     expr = _expression(n, value)
-    value[n] = "v" + re.sub(r"\W", "_", n.name.lstrip("%"))
+    value[n] = "v" + _short(n)
     return f"{_ctype(n)} {value[n]} = {expr};  // {n.name} {n.op}"
 
 

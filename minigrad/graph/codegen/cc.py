@@ -65,9 +65,10 @@ def cache_dir() -> Path:
     return Path(root) / "kernels"
 
 
-def library_path(source: str) -> Path:
-    """Where the library built from ``source`` by this compiler with these flags is cached."""
-    key = hashlib.sha256("\0".join([source, compiler() or "", *FLAGS, *LIBS]).encode()).hexdigest()[:24]
+def library_path(source: str, cc: str | None = None) -> Path:
+    """Where the library built from ``source`` by compiler ``cc`` (default: ``compiler()``) with
+    these flags is cached."""
+    key = hashlib.sha256("\0".join([source, cc or compiler() or "", *FLAGS, *LIBS]).encode()).hexdigest()[:24]
     return cache_dir() / f"k{key}.so"
 
 
@@ -76,7 +77,7 @@ def build(source: str) -> ctypes.CDLL:
     cc = compiler()
     if cc is None:
         raise CompilerUnavailable("no C compiler found ($CC, gcc or cc on the PATH)")
-    library = library_path(source)
+    library = library_path(source, cc)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     with _lock:
         if str(library) in _loaded:

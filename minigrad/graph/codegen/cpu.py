@@ -35,8 +35,8 @@ from minigrad.graph.codegen.program import Program, program, reduces_rows
 from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, run_node
 
-__all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "NodeForward", "PARALLEL_MIN_SIZE", "generate", "one_ufunc",
-           "rows_shape", "run_blocked", "run_rows", "statements"]
+__all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "NodeForward", "PARALLEL_MIN_SIZE", "generate",
+           "generate_program", "one_ufunc", "row_program", "rows_shape", "run_blocked", "run_rows", "statements"]
 
 xp = _cpu_device.xp
 BLOCK_SIZE = 262144  # elements per block (benchmarks/README.md: the sweep)
@@ -60,10 +60,21 @@ class CpuKernel:
 
 def generate(group: Graph) -> CpuKernel:
     """Generate, compile and return the CPU kernel of a fused group's sub-graph."""
+    return generate_program(*row_program(group))
+
+
+def row_program(group: Graph) -> tuple[Program, tuple | None]:
+    """A fused group's program, and the shape its blocks of rows cover when it runs by rows
+    (``rows_shape``), in which case the root reduction is one more step of each block."""
     prog = program(group)
     rows = rows_shape(prog)
-    if rows:  # the root reduction is one more step of each block of rows
+    if rows:
         prog = prog._replace(ops=prog.ops + [prog.reduction] * (prog.reduction is not None), reduction=None, shape=rows)
+    return prog, rows
+
+
+def generate_program(prog: Program, rows: tuple | None) -> CpuKernel:
+    """The CPU kernel of a program ``row_program`` made."""
     names = {p: f"x{k}" for k, p in enumerate(prog.inputs)}
     env: dict[str, Any] = {"empty": xp.empty, "copyto": xp.copyto}  # and the ufuncs the ops' statements call
     env.update(run_blocked=run_blocked, run_rows=run_rows, reuse_or_empty=reuse_or_empty)
