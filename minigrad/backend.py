@@ -409,5 +409,5 @@ def rng_of(device: Device, generator: Generator | None) -> Any:
     if not isinstance(generator, Generator):
         raise TypeError(f"generator: expected a minigrad.Generator, got {type(generator).__name__}")
     if generator.device is not device:
-        raise DeviceError(f"generator is on {generator.device} but the tensor is made on {device}")
+        raise DeviceError(f"generator is on {generator.device}, but the values are drawn on {device}")
     return generator.rng

@@ -11,7 +11,7 @@ from minigrad.data import (
     SequentialSampler, Subset, SubsetRandomSampler, TensorDataset, WeightedRandomSampler,
     default_collate, default_convert, random_split,
 )
-from minigrad.errors import DTypeError, ShapeError
+from minigrad.errors import DeviceError, DTypeError, ShapeError
 
 
 class Squares(Dataset):
@@ -106,6 +106,11 @@ def test_random_sampler_is_a_seeded_permutation_that_changes_per_epoch():
     assert sorted(first) == list(range(20)) and first != second
     t = RandomSampler(range(20), generator=3)
     assert list(t) == first and list(t) == second  # the sequence of epochs is reproducible
+
+
+def test_samplers_draw_on_the_host_and_refuse_a_generator_of_another_device():
+    with pytest.raises(DeviceError, match="generator is on meta, but the values are drawn on cpu"):
+        list(RandomSampler(range(5), generator=minigrad.Generator("meta")))
 
 
 def test_random_sampler_follows_manual_seed():

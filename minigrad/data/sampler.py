@@ -24,11 +24,10 @@ _CHUNK = 32  # RandomSampler(replacement=True) draws this many indices at a time
 
 def as_generator(generator: Any) -> numpy.random.Generator:
     """``None`` -> minigrad's global CPU generator; an int -> a new generator seeded with it;
-    a ``minigrad.Generator`` -> its stream; a ``numpy.random.Generator`` -> itself."""
-    if generator is None:
-        return backend.cpu.rng
-    if isinstance(generator, backend.Generator):
-        return generator.rng
+    a CPU ``minigrad.Generator`` -> its stream (indices are drawn on the host); a
+    ``numpy.random.Generator`` -> itself."""
+    if generator is None or isinstance(generator, backend.Generator):
+        return backend.rng_of(backend.cpu, generator)
     if isinstance(generator, numpy.random.Generator):
         return generator
     if isinstance(generator, (int, numpy.integer)) and not isinstance(generator, bool):
