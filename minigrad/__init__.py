@@ -46,14 +46,11 @@ from minigrad import accelerator, backends, utils  # noqa: E402,F401  (torch.uti
 from minigrad import profiler  # noqa: E402,F401  (minigrad.profiler.profile())
 from minigrad import distributed  # noqa: E402,F401  (MPI is imported only by init_process_group)
 from minigrad.graph.compile import compile  # noqa: E402  (minigrad.compile, chapter 03)
+from minigrad.unsupported import module_getattr as _module_getattr  # noqa: E402
 
 half, float, double, long, int, bool = float16, float32, float64, int64, int32, bool_  # torch's aliases
 
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    """A PyTorch feature minigrad does not follow raises NotImplementedError naming it."""
-    from minigrad.unsupported import missing
-
-    raise missing(__name__, name)
+__getattr__ = _module_getattr(__name__)  # a PyTorch feature minigrad does not follow raises NotImplementedError

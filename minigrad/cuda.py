@@ -18,6 +18,7 @@ from minigrad import backend
 from minigrad.backend import Device, PeakAllocator, watch_memory_pool
 from minigrad.errors import DeviceError
 from minigrad.allocator import format_summary
+from minigrad.unsupported import module_getattr as _module_getattr
 
 __all__ = [
     "current_device", "device_count", "empty_cache", "is_available", "manual_seed", "manual_seed_all",
@@ -146,8 +147,4 @@ from minigrad import cuda_amp as amp  # noqa: E402  (the old spelling minigrad.c
 sys.modules[__name__ + ".amp"] = amp  # so that `from minigrad.cuda.amp import GradScaler` finds it
 
 
-def __getattr__(name: str):
-    """A PyTorch feature minigrad does not follow raises NotImplementedError naming it."""
-    from minigrad.unsupported import missing
-
-    raise missing(__name__, name)
+__getattr__ = _module_getattr(__name__)  # a PyTorch feature minigrad does not follow raises NotImplementedError

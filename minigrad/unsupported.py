@@ -3,13 +3,15 @@
 A program written for torch that reaches for ``torch.jit`` or ``torch.distributed.rpc`` should
 learn at once that minigrad has no such feature and why, not meet an ``AttributeError`` from deep
 inside. The packages that torch programs reach into (``minigrad``, ``minigrad.cuda``,
-``minigrad.distributed``, ``minigrad.nn``, ``minigrad.utils``) end with a module ``__getattr__``
-that asks ``missing`` here; ``docs/pytorch_compat.md`` lists the same features.
+``minigrad.distributed``, ``minigrad.nn``, ``minigrad.utils``) end with the module ``__getattr__``
+that ``module_getattr`` makes, which asks ``missing`` here; ``docs/pytorch_compat.md`` lists the same features.
 """
 
 from __future__ import annotations
 
-__all__ = ["MISSING", "missing"]
+from typing import Callable, NoReturn
+
+__all__ = ["MISSING", "missing", "module_getattr"]
 
 _C_EXT = "it needs PyTorch's C++/CUDA runtime, and minigrad is numpy and cupy only"
 
@@ -51,3 +53,12 @@ def missing(module: str, name: str) -> Exception:
                                    f"(see docs/pytorch_compat.md)")
     return AttributeError(f"module {module!r} has no attribute {name!r} "
                           f"(docs/pytorch_compat.md lists the PyTorch API minigrad follows)")
+
+
+def module_getattr(module: str) -> Callable[[str], NoReturn]:
+    """The ``__getattr__`` of package ``module``: a name it lacks raises ``missing``'s error."""
+
+    def __getattr__(name: str) -> NoReturn:
+        raise missing(module, name)
+
+    return __getattr__

@@ -23,6 +23,7 @@ from minigrad.distributed.sampler import DistributedSampler
 from minigrad.distributed.pipeline import PipelineStage, ScheduleGPipe, gpipe_bubble, split_sequential
 from minigrad.distributed.model_parallel import ColumnParallelLinear, RowParallelLinear
 from minigrad.distributed.launcher import launch
+from minigrad.unsupported import module_getattr as _module_getattr
 
 __all__ = [
     "Backend", "ColumnParallelLinear", "DistributedDataParallel", "DistributedSampler", "PipelineStage",
@@ -34,8 +35,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """A PyTorch feature minigrad does not follow raises NotImplementedError naming it."""
-    from minigrad.unsupported import missing
-
-    raise missing(__name__, name)
+__getattr__ = _module_getattr(__name__)  # a PyTorch feature minigrad does not follow raises NotImplementedError

@@ -23,10 +23,7 @@ from minigrad.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm  # noq
 from minigrad.nn.attention import MultiheadAttention, TransformerEncoderLayer  # noqa: F401
 from minigrad.nn.conv import AdaptiveAvgPool2d, AvgPool2d, Conv2d, MaxPool2d  # noqa: F401
 from minigrad.nn.rnn import LSTM, LSTMCell  # noqa: F401
+from minigrad.unsupported import module_getattr as _module_getattr
 
 
-def __getattr__(name: str):
-    """A PyTorch feature minigrad does not follow raises NotImplementedError naming it."""
-    from minigrad.unsupported import missing
-
-    raise missing(__name__, name)
+__getattr__ = _module_getattr(__name__)  # a PyTorch feature minigrad does not follow raises NotImplementedError

@@ -7,9 +7,11 @@ input pipelines; chapter 03: checkpointing). ``minigrad.utils.tensorboard`` (cha
 lesson) is imported by name, as in torch, so its optional dependency loads only when used.
 """
 
+from minigrad.unsupported import module_getattr as _module_getattr
 from minigrad.utils import checkpoint, data  # noqa: F401
 
 __all__ = ["checkpoint", "data", "tensorboard"]
+_missing = _module_getattr(__name__)
 
 
 def __getattr__(name: str):
@@ -19,6 +21,4 @@ def __getattr__(name: str):
         import importlib
 
         return importlib.import_module("minigrad.utils.tensorboard")
-    from minigrad.unsupported import missing
-
-    raise missing(__name__, name)
+    return _missing(name)
