@@ -104,7 +104,7 @@ def memory_stats(device: int | str | Device | None = None) -> dict[str, int]:
         pool = allocator.pool
         return {
             "allocated_bytes.all.current": pool.used_bytes(),
-            "allocated_bytes.all.peak": max(allocator.peak.get(index, 0), pool.used_bytes()),
+            "allocated_bytes.all.peak": max_memory_allocated(index),
             "reserved_bytes.all.current": pool.total_bytes(),
             "cached_bytes": pool.free_bytes(),
             "cached_blocks": pool.n_free_blocks(),

@@ -49,22 +49,23 @@ def aligned_member(name: str, offset: int) -> zipfile.ZipInfo:
     return info
 
 
-def _check_digest(f: BinaryIO, start: int, length: int, digest: str, index: int, error: type) -> None:
+def _check_digest(f: BinaryIO, start: int, length: int, digest: str, index: int) -> None:
     f.seek(start)
     h, left = hashlib.sha256(), length
     while left:
         chunk = f.read(min(left, 1 << 22))
         if not chunk:
-            raise error(f"array {index} is truncated")
+            raise CheckpointError(f"array {index} is truncated")
         h.update(chunk)
         left -= len(chunk)
     if h.hexdigest() != digest:
-        raise error(f"array {index} does not match its checksum (the file was modified)")
+        raise CheckpointError(f"array {index} does not match its checksum (the file was modified)")
 
 
-def npy_header(f: Any, index: int) -> tuple[tuple, bool, Any]:
+def npy_header(f: Any, index: int, end: int) -> tuple[tuple, bool, Any]:
     """The shape, Fortran order and dtype in the ``.npy`` header at ``f``'s position (left just
-    after it), refused unless it is a version numpy writes and holds no Python objects."""
+    after it), refused unless it is a version numpy writes, holds no Python objects, and
+    describes exactly the bytes from there to the member's ``end``."""
     version = numpy.lib.format.read_magic(f)
     if version not in ((1, 0), (2, 0)):
         raise CheckpointError(f"array {index}: unsupported .npy version {version}")
@@ -73,6 +74,9 @@ def npy_header(f: Any, index: int) -> tuple[tuple, bool, Any]:
     shape, fortran, dtype = read_header(f)
     if dtype.hasobject:
         raise CheckpointError(f"array {index} holds Python objects, which a checkpoint never does")
+    if dtype.itemsize * math.prod(shape) != end - f.tell():
+        raise CheckpointError(f"array {index}: header declares shape {shape} of {dtype} "
+                              f"({dtype.itemsize * math.prod(shape)} bytes) but {end - f.tell()} bytes follow it")
     return shape, fortran, dtype
 
 
@@ -88,14 +92,10 @@ def read_checkpoint(f: BinaryIO, file_size: int, checked_metadata: Callable) -> 
         f.seek(info.header_offset)
         fields = _LOCAL_HEADER.unpack(f.read(_LOCAL_HEADER.size))
         start = info.header_offset + _LOCAL_HEADER.size + fields[10] + fields[11]  # name and extra lengths
-        _check_digest(f, start, info.compress_size, digest, i, CheckpointError)
+        _check_digest(f, start, info.compress_size, digest, i)
         f.seek(start)
-        shape, fortran, dtype = npy_header(f, i)
-        offset = f.tell()
-        if dtype.itemsize * math.prod(shape) != start + info.compress_size - offset:
-            raise CheckpointError(f"array {i}: header declares shape {shape} of {dtype}, which is not "
-                                  f"the {start + info.compress_size - offset} bytes that follow it")
-        arrays.append(_view(whole, shape, dtype, offset, "F" if fortran else "C"))
+        shape, fortran, dtype = npy_header(f, i, start + info.compress_size)
+        arrays.append(_view(whole, shape, dtype, f.tell(), "F" if fortran else "C"))
     return meta, arrays
 
 
