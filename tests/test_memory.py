@@ -3,6 +3,7 @@ of what is alive (chapter 03)."""
 
 from __future__ import annotations
 
+import gc
 
 import pytest
 
@@ -13,6 +14,13 @@ from minigrad.errors import DeviceError
 from minigrad.memory import snapshot, summary, track
 
 MB4 = 1000 * 1000 * 4  # one (1000, 1000) float32 activation
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_of_earlier_tests():
+    """An array that only a reference cycle of an earlier test keeps alive is freed whenever the
+    cycle collector runs, possibly inside a measurement: collect it before each test."""
+    gc.collect()
 EXACT_HOST_BYTES = cpu_only("byte-exact current and peak figures are the host counter's; a GPU's come from "
                             "CuPy's pool, which rounds blocks up to 512 bytes (test_cuda checks those)")
 
