@@ -32,7 +32,7 @@ import numpy  # file I/O on host arrays: .npy encoding is numpy's format
 
 from minigrad import backend, mapped
 from minigrad._tensor import Tensor, _wrap
-from minigrad.errors import CheckpointError
+from minigrad.errors import CheckpointError, ShapeError
 
 FORMAT = "minigrad-checkpoint"
 VERSION = 1
@@ -41,9 +41,9 @@ _META = "metadata.json"
 
 def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_module: Any = None, pickle_protocol: int = 2,
          _use_new_zipfile_serialization: bool = True) -> None:
-    """Write ``obj`` (dicts, lists, tuples, Tensors, arrays, numbers, strings, None) to the file
-    named ``f`` (atomically), or into ``f`` itself when it is a writable binary file object such as
-    ``io.BytesIO`` (as ``torch.save``). A path ending in ``.safetensors`` takes a flat
+    """Write ``obj`` (dicts, lists, tuples, Tensors, sparse COO tensors, arrays, numbers, strings,
+    None) to the file named ``f`` (atomically), or into ``f`` itself when it is a writable binary
+    file object such as ``io.BytesIO`` (as ``torch.save``). A path ending in ``.safetensors`` takes a flat
     ``{name: Tensor}`` state dict in that format. The pickle arguments are accepted so that torch
     calls run unchanged, and unused: minigrad writes arrays and JSON, never a pickle."""
     if hasattr(f, "write"):  # written in one piece, so the stream need not be seekable
@@ -259,6 +259,16 @@ def _check_node(node: Any, n_arrays: int, used: list, depth: int) -> None:
         if "requires_grad" in node and type(node["requires_grad"]) is not bool:
             raise CheckpointError(f"malformed metadata (requires_grad {node['requires_grad']!r} is not a bool)")
         used.append(index)
+    elif keys == {"__sparse__", "values", "size"}:
+        index, values, size = node["__sparse__"], node["values"], node["size"]
+        if type(index) is not int or not 0 <= index < n_arrays:
+            raise CheckpointError(f"malformed metadata (array index {index!r}; expected 0..{n_arrays - 1})")
+        if not (isinstance(values, dict) and "__tensor__" in values):
+            raise CheckpointError(f"malformed metadata (sparse values {str(values)[:60]} are not a tensor)")
+        if not (isinstance(size, list) and all(type(n) is int and n >= 0 for n in size)):
+            raise CheckpointError(f"malformed metadata (sparse size {str(size)[:60]} is not a list of sizes)")
+        used.append(index)
+        _check_node(values, n_arrays, used, depth + 1)
     elif keys == {"__tuple__"} and isinstance(node["__tuple__"], list):
         _check_node(node["__tuple__"], n_arrays, used, depth)
     elif keys == {"__dict__"} and isinstance(node["__dict__"], list):
@@ -295,6 +305,10 @@ def _encode(obj: Any, arrays: list, where: str) -> Any:
     if isinstance(obj, Tensor):
         arrays.append(obj.detach().cpu().numpy())
         return {"__tensor__": len(arrays) - 1, "requires_grad": obj.requires_grad}
+    if getattr(obj, "is_sparse", False):  # a minigrad.sparse COO tensor (SGD's sparse momentum buffer)
+        arrays.append(obj.indices().cpu().numpy())
+        return {"__sparse__": len(arrays) - 1, "values": _encode(obj.values(), arrays, f"{where}.values()"),
+                "size": list(obj.shape)}
     if isinstance(obj, numpy.ndarray):
         if obj.dtype.hasobject:
             raise TypeError(f"save: {where} is an object array, which cannot be saved without pickle")
@@ -311,7 +325,7 @@ def _encode(obj: Any, arrays: list, where: str) -> Any:
                              for k, v in obj.items()]}
     raise TypeError(
         f"save: cannot save {where} of type {type(obj).__name__}; expected dicts, lists, tuples, "
-        "Tensors, numpy arrays, numbers, strings or None"
+        "Tensors (dense or sparse), numpy arrays, numbers, strings or None"
     )
 
 
@@ -331,9 +345,25 @@ def _decode(node: Any, arrays: list, device: Any) -> Any:
         return t.requires_grad_(True) if node["requires_grad"] else t
     if "__ndarray__" in node:
         return arrays[node["__ndarray__"]]
+    if "__sparse__" in node:
+        return _sparse(arrays[node["__sparse__"]], _decode(node["values"], arrays, device), node["size"])
     if "__tuple__" in node:
         return tuple(_decode(v, arrays, device) for v in node["__tuple__"])
     return {_hashable(_decode(k, arrays, device)): _decode(v, arrays, device) for k, v in node["__dict__"]}
+
+
+def _sparse(indices: numpy.ndarray, values: Tensor, size: list[int]) -> Any:
+    """A COO tensor from a file, refused unless its parts fit together as ``_encode`` wrote them."""
+    from minigrad.ops.sparse import sparse_coo_tensor
+
+    if indices.dtype != numpy.int64 or indices.ndim != 2 or values.ndim == 0 or \
+            tuple(values.shape[1:]) != tuple(size[indices.shape[0]:]):
+        raise CheckpointError(f"a sparse tensor's parts do not fit: indices {indices.dtype} {indices.shape}, "
+                              f"values {tuple(values.shape)}, size {tuple(size)}")
+    try:
+        return sparse_coo_tensor(indices, values, size)
+    except ShapeError as e:
+        raise CheckpointError(f"a sparse tensor's parts do not fit: {e}") from None
 
 
 def _hashable(key: Any) -> Any:

@@ -123,6 +123,52 @@ def test_a_module_zeroes_and_converts_its_sparse_gradients():
     assert emb.weight.grad is None
 
 
+def test_sgd_with_sparse_momentum_saves_and_resumes_exactly(tmp_path):
+    """SGD's sparse momentum buffer goes into a checkpoint as indices, values and size."""
+    def run(resume: bool):
+        mg.manual_seed(0)
+        emb = mg.nn.Embedding(10, 3, sparse=True)
+        opt = mg.optim.SGD(emb.parameters(), lr=0.1, momentum=0.9)
+        for step, ids in enumerate(([1, 2, 2], [2, 5], [7, 1])):
+            if resume and step == 2:
+                mg.save({"emb": emb.state_dict(), "opt": opt.state_dict()}, tmp_path / "ck")
+                ck = mg.load(tmp_path / "ck")
+                emb, opt = mg.nn.Embedding(10, 3, sparse=True), None
+                emb.load_state_dict(ck["emb"])
+                opt = mg.optim.SGD(emb.parameters(), lr=0.1, momentum=0.9)
+                opt.load_state_dict(ck["opt"])
+                assert opt.state[emb.weight]["momentum_buffer"].is_sparse
+            opt.zero_grad()
+            (emb(mg.tensor(ids)) ** 2).sum().backward()
+            opt.step()
+        return emb.weight.detach().numpy()
+
+    np.testing.assert_array_equal(run(resume=True), run(resume=False))
+
+
+@pytest.mark.parametrize("edit", ["float indices", "3-d indices", "nnz mismatch", "out of range", "dense dims"])
+def test_a_damaged_sparse_tensor_in_a_checkpoint_is_refused(tmp_path, edit):
+    from checkpoint_mutants import members, npy_header, with_array, with_meta
+    import json
+    from minigrad.serialization import CheckpointError
+
+    mg.save({"s": mg.sparse_coo_tensor([[0, 2], [1, 0]], [1.0, 2.0], (3, 2))}, tmp_path / "ok")
+    entries = members((tmp_path / "ok").read_bytes())
+    meta = json.loads(entries["metadata.json"])
+    if edit == "dense dims":
+        meta["tree"]["__dict__"][0][1]["size"] = [3, 2, 4]
+        data = with_meta(entries, json.dumps(meta))
+    else:
+        shape, descr, body = {"float indices": ((2, 2), "<f8", b"\0" * 32),
+                              "3-d indices": ((2, 2, 1), "<i8", b"\0" * 32),
+                              "nnz mismatch": ((2, 3), "<i8", b"\0" * 48),
+                              "out of range": ((2, 2), "<i8", np.array([[0, 9], [1, 0]], np.int64).tobytes())}[edit]
+        data = with_array(entries, 0, npy_header(shape, descr) + body)
+    (tmp_path / "bad").write_bytes(data)
+    with pytest.raises(CheckpointError, match="sparse tensor"):
+        mg.load(tmp_path / "bad")
+
+
 def test_optimizers_that_cannot_take_sparse_gradients_say_so():
     e = mg.nn.Embedding(4, 2, sparse=True)
     e(mg.tensor([1])).sum().backward()
