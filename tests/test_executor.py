@@ -4,6 +4,7 @@ computed straight into their tensors only once nothing reads the old value (rand
 
 import copy
 import functools
+import os
 
 import numpy as np
 import pytest
@@ -308,6 +309,21 @@ def test_a_product_on_the_helper_thread_is_waited_for_before_its_input_is_update
         x = randn(64, 64)
         close(ex.run([x]), [program(*twins)(x).numpy()])
         close([w.array], [twins[0].array])
+
+
+def test_every_executor_shares_one_helper_thread_and_a_forked_child_makes_its_own():
+    first = overlap.helper()
+    assert overlap.helper() is first  # not one idle thread per compiled graph
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread does not exist here, so a new one must run the work
+        ok = overlap.helper() is not first and overlap.helper().submit(lambda: 7).result(timeout=10) == 7
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert answer == b"1"
 
 
 def test_a_timed_run_records_every_node_and_effect_and_computes_the_same():

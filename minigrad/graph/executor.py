@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from minigrad.autograd import mode
 from minigrad.graph.interpret import EFFECT_OPS, apply_effect, keeps_ctx, node_step, run_node, source_tensor
 from minigrad.graph.ir import SOURCE_OPS, Graph, Node
-from minigrad.graph.overlap import plan_overlap
+from minigrad.graph.overlap import helper, plan_overlap
 from minigrad.graph.writeback import plan_writes, ufunc_args
 from minigrad._tensor import Tensor
 
@@ -71,7 +71,6 @@ class Executor:
         for n, k in self.overlap.items():
             self._waits.setdefault(k, []).append(n)
         self._launch = {n: self._compute(n) for n in self.overlap}
-        self._helper: ThreadPoolExecutor | None = None  # the overlap's thread, started on first use
         self._effect_plan = [(e.op, e.inputs[0], e.inputs[1] if len(e.inputs) > 1 else None,
                               e in self.writes.absorbed, e in self.writes.own_grads, e.attrs.get("writes", 1))
                              for e in self.effects]
@@ -110,8 +109,7 @@ class Executor:
         self._in_place = not self._watched or self._apart(given)
         pool = ThreadPoolExecutor(self.max_workers) if self.parallel else None
         overlap = bool(self.overlap) and not report and not clock
-        if overlap and self._helper is None:
-            self._helper = ThreadPoolExecutor(1, thread_name_prefix="minigrad-overlap")
+        thread = helper() if overlap else None
         pending: dict[Node, Any] = {}  # products running on the helper thread
         try:
             for k, (pooled, calls, frees, ctx_frees, new) in enumerate(self._work):
@@ -120,7 +118,7 @@ class Executor:
                         env[n] = pending.pop(n).result()[0]
                     if calls and calls[0][0] in self._launch:  # one node per step when not parallel
                         n = calls[0][0]
-                        pending[n] = self._helper.submit(self._launch[n], [env[i] for i in n.inputs])
+                        pending[n] = thread.submit(self._launch[n], [env[i] for i in n.inputs])
                         calls = ()
                 if pooled:  # compute on the pool's threads, store here
                     futures = [pool.submit(compute, [env[i] for i in n.inputs]) for n, compute in pooled]
