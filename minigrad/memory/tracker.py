@@ -134,8 +134,7 @@ class _HostCounter:
         """Count ``array``'s buffer unless it is already counted."""
         if not isinstance(array, self.array_type):
             return  # a numpy scalar (a few bytes) or an array of another device
-        while isinstance(array.base, self.array_type):
-            array = array.base
+        array = backend.storage_of(array)
         key = id(array)
         if key in self.live:
             return
@@ -245,8 +244,7 @@ def snapshot(device: str | Device = "cpu") -> list[LiveTensor]:
     for array, label in _live_arrays():
         if not hasattr(array, "nbytes") or backend.device_of(array) is not dev:
             continue
-        while getattr(array, "base", None) is not None and type(array.base) is type(array):
-            array = array.base
+        array = backend.storage_of(array)
         known = found.get(id(array))
         if known is None or label < known[1]:
             found[id(array)] = (array, label)
