@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, NamedTuple
 
 from minigrad import backend, cuda
-from minigrad.autograd.function import SAVED_ARRAY, SAVED_OUTPUT, Function
+from minigrad.autograd.function import SAVED_ARRAY, SAVED_OUTPUT, Function, saved_entries
 from minigrad.autograd.mode import Mode, backward_depth
 from minigrad.backend import Device
 from minigrad.errors import DeviceError
@@ -229,12 +229,11 @@ def _live_arrays() -> Iterator[tuple[Any, tuple[int, str]]]:
 def saved_arrays(fn: Function) -> Iterator[tuple[Any, bool]]:
     """The arrays a graph node keeps for backward that no Tensor wraps: its outputs' (True) and
     other arrays (False). Saved input Tensors are Tensors, found as such."""
-    if type(fn._saved) is tuple:
-        for entry in fn._saved:  # (kind, value, version), see minigrad.autograd.function
-            if type(entry) is tuple and len(entry) == 3 and entry[0] == SAVED_OUTPUT:
-                yield entry[1][0], True
-            elif type(entry) is tuple and len(entry) == 3 and entry[0] == SAVED_ARRAY:
-                yield entry[1], False
+    for kind, value in saved_entries(fn):
+        if kind == SAVED_OUTPUT:
+            yield value[0], True  # (data, output number, weak reference)
+        elif kind == SAVED_ARRAY:
+            yield value, False
 
 
 def snapshot(device: str | Device = "cpu") -> list[LiveTensor]:
