@@ -15,9 +15,8 @@ ratio minigrad / torch. There is no target: the point is the spread between layo
 from __future__ import annotations
 
 import argparse
-import platform
 
-from common import blas_info, interleaved_cases, table, torch  # first: sets BLAS threads before numpy
+from common import interleaved_cases, machine, table, torch  # first: sets BLAS threads before numpy
 
 import numpy as np
 
@@ -71,8 +70,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
-    print(f"layout costs on {platform.processor() or platform.machine()}; {blas_info()}; "
-          f"torch {torch.__version__ if torch else 'not installed'}")
+    print(f"layout costs on {machine()}")
     print(table(interleaved_cases(cases(), args.repeats, args.steps)))
 
 

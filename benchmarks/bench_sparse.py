@@ -12,9 +12,8 @@ side by side (same run, interleaved), with the ratio. ``python benchmarks/bench_
 from __future__ import annotations
 
 import argparse
-import platform
 
-from common import blas_info, interleaved_cases, table, torch  # first: sets BLAS threads before numpy
+from common import interleaved_cases, machine, table, torch  # first: sets BLAS threads before numpy
 
 import numpy as np
 
@@ -78,9 +77,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
-    print(f"embedding {ROWS:,} x {DIM} float32, batch {BAGS} bags of {BAG}, on "
-          f"{platform.processor() or platform.machine()}; {blas_info()}; "
-          f"torch {torch.__version__ if torch else 'not installed'}")
+    print(f"embedding {ROWS:,} x {DIM} float32, batch {BAGS} bags of {BAG}, on {machine()}")
     runs, memory = steps()
     ms = interleaved_cases(runs, args.repeats, args.steps)
     print("table gradient, MB" + "".join(f"{w:>12}" for w in next(iter(memory.values()))))

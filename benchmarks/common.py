@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import platform
 import statistics
 import time
 from typing import Callable
@@ -33,6 +34,12 @@ def blas_info() -> str:
     blas = [i for i in threadpool_info() if i["user_api"] == "blas"]
     return "numpy BLAS " + ", ".join(
         f"{i['internal_api']} {i.get('architecture', '')} x{i['num_threads']}" for i in blas)
+
+
+def machine() -> str:
+    """Where the figures come from: the processor, numpy's BLAS, and the torch they are set against."""
+    return (f"{platform.processor() or platform.machine()}; {blas_info()}; "
+            f"torch {torch.__version__ if torch else 'not installed'}")
 
 
 def interleaved(runs: dict, repeats: int, steps: int) -> dict:

@@ -281,6 +281,22 @@ def device_of(array: Any) -> Device:
     return Device(f"cuda:{gpu.id}")
 
 
+def storage_of(array: Any) -> Any:
+    """The array that owns ``array``'s memory, whose bytes a view's belong to: follow ``.base`` from
+    view to view while it is an array of the same array module (numpy's subclasses, such as
+    ``memmap``, included). The owner's own base is ``None`` or the buffer it was made over (a pool
+    block's memoryview, a mapped file), not an array. numpy's ``as_strided`` (conv's windows) puts
+    a small wrapper between a view and its base, which is stepped over."""
+    kind = device_of(array).xp.ndarray
+    while True:
+        base = getattr(array, "base", None)
+        if not isinstance(base, kind):
+            base = getattr(base, "base", None)
+            if not isinstance(base, kind):
+                return array
+        array = base
+
+
 def to_device(array: Any, dev: Device) -> Any:
     """Copy an array to ``dev`` (no copy when it is already there). Going to ``meta`` keeps the
     shape and dtype only; a meta array has nothing to copy anywhere else."""

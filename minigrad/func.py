@@ -91,8 +91,9 @@ def _argnums(argnums: int | tuple[int, ...], n_args: int, fn_name: str) -> tuple
     return tuple(i % n_args for i in nums)
 
 
-def _split(args: tuple, nums: tuple[int, ...]) -> tuple[list, Callable[[list], tuple]]:
-    """The Tensors of ``args[nums]``, flat, and a function putting replacements for them back."""
+def _split(args: tuple, nums: tuple[int, ...]) -> tuple[list, Any, Callable[[list], tuple]]:
+    """The Tensors of ``args[nums]``, flat; the spec of the tuple ``args[nums]``; and a function
+    putting replacements for them back into ``args``."""
     leaves, spec = _flatten(tuple(args[i] for i in nums))
 
     def rebuild(new_leaves: list) -> tuple:
@@ -100,12 +101,13 @@ def _split(args: tuple, nums: tuple[int, ...]) -> tuple[list, Callable[[list], t
         for i, value in zip(nums, _unflatten(spec, list(new_leaves))):
             new[i] = value
         return tuple(new)
-    return leaves, rebuild
+    return leaves, spec, rebuild
 
 
-def _per_argnums(argnums: Any, flat: list, args: tuple, nums: tuple) -> Any:
-    """Flat results (one per differentiated Tensor) shaped like the differentiated arguments."""
-    tree = _unflatten(_flatten(tuple(args[i] for i in nums))[1], flat)
+def _per_argnums(argnums: Any, flat: list, spec: Any) -> Any:
+    """Flat results (one per differentiated Tensor) shaped like the differentiated arguments,
+    whose spec ``_split`` gave."""
+    tree = _unflatten(spec, flat)
     return tree if isinstance(argnums, tuple) else tree[0]
 
 
@@ -125,7 +127,7 @@ def grad_and_value(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
         nums = _argnums(argnums, len(args), "grad")
-        leaves, rebuild = _split(args, nums)
+        leaves, spec, rebuild = _split(args, nums)
         with _transform(*(args[i] for i in nums)) as finish:
             inputs = _prepare(tuple(leaves), create_graph=True, need_graph=True)
             output, aux = _output_and_aux(func(*rebuild(inputs), **kwargs), has_aux, "grad")
@@ -133,7 +135,7 @@ def grad_and_value(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: 
                 shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
                 raise ShapeError(f"grad: f must return a Tensor with a single element, got {shape}")
             grads = _fill_in_zeros(_grad((output,), inputs, create_graph=True), inputs, False, True, "back")
-            gradient = finish(_per_argnums(argnums, list(grads), args, nums))
+            gradient = finish(_per_argnums(argnums, list(grads), spec))
             return gradient, ((finish(output), _finish_aux(finish, aux)) if has_aux else finish(output))
     return wrapper
 
@@ -152,7 +154,7 @@ def grad(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = Fal
 def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     """``(func(*primals), vjp_fn)``: ``vjp_fn(cotangents)`` is a tuple, one ``v^T J`` per primal.
     ``vjp_fn`` may be called many times (``vmap(vjp_fn)(rows)`` gives the Jacobian)."""
-    leaves, rebuild = _split(primals, tuple(range(len(primals))))
+    leaves, _, rebuild = _split(primals, tuple(range(len(primals))))
     nested = _nested()
     with _transform(primals) as finish:
         inputs = _prepare(tuple(leaves), create_graph=True, need_graph=True)
@@ -176,9 +178,9 @@ def jvp(func: Callable, primals: tuple, tangents: tuple, has_aux: bool = False) 
     """``(func(*primals), J tangents)``, computed by differentiating a vjp (see the module docstring)."""
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise ArgumentError("jvp: primals and tangents must be tuples, as in torch.func.jvp")
-    leaves, rebuild = _split(tuple(primals), tuple(range(len(primals))))
+    leaves, spec, rebuild = _split(tuple(primals), tuple(range(len(primals))))
     t_leaves, t_spec = _flatten(tuple(tangents))
-    if t_spec != _flatten(tuple(primals))[1]:
+    if t_spec != spec:
         raise ShapeError("jvp: tangents must have the same structure as primals")
     box: dict[str, Any] = {}
 
@@ -200,7 +202,7 @@ def _jacobian_transform(func: Callable, argnums: Any, has_aux: bool, fn_name: st
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         nums = _argnums(argnums, len(args), fn_name)
-        leaves, rebuild = _split(args, nums)
+        leaves, spec, rebuild = _split(args, nums)
         box: dict[str, Any] = {}
 
         def flat_func(*xs: Tensor) -> tuple:
@@ -209,7 +211,7 @@ def _jacobian_transform(func: Callable, argnums: Any, has_aux: bool, fn_name: st
             return tuple(outs)
         with _transform(*(args[i] for i in nums)) as finish:
             jac = compute(flat_func, tuple(leaves))
-            result = finish(_unflatten(box["spec"], [_per_argnums(argnums, list(row), args, nums) for row in jac]))
+            result = finish(_unflatten(box["spec"], [_per_argnums(argnums, list(row), spec) for row in jac]))
             return (result, _finish_aux(finish, box["aux"])) if has_aux else result
     return wrapper
 

@@ -20,6 +20,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from minigrad.autograd.mode import Mode, active, is_backward_running
+from minigrad.backend import storage_of
 from minigrad._tensor import Tensor
 
 __all__ = ["Event", "EventAverage", "KeyAverages", "profile", "record_function"]
@@ -180,17 +181,12 @@ def _allocated(outputs: Any, args: tuple) -> int:
     """Bytes of the outputs, except those that are views of an input (a reshape allocates nothing)."""
     if outputs is None:
         return 0
-    owners = {id(_owner(a.array)) for a in args if isinstance(a, Tensor)}
+    owners = {id(storage_of(a.array)) for a in args if isinstance(a, Tensor)}
     total = 0
     for o in outputs if type(outputs) is tuple else (outputs,):
-        if isinstance(o, Tensor) and id(_owner(o.array)) not in owners:
+        if isinstance(o, Tensor) and id(storage_of(o.array)) not in owners:
             total += o.array.nbytes
     return total
-
-
-def _owner(array: Any) -> Any:
-    """The array that owns the memory (numpy and cupy point every view at it)."""
-    return array if array.base is None else array.base
 
 
 class record_function:

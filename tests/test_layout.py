@@ -66,6 +66,22 @@ def test_views_share_storage_and_copies_do_not():
     assert x.untyped_storage().nbytes() == 96
 
 
+def test_storage_of_finds_the_array_that_owns_the_memory(tmp_path):
+    from numpy.lib.stride_tricks import as_strided
+
+    from minigrad.allocator import CachingAllocator
+    from minigrad.backend import storage_of
+
+    owner = np.zeros((4, 6))
+    windows = as_strided(owner, (3, 2, 2), (48, 8, 48))  # a wrapper object sits between it and owner
+    for view in (owner, owner.T[1:], owner[1:].reshape(-1)[::2], windows, windows[1:].T):
+        assert storage_of(view) is owner
+    mapped = np.memmap(tmp_path / "m", "float32", "w+", shape=(8,))  # its base is the file's mmap
+    assert storage_of(np.asarray(mapped)[2:]) is mapped
+    block = CachingAllocator().empty((4, 4), "float32")  # a view of a frombuffer array over a pool block
+    assert storage_of(block[1:]) is block.base and block.base.nbytes == 64
+
+
 def test_channels_last_strides_and_formats_match_torch():
     torch = pytest.importorskip("torch")
     x, tx = mg.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from minigrad.autograd import grad_mode
 from minigrad.autograd.grad_mode import is_grad_enabled
@@ -253,21 +253,30 @@ def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, st
                         m.saved_array(ctx, k, value)
 
 
-# A saved entry is (kind, value, version): kind 0 = a tensor kept as is, 1 = an output of this
-# node (kept as its data plus a weak reference, so the node does not keep its output alive), 2 = a
-# constant array (no gradient flows through it), 3 = a plain Python value.
-SAVED_OUTPUT, SAVED_ARRAY = 1, 2
+# A saved entry is (kind, value, version), of one of four kinds: a tensor kept as is (an input); an
+# output of this node, kept as its data plus a weak reference (so the node does not keep its output
+# alive); a constant array (no gradient flows through it); a plain Python value.
+SAVED_TENSOR, SAVED_OUTPUT, SAVED_ARRAY, SAVED_VALUE = 0, 1, 2, 3
+
+
+def saved_entries(fn: Function) -> Iterator[tuple[int, Any]]:
+    """``(kind, value)`` for each entry ``fn`` keeps for backward, once packed: none while its
+    forward runs (or after it failed) and none after a backward freed them."""
+    if type(fn._saved) is tuple:
+        for entry in fn._saved:
+            if type(entry) is tuple and len(entry) == 3:
+                yield entry[0], entry[1]
 
 
 def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any:
     if s is None or not hasattr(s, "shape"):  # a Python value
-        return (3, s, 0)
+        return (SAVED_VALUE, s, 0)
     i = 0
     for arr in arrays:  # an input: kept as its tensor
         if s is arr or s is args[i]:
             a = args[i]
             if isinstance(a, Tensor):
-                return (0, a, a._version)
+                return (SAVED_TENSOR, a, a._version)
         i += 1
     i = 0
     for o in outputs:  # an output: kept as its array and a weak reference
@@ -275,17 +284,17 @@ def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any
             return (SAVED_OUTPUT, (o.array, i, weakref.ref(o)), o._version)
         i += 1
     if isinstance(s, Tensor):
-        return (0, s, s._version)
+        return (SAVED_TENSOR, s, s._version)
     return (SAVED_ARRAY, s, 0)
 
 
 def _unpack(ctx: Function, entry: Any) -> Any:
     kind, value, version = entry
-    if kind == 3:
+    if kind == SAVED_VALUE:
         return value
     if kind == SAVED_ARRAY:
         return _wrap(value, ctx.device)
-    if kind == 0:
+    if kind == SAVED_TENSOR:
         current, t = value._version, value
     else:
         data, nr, ref = value

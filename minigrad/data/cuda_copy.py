@@ -30,9 +30,7 @@ def _cupy() -> Any:
 
 def is_pinned(array: Any) -> bool:
     """Whether a numpy array lives in page-locked memory allocated by cupy (as ``pin_memory`` makes)."""
-    owner = array
-    while isinstance(owner, numpy.ndarray):  # a view's base is the array that owns the buffer
-        owner = owner.base
+    owner = backend.storage_of(array).base  # the buffer the array that owns the memory was made over
     if isinstance(owner, memoryview):  # numpy.frombuffer keeps the buffer's exporter behind a memoryview
         owner = owner.obj
     return isinstance(owner, _cupy().cuda.PinnedMemoryPointer)

@@ -17,8 +17,8 @@ import weakref
 from typing import Any, Callable, NamedTuple
 
 from minigrad.autograd.engine import topological_order
-from minigrad.autograd.function import Function
-from minigrad.backend import Device
+from minigrad.autograd.function import SAVED_TENSOR, Function, saved_entries
+from minigrad.backend import Device, storage_of
 from minigrad.memory.tracker import _fmt, saved_arrays, track
 from minigrad.nn.module import Parameter
 from minigrad._tensor import Tensor
@@ -63,12 +63,8 @@ def _graph_bytes(nodes: set[Function]) -> int:
     buffers: dict[int, int] = {}
     for fn in nodes:
         arrays = [a for a, _ in saved_arrays(fn)]
-        if type(fn._saved) is tuple:  # saved input tensors: entries (0, tensor, version)
-            arrays += [e[1].array for e in fn._saved if type(e) is tuple and len(e) == 3 and e[0] == 0
-                       and not isinstance(e[1], Parameter)]
-        for a in arrays:
-            while getattr(a, "base", None) is not None and type(a.base) is type(a):
-                a = a.base
+        arrays += [t.array for kind, t in saved_entries(fn) if kind == SAVED_TENSOR and not isinstance(t, Parameter)]
+        for a in map(storage_of, arrays):
             buffers[id(a)] = a.nbytes
     return sum(buffers.values())
 

@@ -142,7 +142,7 @@ def measure(layers: Sequence[Callable], x: Tensor, repeats: int = 2) -> list[Lay
                 y = layer(given)
                 peak = mem.activation_peak - given.array.nbytes
                 node, output, following = y.grad_fn, y.array.nbytes, y.array.copy()
-                alive = [weakref.ref(_base(t.array)) for t in (given, y)]
+                alive = [weakref.ref(backend.storage_of(t.array)) for t in (given, y)]
                 del y, given  # freed at once: a graph holds no reference cycles
                 input_kept, output_kept = [a().nbytes if a() is not None else 0 for a in alive]
                 costs.append(LayerCost(peak, mem.activations, input_kept, output_kept, output, best))
@@ -150,12 +150,6 @@ def measure(layers: Sequence[Callable], x: Tensor, repeats: int = 2) -> list[Lay
             x = _wrap(following, x.device)
     backend.set_rng_state(start, x.device)
     return costs
-
-
-def _base(array: Any) -> Any:
-    while getattr(array, "base", None) is not None:
-        array = array.base
-    return array
 
 
 def owned(costs: Sequence[LayerCost], k: int, held: bool) -> int:

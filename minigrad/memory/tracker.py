@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, NamedTuple
 
 from minigrad import backend, cuda
-from minigrad.autograd.function import SAVED_ARRAY, SAVED_OUTPUT, Function
+from minigrad.autograd.function import SAVED_ARRAY, SAVED_OUTPUT, Function, saved_entries
 from minigrad.autograd.mode import Mode, backward_depth
 from minigrad.backend import Device
 from minigrad.errors import DeviceError
@@ -134,8 +134,7 @@ class _HostCounter:
         """Count ``array``'s buffer unless it is already counted."""
         if not isinstance(array, self.array_type):
             return  # a numpy scalar (a few bytes) or an array of another device
-        while isinstance(array.base, self.array_type):
-            array = array.base
+        array = backend.storage_of(array)
         key = id(array)
         if key in self.live:
             return
@@ -230,12 +229,11 @@ def _live_arrays() -> Iterator[tuple[Any, tuple[int, str]]]:
 def saved_arrays(fn: Function) -> Iterator[tuple[Any, bool]]:
     """The arrays a graph node keeps for backward that no Tensor wraps: its outputs' (True) and
     other arrays (False). Saved input Tensors are Tensors, found as such."""
-    if type(fn._saved) is tuple:
-        for entry in fn._saved:  # (kind, value, version), see minigrad.autograd.function
-            if type(entry) is tuple and len(entry) == 3 and entry[0] == SAVED_OUTPUT:
-                yield entry[1][0], True
-            elif type(entry) is tuple and len(entry) == 3 and entry[0] == SAVED_ARRAY:
-                yield entry[1], False
+    for kind, value in saved_entries(fn):
+        if kind == SAVED_OUTPUT:
+            yield value[0], True  # (data, output number, weak reference)
+        elif kind == SAVED_ARRAY:
+            yield value, False
 
 
 def snapshot(device: str | Device = "cpu") -> list[LiveTensor]:
@@ -245,8 +243,7 @@ def snapshot(device: str | Device = "cpu") -> list[LiveTensor]:
     for array, label in _live_arrays():
         if not hasattr(array, "nbytes") or backend.device_of(array) is not dev:
             continue
-        while getattr(array, "base", None) is not None and type(array.base) is type(array):
-            array = array.base
+        array = backend.storage_of(array)
         known = found.get(id(array))
         if known is None or label < known[1]:
             found[id(array)] = (array, label)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from minigrad import backend
+from minigrad.backend import storage_of
 from minigrad.errors import ArgumentError, ShapeError
 from minigrad.ops.elementwise import Op, contiguous as _contiguous, same_value
 from minigrad.ops.indexing import GetItem, ScatterIndex, _as_view
@@ -41,18 +42,6 @@ preserve_format = MemoryFormat("preserve_format", None)
 
 
 # -- reading the geometry of an array -----------------------------------------------------------------
-def storage_of(a):
-    """The array that owns ``a``'s memory: follow ``.base`` from view to view (numpy and cupy;
-    numpy's ``as_strided`` puts a small wrapper between a view and its base)."""
-    while True:
-        base = a.base
-        if not isinstance(base, type(a)):
-            base = getattr(base, "base", None)
-            if not isinstance(base, type(a)):
-                return a
-        a = base
-
-
 def data_ptr(a) -> int:
     """The address of ``a``'s first element."""
     return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]

@@ -38,7 +38,7 @@ from typing import Any
 
 from minigrad.backend import cpu as _cpu_device
 from minigrad.graph.codegen import cc, cpu
-from minigrad.graph.codegen.program import Program
+from minigrad.graph.codegen.program import Dialect, Program, expression
 from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 from minigrad.ops.op import c_expression
@@ -47,11 +47,6 @@ __all__ = ["CKernel", "KernelWarning", "generate", "unsupported"]
 
 xp = _cpu_device.xp
 _C_TYPES = {"bool": "_Bool", "float32": "float", "float64": "double"}
-# elements; smaller loops run on one thread. Waking the others costs more than it saves, and on a
-# busy machine the loop's end waits for a thread the OS has not run yet: an MLP step's loops (an
-# SGD update over 400k weights, a GELU backward over 65k values) ran 2-3% faster on one thread of 2
-# busy cores. The numpy kernels' threshold (codegen/cpu.py) is the same.
-PARALLEL_MIN_SIZE = 1 << 20
 CHUNKS = 32  # pieces a parallel loop is cut into
 # glibc's vector math functions: declared ``simd`` here, as -ffast-math would (codegen.cc says why not it)
 _VECTOR_MATH = ("exp", "log", "sin", "cos", "tanh", "pow", "erf", "log1p")
@@ -128,9 +123,9 @@ def _address(a: Any) -> int:
     return a.ctypes.data
 
 
-def unsupported(prog: Program, rows: tuple | None = None) -> str | None:
-    """Why the C generator leaves this group (run by ``rows`` when given) to the numpy one; None
-    when it writes it."""
+def unsupported(prog: Program, rows: tuple | None = None, split: int | None = None) -> str | None:
+    """Why the C generator leaves this group to the numpy one; None when it writes it. A group that
+    runs by ``rows`` comes with ``split = _row_split(prog, rows)``."""
     if prog.reduction is not None:
         return "a reduction over more than whole rows"
     values = prog.ops + [i for n in prog.ops for i in n.inputs]
@@ -144,7 +139,6 @@ def unsupported(prog: Program, rows: tuple | None = None) -> str | None:
         if any(k not in (TENSOR_ARG, ARRAY_ARG) and not _is_scalar(n.attrs[k]) for k in n.meta["args"]):
             return f"{n.op} has a constant argument C cannot spell"
     if rows is not None:
-        split = _row_split(prog, rows)
         if split is None:
             return "values that are neither whole rows nor one number per row"
         if math.prod(rows[split:]) * 8 * len(prog.ops) > _ROW_BUFFER_BYTES:
@@ -155,8 +149,9 @@ def unsupported(prog: Program, rows: tuple | None = None) -> str | None:
 def generate(group: Graph) -> CKernel | cpu.CpuKernel:
     """The C kernel of a fused group (compiled on its first call), or the numpy one (``unsupported``)."""
     prog, rows = cpu.row_program(group)
+    split = _row_split(prog, rows) if rows else None
     fallback = cpu.generate_program(prog, rows)
-    if unsupported(prog, rows) is not None:
+    if unsupported(prog, rows, split) is not None:
         return fallback
     names = {p: f"x{k}" for k, p in enumerate(prog.inputs)}
     leaves = [p for p in prog.inputs if any(p in op.inputs for op in prog.ops)]
@@ -165,8 +160,8 @@ def generate(group: Graph) -> CKernel | cpu.CpuKernel:
         names[prog.anchor] = "m"
     args = ", ".join([f"{_ctype(prog.root)} *out"] + [f"const {_ctype(p)} *{names[p]}" for p in params])
     ops = ", ".join(n.op for n in [prog.anchor] * (prog.anchor is not None) + prog.ops)
-    how = f", by rows of {math.prod(rows[_row_split(prog, rows):])}" if rows else ""
-    body = _by_rows(prog, params, names, rows) if rows else _flat(prog, params, names)
+    how = f", by rows of {math.prod(rows[split:])}" if rows else ""
+    body = _by_rows(prog, params, names, rows, split) if rows else _flat(prog, params, names)
     used = [f for f in _VECTOR_MATH if re.search(rf"\b{f}\(", "\n".join(body))]
     lines = [f"/* {prog.name}: {ops} -> {tuple(prog.root.shape)} {prog.root.dtype}{how} */", "#include <math.h>"]
     if used:
@@ -185,7 +180,7 @@ def _flat(prog: Program, params: list[Node], names: dict[Node, str]) -> list[str
     value = {p: f"a{k}" for k, p in enumerate(params)}
     for n in prog.ops:
         if n is prog.ops[-1]:
-            body.append(f"out[{_index(dims, (True,) * len(dims))}] = {_expression(n, value)};  // {n.name} {n.op}")
+            body.append(f"out[{_index(dims, (True,) * len(dims))}] = {expression(n, value, _C)};  // {n.name} {n.op}")
         else:
             body.append(_assign(n, value))
     return _loops(dims, body, math.prod(prog.shape))
@@ -193,7 +188,7 @@ def _flat(prog: Program, params: list[Node], names: dict[Node, str]) -> list[str
 
 def _assign(n: Node, value: dict[Node, str]) -> str:
     """``float v7 = <n's expression>;  // %7 Tanh``, naming n's value ``v7`` in ``value``."""
-    expr = _expression(n, value)
+    expr = expression(n, value, _C)
     value[n] = "v" + _short(n)
     return f"{_ctype(n)} {value[n]} = {expr};  // {n.name} {n.op}"
 
@@ -237,11 +232,10 @@ def _reduces_cols(n: Node, rows: tuple, k: int) -> bool:
             and sorted(d % len(rows) for d in dims) == list(range(k, len(rows))))
 
 
-def _by_rows(prog: Program, params: list[Node], names: dict[Node, str], rows: tuple) -> list[str]:
-    """A group holding row reductions: a loop over rows, and in each row a loop over its columns
-    for every stretch of ops between reductions (a phase). Wide values that a later phase reads
-    wait in row buffers; numbers per row are plain variables."""
-    k = _row_split(prog, rows)
+def _by_rows(prog: Program, params: list[Node], names: dict[Node, str], rows: tuple, k: int) -> list[str]:
+    """A group holding row reductions: a loop over rows (the first ``k`` axes of ``rows``), and in
+    each row a loop over its columns for every stretch of ops between reductions (a phase). Wide
+    values that a later phase reads wait in row buffers; numbers per row are plain variables."""
     n_rows, n_cols = math.prod(rows[:k]), math.prod(rows[k:])
     parts = {p: _part(tuple(p.shape), rows, k) for p in params}
     wide = {n for n in prog.ops if not _reduces(n) and _part(tuple(n.shape), rows, k)[1] == "whole"}
@@ -278,7 +272,7 @@ def _by_rows(prog: Program, params: list[Node], names: dict[Node, str], rows: tu
         inner.update({i: f"b{_short(i)}[j]" for i in buffered if phase[i] < ph})
         for n in members:
             if n is prog.root:
-                loop.append(f"out[r * {n_cols}L + j] = {_expression(n, inner)};  // {n.name} {n.op}")
+                loop.append(f"out[r * {n_cols}L + j] = {expression(n, inner, _C)};  // {n.name} {n.op}")
                 continue
             loop.append(_assign(n, inner))
             if n in buffered:
@@ -295,7 +289,7 @@ def _by_rows(prog: Program, params: list[Node], names: dict[Node, str], rows: tu
             body.append(f"{_ctype(n)} {value[n]} = ({_ctype(n)})({final});")
             if n is prog.root:
                 body.append(f"out[r] = {value[n]};")
-    head = [f"    #pragma omp {_shared(n_rows)}"] if n_rows * n_cols >= PARALLEL_MIN_SIZE and n_rows > 1 else []
+    head = [f"    #pragma omp {_shared(n_rows)}"] if n_rows * n_cols >= cpu.PARALLEL_MIN_SIZE and n_rows > 1 else []
     return head + [f"    for (long r = 0; r < {n_rows}L; r++) {{"] + ["        " + line for line in body] + ["    }"]
 
 
@@ -342,7 +336,7 @@ def _shared(n: int, simd: bool = False) -> str:
 
 def _loops(dims: list[int], body: list[str], size: int) -> list[str]:
     """Nested loops over the merged axes: the outer shared among threads, the inner vectorised."""
-    threads = size >= PARALLEL_MIN_SIZE
+    threads = size >= cpu.PARALLEL_MIN_SIZE
     if len(dims) <= 1:
         n = dims[0] if dims else 1
         return [f"    #pragma omp {_shared(n, simd=True) if threads else 'simd'}",
@@ -361,35 +355,25 @@ def _loops(dims: list[int], body: list[str], size: int) -> list[str]:
     return lines
 
 
-def _expression(node: Node, value: dict[Node, str]) -> str:
-    inputs = iter(node.inputs)
-    ctype = _ctype(node.inputs[0]) if node.inputs and node.inputs[0].dtype.kind != "b" else _ctype(node)
-    args = [value[next(inputs)] if k in (TENSOR_ARG, ARRAY_ARG) else _literal(node.attrs[k], ctype)
-            for k in node.meta["args"]]
-    expr = c_expression(node.fn)
-    return expr.format(*args, T=ctype) if isinstance(expr, str) else expr(args, ctype, _ctype(node))
-
-
 def _is_scalar(v: Any) -> bool:
     """A constant C can spell: a number, None (an absent bound) or a dtype (a cast's target)."""
     return (v is None or isinstance(v, (bool, int, float, xp.dtype, type))
             or (hasattr(v, "item") and getattr(v, "shape", None) == ()))
 
 
-def _literal(v: Any, ctype: str) -> str:
-    if v is None:
-        return "None"
+def _spell(v: Any, ctype: str) -> str | None:
+    """C's own literals: a dtype (a cast's target) as its C type, a bool as 1 or 0, NaN and the
+    infinities as math.h's macros."""
     if isinstance(v, (xp.dtype, type)):
         return _C_TYPES.get(str(xp.dtype(v)), "void")
-    if hasattr(v, "item"):
-        v = v.item()  # a numpy scalar: its repr, np.float32(0.5), is not C
     if isinstance(v, bool):
         return "1" if v else "0"
-    if isinstance(v, int) and not -2**63 <= v < 2**63:  # no C integer literal holds it
-        v = float(v)
     if isinstance(v, float) and not math.isfinite(v):
         return f"({ctype})" + ("NAN" if v != v else "-INFINITY" if v < 0 else "INFINITY")
-    return f"({ctype}){v!r}"
+    return None
+
+
+_C = Dialect(_C_TYPES, c_expression, _spell)
 
 
 def _ctype(node: Node) -> str:

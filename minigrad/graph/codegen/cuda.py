@@ -14,10 +14,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from minigrad.graph.codegen.program import Program, program
+from minigrad.graph.codegen.program import Dialect, Program, expression, program
 from minigrad.graph.codegen.cpu import NodeForward
 from minigrad.graph.ir import Graph, GraphError, Node, op_kind
-from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 
 __all__ = ["CudaKernel", "generate", "supports"]
 
@@ -25,7 +24,7 @@ _C_TYPES = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "i
             "uint8": "unsigned char", "float16": "float16", "float32": "float", "float64": "double"}
 
 # An op's C expression is its class's ``cuda`` declaration: a format string of its arguments {0},
-# {1}, ... (in forward's order) and {T}, the C type the op computes in (``_compute_type``), so that
+# {1}, ... (in forward's order) and {T}, the C type the op computes in (``program.expression``), so that
 # constants stay in that precision ((float)0.5, not a double); or a function of (args, T, out_type).
 # A branch of ``?:`` that computes a new value is cast back to {T}: cupy's float16 converts to and
 # from float implicitly, which would make ``c ? half : float`` ambiguous. A reduction declares its
@@ -92,7 +91,7 @@ def generate(group: Graph) -> CudaKernel:
     for n in prog.ops:
         value[n] = "v" + re.sub(r"\W", "_", n.name.lstrip("%")) if n is not prog.ops[-1] else "y"
         decl = "" if value[n] == "y" else _ctype(n) + " "
-        lines.append(f"{decl}{value[n]} = {_expression(n, value)};  // {n.name} {n.op}")
+        lines.append(f"{decl}{value[n]} = {expression(n, value, _CUDA)};  // {n.name} {n.op}")
     red = prog.reduction
     ctype = _ctype(prog.ops[-1])
     pieces = getattr(red.fn, "cuda_reduce", None) if red is not None else None
@@ -112,38 +111,19 @@ def generate(group: Graph) -> CudaKernel:
     return CudaKernel(prog, "ElementwiseKernel", params, [prog.inputs.index(p) for p in leaves])
 
 
-def _expression(node: Node, value: dict[Node, str]) -> str:
-    inputs = iter(node.inputs)
-    ctype = _compute_type(node)
-    args = []
-    for k in node.meta["args"]:
-        args.append(value[next(inputs)] if k in (TENSOR_ARG, ARRAY_ARG) else _literal(node.attrs[k], ctype))
-    expr = node.fn.cuda
-    return expr.format(*args, T=ctype) if isinstance(expr, str) else expr(args, ctype, _ctype(node))
-
-
-def _compute_type(node: Node) -> str:
-    """The C type an op computes in: its first tensor argument's, unless that is a bool (the
-    condition of ``where``, or ``mask + 2``), whose constants would be cast to 0 or 1: then its result's."""
-    if not node.inputs or node.inputs[0].dtype.kind == "b":
-        return _ctype(node)
-    return _ctype(node.inputs[0])
-
-
-def _literal(v: Any, ctype: str) -> str:
-    if v is None:
-        return "None"
-    if hasattr(v, "item") and getattr(v, "shape", None) == ():
-        v = v.item()  # a numpy scalar: its repr, np.float32(0.5), is not C
+def _spell(v: Any, ctype: str) -> str | None:
+    """CUDA's own literals: a bool as true or false, NaN and the infinities built from their bits
+    (NVRTC has no math.h macros)."""
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, int) and not -2**63 <= v < 2**63:  # no C integer literal holds it
-        v = float(v)
     if isinstance(v, float) and v != v:
         return f"({ctype})(0.0 / 0.0)"
     if isinstance(v, float) and v in (float("inf"), float("-inf")):
         return ("-" if v < 0 else "") + _INFINITY.get(ctype, "__int_as_float(0x7f800000)")
-    return f"({ctype}){v!r}"
+    return None
+
+
+_CUDA = Dialect(_C_TYPES, lambda fn: fn.cuda, _spell)
 
 
 def _ctype(node: Node) -> str:
