@@ -28,7 +28,7 @@ import time
 # torch's OpenMP threads would spin after each call, taking the cores from the next contender
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from common import blas_info, interleaved, torch  # noqa: E402  (first: sets BLAS threads before numpy)
+from common import conditions, interleaved, torch  # noqa: E402  (first: sets BLAS threads before numpy)
 
 import numpy
 
@@ -230,8 +230,7 @@ def main() -> None:
     rng = numpy.random.default_rng(0)
     arrays = [rng.standard_normal(SHAPE).astype(numpy.float32), rng.standard_normal(SHAPE[1:]).astype(numpy.float32),
               rng.standard_normal(SHAPE[1:]).astype(numpy.float32)]
-    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(f"bench_fusion on {os.cpu_count()} cores, load average {load} (1, 5, 15 min); {blas_info()}")
+    print(f"bench_fusion on {conditions()}")
     flags = " ".join(f for f in cc.FLAGS if f not in ("-fPIC", "-shared"))
     print(f"kernels: C ({flags}, {os.environ.get('OMP_NUM_THREADS', 'all')} OpenMP threads); "
           f"numpy blocks of {cpu.BLOCK_SIZE} elements on {cpu.NUM_THREADS} thread(s); "

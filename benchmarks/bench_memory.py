@@ -24,9 +24,8 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import os
 
-from common import blas_info, interleaved  # first: sets BLAS threads before numpy
+from common import conditions, interleaved  # first: sets BLAS threads before numpy
 
 import minigrad
 from minigrad import memory, nn
@@ -115,8 +114,7 @@ def main() -> None:
     cnn_x = minigrad.randn(8, 16, 32, 32)
     print("bench_memory: gradient checkpointing (checkpoint_sequential, and memory.plan to a budget), "
           "forward + backward")
-    print(f"median of {args.repeats} interleaved repeats x {args.steps} steps; {blas_info()}; "
-          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"median of {args.repeats} interleaved repeats x {args.steps} steps; {conditions()}")
     for line in case(f"(a) MLP: 32 x (Linear({args.width}, {args.width}) + ReLU), batch 256",
                      mlp(32, args.width), mlp_x, args.repeats, args.steps):
         print(line)

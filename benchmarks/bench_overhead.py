@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from common import interleaved, table, torch  # first: sets BLAS threads (one) before numpy
+from common import conditions, interleaved, table, torch  # first: sets BLAS threads (one) before numpy
 
 import numpy
 
@@ -71,7 +71,7 @@ def main() -> None:
     n_ops = N_BLOCKS * BLOCK_OPS
     print(f"bench_overhead: {n_ops} elementwise ops + sum on {N_ELEMENTS} float32 elements, "
           f"forward + backward")
-    print(f"median of {args.repeats} interleaved repeats x {args.steps} steps; torch on 1 thread")
+    print(f"median of {args.repeats} interleaved repeats x {args.steps} steps; torch on 1 thread; {conditions()}")
     print()
     print(table({"forward + backward": ms}, {"forward + backward": TARGET}))
     print(f"{'us per op (fwd+bwd)':28}" + "".join(f"{t * 1e3 / n_ops:12.2f}" for t in ms.values()))

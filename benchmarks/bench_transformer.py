@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import time
 from pathlib import Path
 
-from common import blas_info, interleaved, torch  # first: sets BLAS threads before numpy
+from common import conditions, interleaved, torch  # first: sets BLAS threads before numpy
 
 import numpy
 
@@ -230,8 +229,7 @@ def main() -> None:
     idx0, targets0, vocab = batch(args.batch)
     print(f"bench_transformer: GPT with {args.layers} blocks, width {WIDTH}, {HEADS} heads, context {CONTEXT}, "
           f"{vocab} characters, batch {args.batch}; AdamW step")
-    print(f"median of {args.repeats} interleaved repeats x {args.steps} steps; {blas_info()}; "
-          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"median of {args.repeats} interleaved repeats x {args.steps} steps; {conditions()}")
     print()
     print("(a) training step")
     runs = contenders(args.layers, idx0, targets0, vocab)

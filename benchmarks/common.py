@@ -36,10 +36,25 @@ def blas_info() -> str:
         f"{i['internal_api']} {i.get('architecture', '')} x{i['num_threads']}" for i in blas)
 
 
+def processor() -> str:
+    """The processor's model name and core count (Linux's /proc/cpuinfo; ``platform`` elsewhere,
+    which on Linux only says ``x86_64``)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        name = platform.processor() or platform.machine()
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def conditions() -> str:
+    """What a timing depends on besides the code: the processor, numpy's BLAS, the load average."""
+    return f"{processor()}; {blas_info()}; load average {os.getloadavg()[0]:.2f}"
+
+
 def machine() -> str:
     """Where the figures come from: the processor, numpy's BLAS, and the torch they are set against."""
-    return (f"{platform.processor() or platform.machine()}; {blas_info()}; "
-            f"torch {torch.__version__ if torch else 'not installed'}")
+    return f"{processor()}; {blas_info()}; torch {torch.__version__ if torch else 'not installed'}"
 
 
 def interleaved(runs: dict, repeats: int, steps: int) -> dict:
