@@ -17,6 +17,7 @@ from typing import Any, Sequence
 from minigrad import ops as _ops
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.errors import DTypeError, ShapeError
+from minigrad.ops.indexing import check_range
 from minigrad.ops.conv import conv1d, conv2d, conv_transpose2d  # noqa: F401  (they live with the ops)
 from minigrad.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
 from minigrad.ops.normalize import Standardize
@@ -110,9 +111,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
     if scale_grad_by_freq:
         raise NotImplementedError("embedding: scale_grad_by_freq is not supported")
     n = weight.shape[0]
-    if input.numel() and (int(input.array.min()) < 0 or int(input.array.max()) >= n):
-        raise IndexError(f"embedding: index out of range [{int(input.array.min())}, {int(input.array.max())}] "
-                         f"for an embedding of {n} rows")
+    check_range(input.array, n, 0, "embedding", input, weight.shape, negative=False)
     if max_norm is not None:
         _renorm_rows(weight, input, max_norm, norm_type)
     out = sparse_embedding(input, weight) if sparse else weight[input]
