@@ -242,10 +242,9 @@ def _join(func: Any, arrays: Any, axis: Any = 0, out: Any = None, dtype: Any = N
 
 
 def _clip(func: Any, a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, **kwargs: Any) -> MetaArray:
-    """``clip`` has the shape and dtype of ``minimum(maximum(a, a_min), a_max)``, which are ufuncs."""
-    if a_min is not None:
-        a = numpy.maximum(a, a_min)
-    return a if a_max is None else numpy.minimum(a, a_max)
+    """``clip`` broadcasts its three arguments, as a ufunc; the dtype is a one-element trial's."""
+    shape = numpy.broadcast_shapes(*[numpy.shape(_standin(x)) for x in (a, a_min, a_max) if x is not None])
+    return MetaArray(shape, _trial(func, (a, a_min, a_max), kwargs).dtype)
 
 
 def _where(func: Any, condition: Any, *xy: Any) -> MetaArray:
@@ -265,9 +264,35 @@ def _scan(func: Any, a: Any, *args: Any, **kwargs: Any) -> MetaArray:
     return MetaArray(a.shape if trial.ndim == a.ndim else (a.size,), trial.dtype)
 
 
+def _einsum(func: Any, subscripts: Any, *operands: Any, **kwargs: Any) -> MetaArray:
+    """``einsum`` with one letter per axis (what minigrad's ops pass): each output letter has the
+    size it has in the operands. With ``...`` it runs on the stand-ins instead."""
+    if not isinstance(subscripts, str) or "." in subscripts:
+        return _meta(func(subscripts, *_standins(operands), **kwargs), "numpy.einsum")
+    lhs, arrow, out = subscripts.replace(" ", "").partition("->")
+    terms, sizes = lhs.split(","), {}
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum: {len(terms)} operand subscripts for {len(operands)} operands")
+    for term, shape in zip(terms, (numpy.shape(_standin(o)) for o in operands)):
+        if len(term) != len(shape) or len({(letter, n) for letter, n in zip(term, shape)}) != len(set(term)):
+            raise ValueError(f"einsum: subscripts {term!r} for an operand of shape {shape}")
+        for letter, n in zip(term, shape):  # across operands a size of 1 broadcasts, as in numpy
+            seen = sizes.setdefault(letter, n)
+            if seen != n and 1 not in (seen, n):
+                raise ValueError(f"einsum: subscript {letter!r} has sizes {seen} and {n}")
+            sizes[letter] = n if seen == 1 else seen
+    if not arrow:  # implicit output: the letters used once, in alphabetical order
+        out = "".join(sorted(letter for letter in sizes if lhs.count(letter) == 1))
+    if any(letter not in sizes for letter in out):
+        raise ValueError(f"einsum: output subscripts {out!r} name letters no operand has")
+    dtype = numpy.result_type(*operands) if kwargs.get("dtype") is None else kwargs["dtype"]
+    return MetaArray(tuple(sizes[letter] for letter in out), dtype)
+
+
 # numpy functions whose result is a new array: their shape rule, which allocates nothing
 _RULES = {"concatenate": _join, "stack": lambda *args, **kwargs: _join(*args, **kwargs, new_axis=True),
-          "clip": _clip, "cumsum": _scan, "cumprod": _scan, "sort": _scan, "argsort": _scan, "where": _where}
+          "clip": _clip, "cumsum": _scan, "cumprod": _scan, "sort": _scan, "argsort": _scan, "where": _where,
+          "einsum": _einsum}
 
 
 def _matmul_shape(a: Any, b: Any) -> tuple:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import numpy
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -84,12 +84,14 @@ def test_ops_that_copy_or_scan_elements_allocate_nothing_on_meta():
         outs = {"embedding": F.embedding(tokens, table), "max": x.max(-1)[0], "cumsum": x.cumsum(-1),
                 "pad": F.pad(x, (1, 1)), "clamp": x.clamp(0, 1), "where": mg.where(x > 0, x, 0.0),
                 "gelu": F.gelu(x), "roll": x.roll(1, 0), "tril": x.tril(), "flip": x.flip(0),
-                "gather": x.gather(2, mg.zeros(64, 512, 3, dtype=mg.int64, device="meta"))}
+                "gather": x.gather(2, mg.zeros(64, 512, 3, dtype=mg.int64, device="meta")),
+                "einsum": mg.einsum("bij,bkj->bik", x, x)}
         sum(y.sum() for y in outs.values()).backward()
     assert {k: y.shape for k, y in outs.items()} == {
         "embedding": (64, 512, 1024), "max": (64, 512), "cumsum": (64, 512, 1024), "pad": (64, 512, 1026),
         "clamp": (64, 512, 1024), "where": (64, 512, 1024), "gelu": (64, 512, 1024), "roll": (64, 512, 1024),
-        "tril": (64, 512, 1024), "flip": (64, 512, 1024), "gather": (64, 512, 3)}
+        "tril": (64, 512, 1024), "flip": (64, 512, 1024), "gather": (64, 512, 3),
+        "einsum": (64, 512, 512)}
     assert x.grad.shape == x.shape and table.grad.shape == table.shape
 
 
@@ -141,6 +143,8 @@ FUNCTIONS = [
     ("cross_entropy", lambda x: F.cross_entropy(x, mg.zeros(4, dtype=mg.int64, device=x.device)), [(4, 7)]),
     ("cross_entropy k-dim", lambda x: F.cross_entropy(x, mg.zeros(4, 3, dtype=mg.int64, device=x.device),
                                                       label_smoothing=0.1, reduction="none"), [(4, 7, 3)]),
+    ("einsum attention", lambda q, k: F.softmax(mg.einsum("bhqd,bhkd->bhqk", q, k), -1), [(2, 4, 5, 8), (2, 4, 6, 8)]),
+    ("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (2, 3)), [(2, 3, 7, 8)]),
     ("attention", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
      [(2, 4, 5, 8), (2, 4, 5, 8), (2, 4, 5, 8)]),
 ]
@@ -179,6 +183,10 @@ CALLS = {
     "tril": lambda a, b, ax: numpy.tril(a, ax),
     "triu": lambda a, b, ax: numpy.triu(a, -ax),
     "index": lambda a, b, ax: a[numpy.zeros((2, 3), numpy.int64)],
+    "einsum": lambda a, b, ax: numpy.einsum("ij,jk->ik", a, b),
+    "einsum implicit": lambda a, b, ax: numpy.einsum("ij,kj", a, b),
+    "einsum trace": lambda a, b, ax: numpy.einsum("ii->i", a),
+    "einsum ellipsis": lambda a, b, ax: numpy.einsum("...j,j->...", a, b),
 }
 
 
@@ -197,6 +205,8 @@ def _outcome(call, *args):
 def test_meta_rules_give_numpys_shapes_and_dtypes(call, shape, other, dtypes, axis):
     """Real arrays of each shape (the other one often fitting, often not) against MetaArrays: the
     same result shape and dtype, or both refused."""
+    # numpy's einsum("ii->i") of a (0, 1) operand has shape (1,) (and refuses (1, 0)): a quirk not copied
+    assume(not (call == "einsum trace" and 0 in shape))
     other = other if other else shape  # a 0-d draw stands for "the same shape"
     a, b = numpy.zeros(shape, dtypes[0]), numpy.ones(other, dtypes[1])
     expected = _outcome(CALLS[call], a, b, axis)
