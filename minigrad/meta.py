@@ -36,6 +36,13 @@ def needs_values(what: str) -> DeviceError:
                        "or load_state_dict(state_dict, assign=True)")
 
 
+def has_values(array: Any) -> bool:
+    """Whether ``array`` holds values: not on the meta device. Checks of values (an index in range,
+    probabilities in [0, 1]) and loops over them (redrawing samples outside a range) skip a meta
+    array, as in torch, where a model's shapes are built before it has any values."""
+    return not isinstance(array, MetaArray)
+
+
 class MetaArray(NDArrayOperatorsMixin):
     """What a meta tensor holds instead of an array: a shape and a dtype."""
 

@@ -15,6 +15,7 @@ from hypothesis.extra import numpy as hnp
 import minigrad as mg
 import minigrad.nn.functional as F
 from minigrad import nn
+from minigrad.errors import DeviceError
 from minigrad.meta import MetaArray
 
 
@@ -63,6 +64,25 @@ def test_embedding_out_of_range_as_torch():
     for bad in (5, -1):
         with pytest.raises(IndexError):
             torch.nn.Embedding(5, 2)(torch.tensor([0, bad]))
+
+
+def test_checks_of_values_skip_meta_tensors_and_still_run_on_cpu():
+    """As torch: a meta tensor has no index, class or probability out of range, no rows to renormalise,
+    no samples to redraw; the same calls on cpu still check."""
+    tokens = mg.zeros(2, 3, dtype=mg.int64, device="meta")
+    assert F.embedding(tokens, meta(10, 4), max_norm=1.0).shape == (2, 3, 4)
+    assert nn.init.trunc_normal_(meta(3, 4)).shape == (3, 4)
+    assert F.binary_cross_entropy(meta(3), meta(3)).shape == ()
+    assert F.one_hot(tokens, 5).shape == (2, 3, 5)
+    assert F.nll_loss(meta(2, 5), mg.zeros(2, dtype=mg.int64, device="meta")).shape == ()
+    with pytest.raises(DeviceError, match="meta tensor"):
+        F.one_hot(tokens)  # the number of classes would be a value
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        F.binary_cross_entropy(mg.tensor([0.5, 1.5]), mg.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="class values must be in"):
+        F.one_hot(mg.tensor([0, 5]), 5)
+    with pytest.raises(IndexError, match="nll_loss: target 5 is out of range for 5 classes"):
+        F.nll_loss(mg.randn(2, 5), mg.tensor([0, 5]))
 
 
 # -- no allocation ------------------------------------------------------------------------------------
@@ -144,6 +164,7 @@ FUNCTIONS = [
     ("cross_entropy k-dim", lambda x: F.cross_entropy(x, mg.zeros(4, 3, dtype=mg.int64, device=x.device),
                                                       label_smoothing=0.1, reduction="none"), [(4, 7, 3)]),
     ("einsum attention", lambda q, k: F.softmax(mg.einsum("bhqd,bhkd->bhqk", q, k), -1), [(2, 4, 5, 8), (2, 4, 6, 8)]),
+    ("binary_cross_entropy", lambda x, t: F.binary_cross_entropy(x.sigmoid(), t.sigmoid()), [(4, 3), (4, 3)]),
     ("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (2, 3)), [(2, 3, 7, 8)]),
     ("attention", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
      [(2, 4, 5, 8), (2, 4, 5, 8), (2, 4, 5, 8)]),

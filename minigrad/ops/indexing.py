@@ -16,7 +16,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.autograd import grad_mode
 from minigrad.errors import DeviceError, ShapeError
-from minigrad.meta import MetaArray
+from minigrad.meta import has_values
 from minigrad.ops.elementwise import Op, cast
 from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.inplace import inplace
@@ -173,7 +173,7 @@ def _to_array(item: Any, x: Tensor, op: str) -> Any:
 def check_range(arr: Any, size: int, dim: int, op: str, index: Any, shape: tuple, negative: bool = True) -> None:
     """Raise IndexError naming ``op`` when an index in ``arr`` falls outside ``size`` (below ``-size``
     with ``negative``, below 0 without), the one check every op that looks rows up runs."""
-    if arr.size == 0 or isinstance(arr, MetaArray):  # a meta index has no values to check (as in torch)
+    if arr.size == 0 or not has_values(arr):
         return
     lo, hi = int(arr.min()), int(arr.max())
     if hi >= size or lo < (-size if negative else 0):
