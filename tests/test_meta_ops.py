@@ -124,16 +124,18 @@ def _floats(*shape):
     return lambda device: mg.empty(*shape, device=device) if device == "meta" else mg.randn(*shape)
 
 
+# each layer is built from a namespace of layers: minigrad.nn, or torch.nn, whose names it shares
 LAYERS = [
-    ("Linear", lambda: nn.Linear(16, 8), [_floats(4, 5, 16)]),
-    ("Conv2d", lambda: nn.Conv2d(3, 8, 3, stride=2, padding=1), [_floats(2, 3, 9, 9)]),
-    ("Conv2d grouped", lambda: nn.Conv2d(4, 8, (3, 2), groups=2, dilation=2), [_floats(2, 4, 9, 7)]),
-    ("MaxPool2d", lambda: nn.Sequential(nn.Conv2d(3, 4, 1), nn.MaxPool2d(2)), [_floats(2, 3, 8, 8)]),
-    ("BatchNorm2d", lambda: nn.BatchNorm2d(3), [_floats(2, 3, 4, 4)]),
-    ("LayerNorm", lambda: nn.LayerNorm(16), [_floats(4, 5, 16)]),
-    ("Embedding", lambda: nn.Embedding(20, 8), [_ints(4, 5)]),
-    ("MultiheadAttention", lambda: nn.MultiheadAttention(16, 4, batch_first=True), [_floats(2, 5, 16)] * 3),
-    ("TransformerEncoderLayer", lambda: nn.TransformerEncoderLayer(16, 4, 32, batch_first=True), [_floats(2, 5, 16)]),
+    ("Linear", lambda nn: nn.Linear(16, 8), [_floats(4, 5, 16)]),
+    ("Conv2d", lambda nn: nn.Conv2d(3, 8, 3, stride=2, padding=1), [_floats(2, 3, 9, 9)]),
+    ("Conv2d grouped", lambda nn: nn.Conv2d(4, 8, (3, 2), groups=2, dilation=2), [_floats(2, 4, 9, 7)]),
+    ("MaxPool2d", lambda nn: nn.Sequential(nn.Conv2d(3, 4, 1), nn.MaxPool2d(2)), [_floats(2, 3, 8, 8)]),
+    ("BatchNorm2d", lambda nn: nn.BatchNorm2d(3), [_floats(2, 3, 4, 4)]),
+    ("LayerNorm", lambda nn: nn.LayerNorm(16), [_floats(4, 5, 16)]),
+    ("Embedding", lambda nn: nn.Embedding(20, 8), [_ints(4, 5)]),
+    ("MultiheadAttention", lambda nn: nn.MultiheadAttention(16, 4, batch_first=True), [_floats(2, 5, 16)] * 3),
+    ("TransformerEncoderLayer", lambda nn: nn.TransformerEncoderLayer(16, 4, 32, batch_first=True),
+     [_floats(2, 5, 16)]),
 ]
 
 
@@ -146,12 +148,24 @@ def _shapes(module, inputs):
 
 @pytest.mark.parametrize("name, build, inputs", LAYERS, ids=[row[0] for row in LAYERS])
 def test_layers_on_meta_give_cpu_shapes_forward_and_backward(name, build, inputs):
-    expected = _shapes(build(), [make("cpu") for make in inputs])
+    expected = _shapes(build(nn), [make("cpu") for make in inputs])
     with mg.device("meta"):
-        module = build()
+        module = build(nn)
     with allocates_at_most(1 << 20):
         assert _shapes(module, [make("meta") for make in inputs]) == expected
     assert all(p.grad.device.type == "meta" for p in module.parameters())
+
+
+@pytest.mark.parametrize("name, build, inputs", LAYERS, ids=[row[0] for row in LAYERS])
+def test_layers_on_meta_give_torchs_meta_shapes(name, build, inputs):
+    """The same layer on torch's meta device: the output and every named parameter's gradient."""
+    torch = pytest.importorskip("torch")
+    with mg.device("meta"):
+        ours = _shapes(build(nn), [make("meta") for make in inputs])
+    with torch.device("meta"):
+        xs = [torch.empty(*x.shape, dtype=torch.int64 if x.dtype.kind == "i" else torch.float32)
+              for x in (make("meta") for make in inputs)]
+        assert _shapes(build(torch.nn), xs) == ours
 
 
 FUNCTIONS = [
