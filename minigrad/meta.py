@@ -7,19 +7,24 @@ costs twice the memory and the time of random initialisation. As in PyTorch, a m
 later. Ops on meta tensors compute only their output's shape and dtype: a ``MetaArray`` is the
 meta device's array, and ``xp`` below is its array module, so the ops run unchanged. numpy's
 dispatch protocols (``__array_ufunc__``, ``__array_function__``) send every numpy call on a
-MetaArray here. Shapes come from the broadcasting and matmul rules, or from running the numpy
-function on a *stand-in*: a zero-stride view of one element with the right shape, which costs no
-memory for the views (reshape, transpose, slicing) that most shape work is. Anything that needs
-values (``item()``, printing the numbers, a boolean mask, a copy to cpu) raises ``DeviceError``.
+MetaArray here. Shapes come from the broadcasting and matmul rules, from a small rule for each
+numpy function that builds a new array (``_RULES``: concatenate, stack, where, cumsum...), or from
+running the numpy function on a *stand-in*: a zero-stride view of one element with the right shape,
+which costs no memory for the views (reshape, transpose, slicing) that most shape work is. A
+function that only moves elements (indexing by an array, ``take``, ``pad``, ``roll``) runs on
+stand-ins whose dtype takes no bytes, so its copy of the elements allocates nothing. Anything that
+needs values (``item()``, printing the numbers, a boolean mask, a copy to cpu) raises ``DeviceError``.
 """
 
 from __future__ import annotations
 
 import math
 import types
+import warnings
 from typing import Any
 
 import numpy  # shapes and dtypes follow numpy's rules; the stand-ins are numpy views
+from numpy.lib.array_utils import normalize_axis_index
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from minigrad.errors import DeviceError
@@ -31,11 +36,19 @@ def needs_values(what: str) -> DeviceError:
                        "or load_state_dict(state_dict, assign=True)")
 
 
+def has_values(array: Any) -> bool:
+    """Whether ``array`` holds values: not on the meta device. Checks of values (an index in range,
+    probabilities in [0, 1]) and loops over them (redrawing samples outside a range) skip a meta
+    array, as in torch, where a model's shapes are built before it has any values."""
+    return not isinstance(array, MetaArray)
+
+
 class MetaArray(NDArrayOperatorsMixin):
     """What a meta tensor holds instead of an array: a shape and a dtype."""
 
     __slots__ = ("shape", "dtype")
     device = "meta"
+    base = None  # never a view of another array's memory: it has none
     flags = types.SimpleNamespace(c_contiguous=True, f_contiguous=False, writeable=True)
 
     def __init__(self, shape: Any, dtype: Any) -> None:
@@ -59,10 +72,11 @@ class MetaArray(NDArrayOperatorsMixin):
     def __repr__(self) -> str:
         return f"MetaArray(shape={self.shape}, dtype={self.dtype})"
 
-    def standin(self) -> numpy.ndarray:
+    def standin(self, dtype: Any = None) -> numpy.ndarray:
         """A read-only zero-stride view of one element with this shape: numpy's shape rules run on
-        it for free as long as they only make views."""
-        return numpy.broadcast_to(numpy.ones((), self.dtype), self.shape)
+        it for free as long as they only make views. With ``dtype=SHAPE_ONLY`` its elements take no
+        bytes, so even a function that copies them (indexing by an array, ``take``) allocates nothing."""
+        return numpy.broadcast_to(numpy.ones((), self.dtype if dtype is None else dtype), self.shape)
 
     def astype(self, dtype: Any, copy: bool = True) -> MetaArray:
         return MetaArray(self.shape, dtype)
@@ -71,17 +85,17 @@ class MetaArray(NDArrayOperatorsMixin):
         return MetaArray(self.shape, self.dtype)
 
     def __getattr__(self, name: str) -> Any:
-        if name in _REDUCTIONS:
-            return lambda *args, **kwargs: getattr(numpy, name)(self, *args, **kwargs)
         if name in _VIEWS:
             return lambda *args, **kwargs: _meta(getattr(self.standin(), name)(*_standins(args), **kwargs), name)
+        if name in _METHODS:  # the method is numpy's function of the same name, which dispatches here
+            return lambda *args, **kwargs: getattr(numpy, name)(self, *args, **kwargs)
         raise AttributeError(f"a meta tensor's array has no {name!r}")
 
     def __getitem__(self, index: Any) -> MetaArray:
-        return _meta(self.standin()[_index(index)], "indexing")
+        return MetaArray(self.standin(SHAPE_ONLY)[_index(index)].shape, self.dtype)
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        target = self.standin()[_index(index)]  # checks the index; there is nothing to write
+        target = self.standin(SHAPE_ONLY)[_index(index)]  # checks the index; there is nothing to write
         numpy.broadcast_to(_standin(value), target.shape)  # and that the value fits
 
     def __len__(self) -> int:
@@ -127,13 +141,16 @@ class MetaArray(NDArrayOperatorsMixin):
         name = func.__name__
         if name in _REDUCTIONS:
             return _reduce(func, *args, **kwargs)
+        if name in _RULES:
+            return _RULES[name](func, *args, **kwargs)
+        if name in _MOVES:  # its result holds elements of its first argument, moved: no bytes to copy
+            a = args[0].standin(SHAPE_ONLY) if isinstance(args[0], MetaArray) else args[0]
+            moved = func(a, *_index(tuple(args[1:])), **{k: _index(v) for k, v in kwargs.items()})
+            return MetaArray(moved.shape, args[0].dtype)
         if name in _NO_VALUES:
             return func(*_standins(args), **_standins(kwargs))
-        if name == "copyto":
+        if name in ("copyto", "put_along_axis"):  # writes into a meta array: nothing to write
             return None
-        if name == "where" and len(args) == 3:
-            return self.__array_ufunc__(numpy.add, "__call__", *args[1:]).astype(
-                numpy.result_type(*[_standin(a) for a in args[1:]]))
         if name in _VALUE_DEPENDENT:
             raise needs_values(f"numpy.{name}")
         return _meta(func(*_standins(args), **_standins(kwargs)), f"numpy.{name}")
@@ -142,8 +159,11 @@ class MetaArray(NDArrayOperatorsMixin):
 _REDUCTIONS = {"sum", "mean", "prod", "max", "min", "amax", "amin", "var", "std", "argmax", "argmin", "any",
                "all", "nansum", "nanmax", "nanmin", "nanmean"}
 _VIEWS = {"reshape", "transpose", "swapaxes", "squeeze", "ravel", "diagonal", "view"}
+_METHODS = _REDUCTIONS | {"cumsum", "cumprod", "clip", "argsort", "sort", "repeat", "take", "nonzero"}
 _NO_VALUES = {"result_type", "shape", "ndim", "size", "can_cast", "may_share_memory", "shares_memory",
               "iscomplexobj", "isrealobj", "broadcast_shapes"}
+_MOVES = {"take", "take_along_axis", "pad", "roll", "tile", "repeat", "flip", "tril", "triu"}
+SHAPE_ONLY = numpy.dtype([])  # a dtype whose elements take no bytes: for stand-ins whose values are copied
 _VALUE_DEPENDENT = {"nonzero", "argwhere", "flatnonzero", "unique", "extract", "compress", "count_nonzero",
                     "allclose", "array_equal", "isclose", "searchsorted", "bincount", "histogram"}
 
@@ -152,13 +172,13 @@ def _standin(x: Any) -> Any:
     return x.standin() if isinstance(x, MetaArray) else x
 
 
-def _standins(x: Any) -> Any:
+def _standins(x: Any, dtype: Any = None) -> Any:
     if isinstance(x, MetaArray):
-        return x.standin()
+        return x.standin(dtype)
     if isinstance(x, (list, tuple)):
-        return type(x)(_standins(v) for v in x)
+        return type(x)(_standins(v, dtype) for v in x)
     if isinstance(x, dict):
-        return {k: _standins(v) for k, v in x.items()}
+        return {k: _standins(v, dtype) for k, v in x.items()}
     return x
 
 
@@ -197,9 +217,89 @@ def _reduce(fn: Any, a: Any, axis: Any = None, *args: Any, keepdims: bool = Fals
     ndim = a.ndim
     axes = range(ndim) if axis is None else [ax % max(ndim, 1) for ax in numpy.atleast_1d(axis).tolist()]
     shape = tuple(1 if i in axes else n for i, n in enumerate(a.shape) if keepdims or i not in axes)
-    with numpy.errstate(all="ignore"):
+    with numpy.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # var(ddof=1) of one element: only its dtype counts
         dtype = fn(numpy.ones((1,) * ndim, a.dtype), axis, *args, **kwargs).dtype
     return MetaArray(shape, dtype)
+
+
+def _join(func: Any, arrays: Any, axis: Any = 0, out: Any = None, dtype: Any = None, casting: str = "same_kind",
+          *, new_axis: bool = False) -> MetaArray:
+    """``concatenate``'s output (with ``new_axis``: ``stack``'s): sizes along ``axis`` add up. A rule,
+    as concatenating stand-ins makes a real array of the output's size (and even with bytes-free
+    elements, a copy whose time grows with the output's rows)."""
+    shapes = [tuple(numpy.shape(a) if not isinstance(a, MetaArray) else a.shape) for a in arrays]
+    if not shapes:
+        raise ValueError("need at least one array to concatenate")
+    if axis is None and not new_axis:
+        shapes, axis = [(math.prod(s),) for s in shapes], 0
+    first = shapes[0]
+    if not first and not new_axis:
+        raise ValueError("zero-dimensional arrays cannot be concatenated")
+    ax = normalize_axis_index(axis, len(first) + new_axis)
+    for i, s in enumerate(shapes):
+        if new_axis and s != first:
+            raise ValueError(f"all input arrays must have the same shape, got {first} and {s} (array {i})")
+        if len(s) != len(first) or any(m != n for k, (m, n) in enumerate(zip(s, first)) if k != ax):
+            raise ValueError(f"all the input array dimensions except for the concatenation axis must match "
+                             f"exactly, got {first} and {s} (array {i}) along axis {ax}")
+    joined = len(shapes) if new_axis else sum(s[ax] for s in shapes)
+    shape = first[:ax] + (joined,) + first[ax + (not new_axis):]
+    return MetaArray(shape, numpy.result_type(*arrays) if dtype is None else dtype)
+
+
+def _clip(func: Any, a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, **kwargs: Any) -> MetaArray:
+    """``clip`` broadcasts its three arguments, as a ufunc; the dtype is a one-element trial's."""
+    shape = numpy.broadcast_shapes(*[numpy.shape(_standin(x)) for x in (a, a_min, a_max) if x is not None])
+    return MetaArray(shape, _trial(func, (a, a_min, a_max), kwargs).dtype)
+
+
+def _where(func: Any, condition: Any, *xy: Any) -> MetaArray:
+    """``where(condition, x, y)``: all three broadcast; the dtype is x's and y's. With the condition
+    alone it lists the true positions, which are values."""
+    if not xy:
+        raise needs_values("numpy.where with a condition only")
+    shape = numpy.broadcast_shapes(*[numpy.shape(_standin(a)) for a in (condition, *xy)])
+    return MetaArray(shape, numpy.result_type(*[_standin(a) for a in xy]))
+
+
+def _scan(func: Any, a: Any, *args: Any, **kwargs: Any) -> MetaArray:
+    """``cumsum``, ``sort``...: the input's shape, or flattened (``axis=None``, which the trial on a
+    one-element array of the input's rank shows); the dtype is the trial's."""
+    with numpy.errstate(all="ignore"):
+        trial = func(numpy.ones((1,) * a.ndim, a.dtype), *args, **kwargs)
+    return MetaArray(a.shape if trial.ndim == a.ndim else (a.size,), trial.dtype)
+
+
+def _einsum(func: Any, subscripts: Any, *operands: Any, **kwargs: Any) -> MetaArray:
+    """``einsum`` with one letter per axis (what minigrad's ops pass): each output letter has the
+    size it has in the operands. With ``...`` it runs on the stand-ins instead."""
+    if not isinstance(subscripts, str) or "." in subscripts:
+        return _meta(func(subscripts, *_standins(operands), **kwargs), "numpy.einsum")
+    lhs, arrow, out = subscripts.replace(" ", "").partition("->")
+    terms, sizes = lhs.split(","), {}
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum: {len(terms)} operand subscripts for {len(operands)} operands")
+    for term, shape in zip(terms, (numpy.shape(_standin(o)) for o in operands)):
+        if len(term) != len(shape) or len({(letter, n) for letter, n in zip(term, shape)}) != len(set(term)):
+            raise ValueError(f"einsum: subscripts {term!r} for an operand of shape {shape}")
+        for letter, n in zip(term, shape):  # across operands a size of 1 broadcasts, as in numpy
+            seen = sizes.setdefault(letter, n)
+            if seen != n and 1 not in (seen, n):
+                raise ValueError(f"einsum: subscript {letter!r} has sizes {seen} and {n}")
+            sizes[letter] = n if seen == 1 else seen
+    if not arrow:  # implicit output: the letters used once, in alphabetical order
+        out = "".join(sorted(letter for letter in sizes if lhs.count(letter) == 1))
+    if any(letter not in sizes for letter in out):
+        raise ValueError(f"einsum: output subscripts {out!r} name letters no operand has")
+    dtype = numpy.result_type(*operands) if kwargs.get("dtype") is None else kwargs["dtype"]
+    return MetaArray(tuple(sizes[letter] for letter in out), dtype)
+
+
+# numpy functions whose result is a new array: their shape rule, which allocates nothing
+_RULES = {"concatenate": _join, "stack": lambda *args, **kwargs: _join(*args, **kwargs, new_axis=True),
+          "clip": _clip, "cumsum": _scan, "cumprod": _scan, "sort": _scan, "argsort": _scan, "where": _where,
+          "einsum": _einsum}
 
 
 def _matmul_shape(a: Any, b: Any) -> tuple:
@@ -254,6 +354,9 @@ class _MetaModule(types.ModuleType):
 
     ndarray = MetaArray
     random = types.SimpleNamespace(default_rng=lambda seed=None: _MetaGenerator())
+    # a strided view (the windows of a convolution or a pooling) has the shape it is given
+    lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(
+        as_strided=lambda x, shape=None, strides=None, **_: MetaArray(x.shape if shape is None else shape, x.dtype)))
 
     @staticmethod
     def empty(shape: Any, dtype: Any = numpy.float64, **_: Any) -> MetaArray:

@@ -149,7 +149,7 @@ def test_embedding_max_norm_matches_torch(torch):
 
 def test_embedding_errors_and_pretrained():
     m = nn.Embedding(5, 2)
-    with pytest.raises(IndexError, match="5 rows"):
+    with pytest.raises(IndexError, match=r"embedding: index 5 is out of range for dimension 0 of size 5"):
         m(mg.tensor([0, 5]))
     with pytest.raises(TypeError, match="integer"):
         m(mg.tensor([0.0, 1.0]))

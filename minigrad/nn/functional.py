@@ -17,6 +17,8 @@ from typing import Any, Sequence
 from minigrad import ops as _ops
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.errors import DTypeError, ShapeError
+from minigrad.meta import has_values
+from minigrad.ops.indexing import check_range
 from minigrad.ops.conv import conv1d, conv2d, conv_transpose2d  # noqa: F401  (they live with the ops)
 from minigrad.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
 from minigrad.ops.normalize import Standardize
@@ -110,10 +112,8 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
     if scale_grad_by_freq:
         raise NotImplementedError("embedding: scale_grad_by_freq is not supported")
     n = weight.shape[0]
-    if input.numel() and (int(input.array.min()) < 0 or int(input.array.max()) >= n):
-        raise IndexError(f"embedding: index out of range [{int(input.array.min())}, {int(input.array.max())}] "
-                         f"for an embedding of {n} rows")
-    if max_norm is not None:
+    check_range(input.array, n, 0, "embedding", input, weight.shape, negative=False)
+    if max_norm is not None and has_values(weight.array):  # a meta table has no rows to shrink
         _renorm_rows(weight, input, max_norm, norm_type)
     out = sparse_embedding(input, weight) if sparse else weight[input]
     if padding_idx is not None:
@@ -140,7 +140,8 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     xp = tensor.device.xp
     if num_classes == -1:
         num_classes = int(tensor.array.max()) + 1 if tensor.numel() else 0
-    if tensor.numel() and (int(tensor.array.min()) < 0 or int(tensor.array.max()) >= num_classes):
+    if tensor.numel() and has_values(tensor.array) and (int(tensor.array.min()) < 0
+                                                        or int(tensor.array.max()) >= num_classes):
         raise ValueError(f"one_hot: class values must be in [0, {num_classes}), got "
                          f"[{int(tensor.array.min())}, {int(tensor.array.max())}]")
     classes = _wrap(xp.arange(num_classes), tensor.device)
@@ -268,7 +269,8 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     if tuple(input.shape) != tuple(target.shape):
         raise ShapeError(f"binary_cross_entropy: target shape {tuple(target.shape)} must equal the input "
                          f"shape {tuple(input.shape)}")
-    if input.numel() and (float(input.array.min()) < 0.0 or float(input.array.max()) > 1.0):
+    if input.numel() and has_values(input.array) and (float(input.array.min()) < 0.0
+                                                      or float(input.array.max()) > 1.0):
         raise ValueError("binary_cross_entropy: all elements of input should be between 0 and 1, got values in "
                          f"[{float(input.array.min())}, {float(input.array.max())}]")
     loss = -(target * input.log().clamp(min=-100) + (1 - target) * (1 - input).log().clamp(min=-100))

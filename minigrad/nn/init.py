@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from minigrad.meta import has_values
 from minigrad._tensor import Tensor
 
 __all__ = [
@@ -49,7 +50,7 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
     rng = _rng(tensor, generator)
     values = mean + std * rng.standard_normal(tensor.shape)
     bad = (values < a) | (values > b)
-    while bad.any():
+    while has_values(bad) and bad.any():
         values[bad] = mean + std * rng.standard_normal(int(bad.sum()))
         bad = (values < a) | (values > b)
     return _write(tensor, values)

@@ -16,7 +16,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.autograd import grad_mode
 from minigrad.errors import DeviceError, ShapeError
-from minigrad.meta import MetaArray
+from minigrad.meta import has_values
 from minigrad.ops.elementwise import Op, cast
 from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.inplace import inplace
@@ -170,8 +170,10 @@ def _to_array(item: Any, x: Tensor, op: str) -> Any:
     return arr
 
 
-def _check_range(arr: Any, size: int, dim: int, op: str, index: Any, shape: tuple, negative: bool = True) -> None:
-    if arr.size == 0 or isinstance(arr, MetaArray):  # a meta index has no values to check (as in torch)
+def check_range(arr: Any, size: int, dim: int, op: str, index: Any, shape: tuple, negative: bool = True) -> None:
+    """Raise IndexError naming ``op`` when an index in ``arr`` falls outside ``size`` (below ``-size``
+    with ``negative``, below 0 without), the one check every op that looks rows up runs."""
+    if arr.size == 0 or not has_values(arr):
         return
     lo, hi = int(arr.min()), int(arr.max())
     if hi >= size or lo < (-size if negative else 0):
@@ -243,7 +245,7 @@ def _check_fits(x: Tensor, items: list, raw: Any, op: str) -> None:
                                  f"{tuple(x.shape[d:d + item.ndim])} it covers (from dimension {d}) of the tensor "
                                  f"of shape {tuple(x.shape)}")
         elif hasattr(item, "dtype"):
-            _check_range(item, x.shape[d], d, op, raw, x.shape)
+            check_range(item, x.shape[d], d, op, raw, x.shape)
         d += _dims_used(item)
 
 
@@ -339,7 +341,7 @@ def gather(x: Tensor, dim: int, index: Any) -> Tensor:
     d = _dim_of(x, dim, "gather")
     idx = _index_array(index, x, "gather")
     _check_like("gather", x, d, idx)
-    _check_range(idx, x.shape[d], d, "gather", idx, x.shape, negative=False)
+    check_range(idx, x.shape[d], d, "gather", idx, x.shape, negative=False)
     return _index(x, ((Ellipsis,), _mesh(x, d, idx)))
 
 
@@ -349,7 +351,7 @@ def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     idx = _index_array(index, x, "index_select")
     if idx.ndim > 1:
         raise ShapeError(f"index_select: index must be 1-D, got shape {tuple(idx.shape)}")
-    _check_range(idx, x.shape[d], d, "index_select", idx, x.shape, negative=False)
+    check_range(idx, x.shape[d], d, "index_select", idx, x.shape, negative=False)
     return _index(x, ((Ellipsis,), (slice(None),) * d + (idx.reshape(-1), Ellipsis)))
 
 
@@ -361,7 +363,7 @@ def index_add(x: Tensor, dim: int, index: Any, source: Tensor, alpha: float = 1)
     if source.shape != expected:
         raise ShapeError(f"index_add: source must have shape {expected} for input {tuple(x.shape)} and "
                          f"{len(idx)} indices, got {tuple(source.shape)}")
-    _check_range(idx, x.shape[d], d, "index_add", idx, x.shape, negative=False)
+    check_range(idx, x.shape[d], d, "index_add", idx, x.shape, negative=False)
     spread = ScatterIndex.apply(source, x.shape, ((Ellipsis,), (slice(None),) * d + (idx, Ellipsis)))
     return x + (spread if alpha == 1 else spread * alpha)
 
@@ -375,7 +377,7 @@ def scatter_add(x: Tensor, dim: int, index: Any, src: Tensor) -> Tensor:
     if src.ndim != idx.ndim or any(m > n for m, n in zip(idx.shape, src.shape)):
         raise ShapeError(f"scatter_add: index of shape {tuple(idx.shape)} must be no larger than "
                          f"src of shape {tuple(src.shape)}")
-    _check_range(idx, x.shape[d], d, "scatter_add", idx, x.shape, negative=False)
+    check_range(idx, x.shape[d], d, "scatter_add", idx, x.shape, negative=False)
     if src.shape != idx.shape:
         src = _index(src, (tuple(slice(0, n) for n in idx.shape), None))  # only the part under index counts
     return x + ScatterIndex.apply(src, x.shape, ((Ellipsis,), _mesh(x, d, idx)))

@@ -13,6 +13,7 @@ from typing import Any
 
 from minigrad import backend
 from minigrad.errors import DTypeError, ShapeError
+from minigrad.meta import has_values
 from minigrad.ops.compare import ne
 from minigrad.ops.elementwise import Op, cast, exp, where
 from minigrad.ops.op import GRADIENT_OP
@@ -174,7 +175,7 @@ def _index_targets(x: Tensor, target: Tensor, ignore_index: int, op: str) -> tup
     counts = t != ignore_index
     classes = x.shape[1]
     bad = counts & ((t < 0) | (t >= classes))
-    if bad.any():
+    if has_values(t) and bad.any():
         raise IndexError(
             f"{op}: target {int(t[bad].ravel()[0])} is out of range for {classes} classes "
             f"(expected 0 <= target < {classes}, or ignore_index={ignore_index})"
