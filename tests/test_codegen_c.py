@@ -82,6 +82,19 @@ def layer_norm(x, w, b):
     return d * ((d * d).mean(-1, keepdim=True) + 1e-5).rsqrt() * w + b
 
 
+@pytest.mark.parametrize("fn", [lambda g, y: g * (1 - y * y),  # tanh's backward, where y nears 1
+                                lambda v, g: (v * 0.9 + g * g * 0.1).sqrt() + 1e-8],  # an RMSprop update
+                         ids=["tanh-backward", "rmsprop"])
+def test_arithmetic_rounds_as_eager_bit_for_bit(fn):
+    """No product and sum is contracted into one FMA (rounded once, where numpy rounds twice)."""
+    rng = np.random.default_rng(0)
+    inputs = [mg.tensor(rng.uniform(0.9, 1.0, (64, 64)).astype(np.float32)) for _ in range(2)]
+    graph, new, kernels = c_nodes(fn, *inputs)
+    assert kernels
+    (got,), (want,) = run_graph(new, inputs), run_graph(graph, inputs)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("shape", [(6, 10), (2, 5, 8), (1, 3)])
 def test_a_layer_norm_is_one_c_kernel_by_rows(shape):
     x, w, b = mg.randn(*shape), mg.randn(shape[-1]), mg.randn(shape[-1])
