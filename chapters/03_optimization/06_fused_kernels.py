@@ -184,7 +184,9 @@ print(c.generate(next(n.meta["group"] for n in norm_graph if n.op == "fused")).s
 # `cc.build` compiles a kernel's source once with the flags below into a shared library in a
 # cache directory (`MINIGRAD_CACHE_DIR`, default `~/.cache/minigrad`), named by a hash of the
 # source, compiler and flags, and loads it with ctypes. The flags keep what eager computes:
-# `-ffast-math` would fold `x != x` to false, so `relu(nan)` would give 0.
+# `-ffast-math` would fold `x != x` to false, so `relu(nan)` would give 0, and without
+# `-ffp-contract=off` gcc turns `a * b + c` into one FMA instruction, rounded once where numpy
+# rounds twice (tanh's backward, `g * (1 - y * y)`, then differs from eager's by 4e-6).
 
 # %%
 print(cc.compiler(), " ".join(cc.FLAGS), " ".join(cc.LIBS))

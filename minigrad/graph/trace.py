@@ -170,8 +170,8 @@ class Tracer(Mode):
         else:
             meta["device"] = outputs.device
             node = add(cls.__name__, inputs, attrs, shape=outputs.shape, dtype=outputs.dtype, fn=cls, meta=meta)
-            self._bind(outputs, node, _Made(node, args, tuple(a._version if isinstance(a, Tensor) else None
-                                                              for a in args)))
+            roots = tuple((_root(a), a._version) for a in args if isinstance(a, Tensor))
+            self._bind(outputs, node, _Made(node, args, roots))
         for k, value in self._kept.pop(ctx, ()):  # arrays forward computed and kept for backward
             self._alive.append(value)
             self._arrays.setdefault(id(value), (node, k, value))
@@ -235,19 +235,17 @@ class Tracer(Mode):
             return t._version == entry.version
         # an op's output became a view (ops mark views after apply returns): it then shares the
         # version counter of what it views, whose version when the op ran tells if a write came since
-        made = entry.made
-        then = None if made is None else next((v for a, v in zip(made.args, made.versions) if isinstance(a, Tensor)
-                                               and (a._base if a._base is not None else a) is t._base), None)
+        then = None if entry.made is None else next((v for r, v in entry.made.roots if r is t._base), None)
         if then != t._version:
             return False
         self._bound[id(t)] = entry._replace(version=t._version, base=t._base)
         return True
 
     def _reread(self, t: Tensor, entry: _Binding) -> Node:
-        """The node of ``t``'s value after a write into its memory. A view reads its base's memory,
-        so it is its view op again, on the current values of its arguments; the write was into a
-        view of them, or into them, recorded either way. Any other tensor was written by a write
-        the tracer did not see (or through a view, which would need the view undone): refused."""
+        """The node of ``t``'s value after a write into its memory. A view shows its base's memory,
+        so it is its view op again, on the current values of its arguments (each read again in
+        turn if it is such a view itself). Any other tensor was changed by a write the tracer did
+        not see, or through a view of it, which would need the view undone: refused."""
         made = entry.made
         if t._base is None or made is None:
             return self._refuse(t, entry.node)
@@ -359,11 +357,12 @@ class Tracer(Mode):
 
 # -- helpers ---------------------------------------------------------------------------------------
 class _Made(NamedTuple):
-    """How an op made a tensor: its node, its arguments and their versions then."""
+    """How an op made a tensor: its node, its arguments, and (root, version then) for each
+    tensor argument, the root being the tensor whose memory it shows (itself, or its base)."""
 
     node: Node
     args: tuple
-    versions: tuple
+    roots: tuple[tuple[Tensor, int], ...]
 
 
 class _Binding(NamedTuple):
@@ -380,6 +379,10 @@ class _Binding(NamedTuple):
 def _param_names(cls: type, n: int) -> tuple[str, ...]:
     """Attribute names for an op's arguments, from its forward's signature (``dim``, ``keepdim``)."""
     return positional_names(cls.forward, n, 1, "arg")
+
+
+def _root(t: Tensor) -> Tensor:
+    return t._base if t._base is not None else t
 
 
 def _is_array(a: Any) -> bool:
