@@ -76,7 +76,8 @@ def test_random_programs_compile_to_the_same_results(backend, steps, rows, cols)
 
 # -- views and in-place writes --------------------------------------------------------------------------
 VIEWS = [lambda a: a.reshape(-1), lambda a: a.unsqueeze(0), lambda a: a.transpose(0, -1),
-         lambda a: a[1:] if a.shape[0] > 1 else a[:], lambda a: a[0] if a.ndim > 1 else a[:2]]
+         lambda a: a[1:] if a.shape[0] > 1 else a[:], lambda a: a[0] if a.ndim > 1 else a[:2],
+         lambda a: a.detach(), lambda a: a.data]  # the last two: the very same array
 WRITES = ["add_", "mul_", "copy_"]
 MEMORY_STEP = st.tuples(st.sampled_from("vvWwrr"), st.integers(0, 99), st.integers(0, 99), st.integers(0, 99))
 

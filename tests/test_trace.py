@@ -166,7 +166,19 @@ def _views_of_views_around_writes(t, x):
         return before + v, w.reshape(-1) + row.sum(), w.T.T
 
 
-@pytest.mark.parametrize("f", [_copies_through_an_old_view, _views_of_views_around_writes])
+def _writes_through_detach_and_data(t, x):
+    with mg.no_grad():
+        d, e = t.data, t.detach()  # the same array: d with a version counter of its own, e with t's
+        before = d * 1 + e
+        t.add_(x)
+        after = d * 1 + e
+        d.mul_(x)
+        e.sub_(1)
+        return before, after, t * 1
+
+
+@pytest.mark.parametrize("f", [_copies_through_an_old_view, _views_of_views_around_writes,
+                               _writes_through_detach_and_data])
 def test_a_view_taken_before_a_write_into_its_memory_replays_the_new_values(f):
     inputs = [randn(2, 2), randn(2, 2)]
     traced = trace(f, *[x.clone() for x in inputs])

@@ -111,7 +111,8 @@ class Tracer(Mode):
       become ``set_grad`` nodes; a replay applies them, in order, after computing every value;
     - a view shares its base's memory, so a write into that memory (through the base or any view
       of it) changes the view too: read again, the view becomes its view op once more, applied to
-      the current value of what it views (``_reread``);
+      the current value of what it views (``_reread``); tensors on the very same array
+      (``t.detach()``, ``t.data``) take the written value at once;
     - arrays an op saved for its backward (a ReLU mask) become ``saved`` nodes of that op.
 
     ``frozen`` lists (op name, message) for each op argument that froze a traced value;
@@ -131,6 +132,8 @@ class Tracer(Mode):
         self.refused: str | None = None
         self._bound: dict[int, _Binding] = {}
         self._arrays: dict[int, Any] = {}  # id(array) -> the tensor holding it, its node, or (op node, k, array) if an op saved it
+        self._holders: dict[int, dict[int, Tensor]] = {}  # id(array) -> the bound tensors holding it (t, t.detach(), t.data)
+        self._uncounted: dict[int, int] = {}  # id(root) -> writes into its memory that its version counter missed
         self._home: dict[int, tuple[Tensor, Node]] = {}  # tensors from outside fn -> their source node
         self._leaves: dict[int, tuple[Tensor, Node, Tensor | None]] = {}  # (leaf, node, .grad at start)
         self._saved: dict[tuple[Node, int], Node] = {}
@@ -170,7 +173,7 @@ class Tracer(Mode):
         else:
             meta["device"] = outputs.device
             node = add(cls.__name__, inputs, attrs, shape=outputs.shape, dtype=outputs.dtype, fn=cls, meta=meta)
-            roots = tuple((_root(a), a._version) for a in args if isinstance(a, Tensor))
+            roots = tuple((_root(a), self._stamp(a)) for a in args if isinstance(a, Tensor))
             self._bind(outputs, node, _Made(node, args, roots))
         for k, value in self._kept.pop(ctx, ()):  # arrays forward computed and kept for backward
             self._alive.append(value)
@@ -193,8 +196,12 @@ class Tracer(Mode):
         value = self.node_of(result)
         if id(t) not in self._bound:
             self._bind(t, self._source_node(t))
-        home = self._home.get(id(t))
-        if home is None and self._bound[id(t)].node.op in SOURCE_OPS:  # another tensor on the same array
+        for r in self._roots_sharing(t):
+            if r is not _root(t):  # a version counter that this write did not bump
+                self._uncounted[id(r)] = self._uncounted.get(id(r), 0) + 1
+        holders = self._holders[id(t.array)]  # t, and tensors on the very same array (t.detach(), t.data)
+        home = next((self._home[i] for i in holders if i in self._home), None)
+        if home is None and self._bound[id(t)].node.op in SOURCE_OPS:  # a tensor on an array first seen raw
             home = self._home[id(t)] = (t, self._bound[id(t)].node)
         if home is not None:
             target = home[1]
@@ -203,8 +210,22 @@ class Tracer(Mode):
                 del target.attrs["value"]
                 target.meta["target"] = t
             self.graph.add_node("copy_", [target, value])
-        self._bind(t, value, self._bound[id(t)].made)  # a view stays its view op of what it views
+        for u in list(holders.values()):
+            self._bind(u, value, self._bound[id(u)].made)  # a view stays its view op of what it views
         self._arrays[id(t.array)] = t
+
+    def _roots_sharing(self, t: Tensor) -> list[Tensor]:
+        """The roots (tensors that are no view) whose memory ``t`` shows: its own, and through the
+        arrays of those, the roots of every tensor seen on the same array (``t.data``, ``t.detach()``)."""
+        roots: dict[int, Tensor] = {}
+        arrays = [t.array, _root(t).array]
+        while arrays:
+            for u in self._holders.get(id(arrays.pop()), {}).values():
+                r = _root(u)
+                if id(r) not in roots:
+                    roots[id(r)] = r
+                    arrays.append(r.array)
+        return list(roots.values())
 
     # -- tensors to nodes ---------------------------------------------------------------------------
     def add_input(self, x: Tensor, name: str) -> Node:
@@ -232,14 +253,19 @@ class Tracer(Mode):
         """Whether ``t``'s memory still holds the value of its node: nothing wrote into it since."""
         entry = self._bound[id(t)]
         if t._base is entry.base:
-            return t._version == entry.version
+            return self._stamp(t) == entry.stamp
         # an op's output became a view (ops mark views after apply returns): it then shares the
-        # version counter of what it views, whose version when the op ran tells if a write came since
+        # version counter of what it views, whose stamp when the op ran tells if a write came since
         then = None if entry.made is None else next((v for r, v in entry.made.roots if r is t._base), None)
-        if then != t._version:
+        if then != self._stamp(t):
             return False
-        self._bound[id(t)] = entry._replace(version=t._version, base=t._base)
+        self._bound[id(t)] = entry._replace(stamp=then, base=t._base)
         return True
+
+    def _stamp(self, t: Tensor) -> tuple[int, int]:
+        """What changes with every write into ``t``'s memory: its version, and the writes through
+        a tensor of another version counter on the same array (``t.data``, which has its own)."""
+        return t._version, self._uncounted.get(id(_root(t)), 0)
 
     def _reread(self, t: Tensor, entry: _Binding) -> Node:
         """The node of ``t``'s value after a write into its memory. A view shows its base's memory,
@@ -267,10 +293,11 @@ class Tracer(Mode):
         return node
 
     def _bind(self, t: Tensor, node: Node, made: _Made | None = None) -> None:
-        self._bound[id(t)] = _Binding(node, t._version, t._base, made)
+        self._bound[id(t)] = _Binding(node, self._stamp(t), t._base, made)
         self._alive.append(t)
         self._alive.append(t.array)
         self._arrays.setdefault(id(t.array), t)
+        self._holders.setdefault(id(t.array), {})[id(t)] = t
 
     def _source_node(self, t: Tensor) -> Node:
         """A node for a tensor no traced op produced."""
@@ -357,20 +384,20 @@ class Tracer(Mode):
 
 # -- helpers ---------------------------------------------------------------------------------------
 class _Made(NamedTuple):
-    """How an op made a tensor: its node, its arguments, and (root, version then) for each
+    """How an op made a tensor: its node, its arguments, and (root, stamp then) for each
     tensor argument, the root being the tensor whose memory it shows (itself, or its base)."""
 
     node: Node
     args: tuple
-    roots: tuple[tuple[Tensor, int], ...]
+    roots: tuple[tuple[Tensor, tuple[int, int]], ...]
 
 
 class _Binding(NamedTuple):
-    """What the tracer knows of a tensor: the node of its value, its version and base then, and
+    """What the tracer knows of a tensor: the node of its value, its stamp and base then, and
     (for an op's output) how it was made, to read a view again after a write into its memory."""
 
     node: Node
-    version: int
+    stamp: tuple[int, int]
     base: Tensor | None
     made: _Made | None
 
