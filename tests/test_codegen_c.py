@@ -1,5 +1,6 @@
 """Compiled C kernels: every op that declares a C expression agrees with eager (NaN and Inf
-included), groups with row reductions and broadcast operands agree, the source reads as a loop,
+included), arithmetic rounds as numpy's does bit for bit (no FMA contraction), groups with row
+reductions and broadcast operands agree, the source reads as a loop,
 libraries are cached and shared by processes building at once, and where no compiler is found
 or it fails the blocked numpy kernel runs after one warning."""
 

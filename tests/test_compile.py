@@ -1,6 +1,7 @@
 """minigrad.compile: compiled results equal eager ones (random elementwise/broadcast/reduction
-programs, MLP and CNN training steps, whose optimizers' updates are all computed into their tensors),
-signatures are cached and re-traced, and what a graph cannot replay falls back to eager with a warning."""
+programs, random programs of views and in-place writes, MLP and CNN training steps, whose optimizers'
+updates are all computed into their tensors), signatures are cached and re-traced, and what a graph
+cannot replay falls back to eager with a warning."""
 
 import contextlib
 import copy
