@@ -1,5 +1,6 @@
 """Compiled C kernels: every op that declares a C expression agrees with eager (NaN and Inf
-included), groups with row reductions and broadcast operands agree, the source reads as a loop,
+included), arithmetic rounds as numpy's does bit for bit (no FMA contraction), groups with row
+reductions and broadcast operands agree, the source reads as a loop,
 libraries are cached and shared by processes building at once, and where no compiler is found
 or it fails the blocked numpy kernel runs after one warning."""
 
@@ -80,6 +81,19 @@ def test_every_op_with_a_c_expression_agrees_with_eager_nan_and_inf_included(row
 def layer_norm(x, w, b):
     d = x - x.mean(-1, keepdim=True)
     return d * ((d * d).mean(-1, keepdim=True) + 1e-5).rsqrt() * w + b
+
+
+@pytest.mark.parametrize("fn", [lambda g, y: g * (1 - y * y),  # tanh's backward, where y nears 1
+                                lambda v, g: (v * 0.9 + g * g * 0.1).sqrt() + 1e-8],  # an RMSprop update
+                         ids=["tanh-backward", "rmsprop"])
+def test_arithmetic_rounds_as_eager_bit_for_bit(fn):
+    """No product and sum is contracted into one FMA (rounded once, where numpy rounds twice)."""
+    rng = np.random.default_rng(0)
+    inputs = [mg.tensor(rng.uniform(0.9, 1.0, (64, 64)).astype(np.float32)) for _ in range(2)]
+    graph, new, kernels = c_nodes(fn, *inputs)
+    assert kernels
+    (got,), (want,) = run_graph(new, inputs), run_graph(graph, inputs)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("shape", [(6, 10), (2, 5, 8), (1, 3)])

@@ -181,10 +181,10 @@ norm_graph = fuse_elementwise(trace(normalise, small[0]).graph)
 print(c.generate(next(n.meta["group"] for n in norm_graph if n.op == "fused")).source)
 
 # %% [markdown]
-# `cc.build` compiles a kernel's source once with the flags below into a shared library in a
-# cache directory (`MINIGRAD_CACHE_DIR`, default `~/.cache/minigrad`), named by a hash of the
-# source, compiler and flags, and loads it with ctypes. The flags keep what eager computes:
-# `-ffast-math` would fold `x != x` to false, so `relu(nan)` would give 0.
+# `cc.build` compiles a kernel's source into a shared library, cached by a hash of source,
+# compiler and flags in `MINIGRAD_CACHE_DIR` (default `~/.cache/minigrad`), and loads it with
+# ctypes. The flags keep eager's answers: `-ffast-math` would make `relu(nan)` 0, and without
+# `-ffp-contract=off`, `a * b + c` becomes one FMA, rounded once where numpy rounds twice.
 
 # %%
 print(cc.compiler(), " ".join(cc.FLAGS), " ".join(cc.LIBS))

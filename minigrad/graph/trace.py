@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from minigrad import backend
 from minigrad.autograd.mode import Mode, active
@@ -39,10 +39,12 @@ def trace(fn: Callable[..., Any], *example_inputs: Tensor) -> TracedFunction:
     tensors (``if x.sum() > 0``, ``loss.item()``) or kept outside them (Adam's step count and bias
     corrections), which are baked in as constants; arrays computed outside ops (random masks drawn
     with the device RNG, arrays built from ``tensor.array`` and passed to an op), which become
-    constants; writes that bypass ops (``t[i] = v`` under ``no_grad``, ``fill_``/``zero_``), which
-    raise ``TraceError`` when the tracer notices them; and state created during the trace (an
-    optimizer's first momentum buffer), which a replay re-creates instead of keeping: trace a
-    training step after one eager warm-up step.
+    constants; writes that bypass ops (``t[i] = v`` under ``no_grad``, ``fill_``/``zero_``) and
+    writes through a view whose base is read again (or is an input), which raise ``TraceError``
+    once ``fn`` has returned; and state created during the trace (an optimizer's first momentum
+    buffer), which a replay re-creates instead of keeping: trace a training step after one eager
+    warm-up step. Views themselves replay as in eager: one taken before a write into its memory
+    reads the new values.
     """
     for i, x in enumerate(example_inputs):
         if not isinstance(x, Tensor):
@@ -107,11 +109,17 @@ class Tracer(Mode):
       (its array is kept as it was, not copied);
     - in-place writes to such tensors become ``copy_`` nodes, and changes of a leaf's ``.grad``
       become ``set_grad`` nodes; a replay applies them, in order, after computing every value;
+    - a view shares its base's memory, so a write into that memory (through the base or any view
+      of it) changes the view too: read again, the view becomes its view op once more, applied to
+      the current value of what it views (``_reread``); tensors on the very same array
+      (``t.detach()``, ``t.data``) take the written value at once;
     - arrays an op saved for its backward (a ReLU mask) become ``saved`` nodes of that op.
 
     ``frozen`` lists (op name, message) for each op argument that froze a traced value;
     ``fresh_grads`` counts the ``.grad``s the engine set (a backward pass ran); ``python_states``
-    lists (owner, its ``python_state()`` then) for each optimizer whose step read its Python numbers.
+    lists (owner, its ``python_state()`` then) for each optimizer whose step read its Python numbers;
+    ``refused`` says why the graph cannot stand in for the function (a write it cannot replay),
+    which ``finish`` raises as a ``TraceError`` once the function has run to its end.
     """
 
     sees_writes = True  # in-place arithmetic must report its writes, to be replayed
@@ -121,8 +129,11 @@ class Tracer(Mode):
         self.frozen: list[tuple[str, str]] = []
         self.fresh_grads = 0
         self.python_states: list[tuple[Any, Any]] = []
-        self._bound: dict[int, tuple] = {}  # id(tensor) -> (node of its value, its version and base then)
-        self._arrays: dict[int, Any] = {}  # id(array) -> its node, or (op node, k, array) if an op saved it
+        self.refused: str | None = None
+        self._bound: dict[int, _Binding] = {}
+        self._arrays: dict[int, Any] = {}  # id(array) -> the tensor holding it, its node, or (op node, k, array) if an op saved it
+        self._holders: dict[int, dict[int, Tensor]] = {}  # id(array) -> the bound tensors holding it (t, t.detach(), t.data)
+        self._uncounted: dict[int, int] = {}  # id(root) -> writes into its memory that its version counter missed
         self._home: dict[int, tuple[Tensor, Node]] = {}  # tensors from outside fn -> their source node
         self._leaves: dict[int, tuple[Tensor, Node, Tensor | None]] = {}  # (leaf, node, .grad at start)
         self._saved: dict[tuple[Node, int], Node] = {}
@@ -162,7 +173,8 @@ class Tracer(Mode):
         else:
             meta["device"] = outputs.device
             node = add(cls.__name__, inputs, attrs, shape=outputs.shape, dtype=outputs.dtype, fn=cls, meta=meta)
-            self._bind(outputs, node)
+            roots = tuple((_root(a), self._stamp(a)) for a in args if isinstance(a, Tensor))
+            self._bind(outputs, node, _Made(node, args, roots))
         for k, value in self._kept.pop(ctx, ()):  # arrays forward computed and kept for backward
             self._alive.append(value)
             self._arrays.setdefault(id(value), (node, k, value))
@@ -184,9 +196,13 @@ class Tracer(Mode):
         value = self.node_of(result)
         if id(t) not in self._bound:
             self._bind(t, self._source_node(t))
-        home = self._home.get(id(t))
-        if home is None and self._bound[id(t)][0].op in SOURCE_OPS:  # another tensor on the same array
-            home = self._home[id(t)] = (t, self._bound[id(t)][0])
+        for r in self._roots_sharing(t):
+            if r is not _root(t):  # a version counter that this write did not bump
+                self._uncounted[id(r)] = self._uncounted.get(id(r), 0) + 1
+        holders = self._holders[id(t.array)]  # t, and tensors on the very same array (t.detach(), t.data)
+        home = next((self._home[i] for i in holders if i in self._home), None)
+        if home is None and self._bound[id(t)].node.op in SOURCE_OPS:  # a tensor on an array first seen raw
+            home = self._home[id(t)] = (t, self._bound[id(t)].node)
         if home is not None:
             target = home[1]
             if target.op == "constant":  # state the function updates: read it afresh at every call
@@ -194,8 +210,22 @@ class Tracer(Mode):
                 del target.attrs["value"]
                 target.meta["target"] = t
             self.graph.add_node("copy_", [target, value])
-        self._bind(t, value)
-        self._arrays[id(t.array)] = value
+        for u in list(holders.values()):
+            self._bind(u, value, self._bound[id(u)].made)  # a view stays its view op of what it views
+        self._arrays[id(t.array)] = t
+
+    def _roots_sharing(self, t: Tensor) -> list[Tensor]:
+        """The roots (tensors that are no view) whose memory ``t`` shows: its own, and through the
+        arrays of those, the roots of every tensor seen on the same array (``t.data``, ``t.detach()``)."""
+        roots: dict[int, Tensor] = {}
+        arrays = [t.array, _root(t).array]
+        while arrays:
+            for u in self._holders.get(id(arrays.pop()), {}).values():
+                r = _root(u)
+                if id(r) not in roots:
+                    roots[id(r)] = r
+                    arrays.append(r.array)
+        return list(roots.values())
 
     # -- tensors to nodes ---------------------------------------------------------------------------
     def add_input(self, x: Tensor, name: str) -> Node:
@@ -212,36 +242,68 @@ class Tracer(Mode):
         entry = self._bound.get(id(t))
         if entry is None:
             base = t._base
-            if base is not None and id(base) in self._bound:
-                self._check_version(base)
+            if base is not None and id(base) in self._bound and not self._current(base):
+                self._refuse(base, self._bound[id(base)].node)
             node = self._source_node(t)
             self._bind(t, node)
             return node
-        self._check_version(t)
-        return entry[0]
+        return entry.node if self._current(t) else self._reread(t, entry)
 
-    def _check_version(self, t: Tensor) -> None:
-        node, version, base = self._bound[id(t)]
-        if t._base is not base:  # an op's output became a view (ops mark views after apply returns)
-            self._bound[id(t)] = (node, t._version, t._base)
-        elif t._version != version:
-            raise TraceError(
+    def _current(self, t: Tensor) -> bool:
+        """Whether ``t``'s memory still holds the value of its node: nothing wrote into it since."""
+        entry = self._bound[id(t)]
+        if t._base is entry.base:
+            return self._stamp(t) == entry.stamp
+        # an op's output became a view (ops mark views after apply returns): it then shares the
+        # version counter of what it views, whose stamp when the op ran tells if a write came since
+        then = None if entry.made is None else next((v for r, v in entry.made.roots if r is t._base), None)
+        if then != self._stamp(t):
+            return False
+        self._bound[id(t)] = entry._replace(stamp=then, base=t._base)
+        return True
+
+    def _stamp(self, t: Tensor) -> tuple[int, int]:
+        """What changes with every write into ``t``'s memory: its version, and the writes through
+        a tensor of another version counter on the same array (``t.data``, which has its own)."""
+        return t._version, self._uncounted.get(id(_root(t)), 0)
+
+    def _reread(self, t: Tensor, entry: _Binding) -> Node:
+        """The node of ``t``'s value after a write into its memory. A view shows its base's memory,
+        so it is its view op again, on the current values of its arguments (each read again in
+        turn if it is such a view itself). Any other tensor was changed by a write the tracer did
+        not see, or through a view of it, which would need the view undone: refused."""
+        made = entry.made
+        if t._base is None or made is None:
+            return self._refuse(t, entry.node)
+        op = made.node
+        fed = [a for a in made.args if isinstance(a, Tensor) or _is_array(a)]  # the args op.inputs stand for
+        inputs = [self.node_of(a) if isinstance(a, Tensor) else i for a, i in zip(fed, op.inputs)]
+        node = self.graph.add_node(op.op, inputs, op.attrs, shape=op.shape, dtype=op.dtype, fn=op.fn, meta=op.meta)
+        self._bind(t, node, made)
+        return node
+
+    def _refuse(self, t: Tensor, node: Node) -> Node:
+        """Remember the first write the graph cannot replay (``finish`` raises it); go on with
+        ``node`` so that the function runs to its end."""
+        if self.refused is None:
+            self.refused = (
                 f"trace: a tensor of shape {tuple(t.shape)} (node {node.name}) was changed in place by a write "
                 "the tracer cannot record (t[i] = v under no_grad, fill_, zero_, or a write through a view "
-                "of it); use out-of-place ops or in-place arithmetic (add_, mul_, copy_) instead"
-            )
+                "of it); use out-of-place ops or in-place arithmetic (add_, mul_, copy_) instead")
+        return node
 
-    def _bind(self, t: Tensor, node: Node) -> None:
-        self._bound[id(t)] = (node, t._version, t._base)
+    def _bind(self, t: Tensor, node: Node, made: _Made | None = None) -> None:
+        self._bound[id(t)] = _Binding(node, self._stamp(t), t._base, made)
         self._alive.append(t)
         self._alive.append(t.array)
-        self._arrays.setdefault(id(t.array), node)
+        self._arrays.setdefault(id(t.array), t)
+        self._holders.setdefault(id(t.array), {})[id(t)] = t
 
     def _source_node(self, t: Tensor) -> Node:
         """A node for a tensor no traced op produced."""
-        found = self._arrays.get(id(t.array))
+        found = self._known_array(t.array)
         if found is not None:  # a detached wrapper, or an array an op saved for backward
-            return self._saved_node(*found) if type(found) is tuple else found
+            return found
         for p, pnode, start in self._leaves.values():
             if p.grad is t and t is start:
                 node = self.graph.add_node("grad", shape=t.shape, dtype=t.dtype,
@@ -258,10 +320,18 @@ class Tracer(Mode):
         self._home[id(t)] = (t, node)
         return node
 
-    def _array_node(self, a: Any) -> Node:
+    def _known_array(self, a: Any) -> Node | None:
+        """The node of an array seen before: through the tensor holding it (whose memory may have
+        been written since), as saved by an op, or as a constant."""
         found = self._arrays.get(id(a))
+        if isinstance(found, Tensor):
+            return self.node_of(found)
+        return self._saved_node(*found) if type(found) is tuple else found
+
+    def _array_node(self, a: Any) -> Node:
+        found = self._known_array(a)
         if found is not None:
-            return self._saved_node(*found) if type(found) is tuple else found
+            return found
         node = self.graph.add_node("constant", attrs={"value": a}, shape=a.shape, dtype=a.dtype,
                                    meta={"device": backend.device_of(a)})
         self._alive.append(a)
@@ -280,6 +350,8 @@ class Tracer(Mode):
         """An op argument that holds a traced tensor's array inside a tuple (``x[idx]``) is frozen."""
         for arr in _nested_arrays(value):
             found = self._arrays.get(id(arr))
+            if isinstance(found, Tensor):
+                found = self._bound[id(found)].node
             node = found[0] if type(found) is tuple else found
             if node is not None and node.op != "constant":
                 message = (f"trace: an argument of {cls.__name__} holds the value of {node.name} as a raw "
@@ -301,17 +373,43 @@ class Tracer(Mode):
             if p.grad is not start:
                 value = [self.node_of(p.grad)] if p.grad is not None else []
                 self.graph.add_node("set_grad", [pnode] + value)
-        for t, _ in self._home.values():
-            self._check_version(t)
+        for t, node in self._home.values():
+            if not self._current(t):
+                self._refuse(t, node)
+        if self.refused is not None:
+            raise TraceError(self.refused)
         self.graph.set_outputs(outputs)
         return spec
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+class _Made(NamedTuple):
+    """How an op made a tensor: its node, its arguments, and (root, stamp then) for each
+    tensor argument, the root being the tensor whose memory it shows (itself, or its base)."""
+
+    node: Node
+    args: tuple
+    roots: tuple[tuple[Tensor, tuple[int, int]], ...]
+
+
+class _Binding(NamedTuple):
+    """What the tracer knows of a tensor: the node of its value, its stamp and base then, and
+    (for an op's output) how it was made, to read a view again after a write into its memory."""
+
+    node: Node
+    stamp: tuple[int, int]
+    base: Tensor | None
+    made: _Made | None
+
+
 @functools.lru_cache(maxsize=None)
 def _param_names(cls: type, n: int) -> tuple[str, ...]:
     """Attribute names for an op's arguments, from its forward's signature (``dim``, ``keepdim``)."""
     return positional_names(cls.forward, n, 1, "arg")
+
+
+def _root(t: Tensor) -> Tensor:
+    return t._base if t._base is not None else t
 
 
 def _is_array(a: Any) -> bool:

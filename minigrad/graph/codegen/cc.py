@@ -10,8 +10,14 @@ The flags are ``-O3 -march=native -fopenmp`` (256-bit vectors preferred on x86) 
 ``-ffast-math`` that keep eager's answers: no ``errno`` (so ``sqrtf`` vectorises), reassociation
 (so a row's sum vectorises), but not ``-ffinite-math-only`` (which folds ``x != x`` to false:
 ``relu(nan)`` would be 0) nor ``-funsafe-math-optimizations`` (which rewrites ``pow(x, -1.5)``
-through ``sqrt``, so that ``(-inf) ** -1.5`` is NaN, not 0). The generated source declares glibc's
-vector math functions (``libmvec``: ``tanhf``, ``expf``...) itself, as ``-ffast-math`` would.
+through ``sqrt``, so that ``(-inf) ** -1.5`` is NaN, not 0). ``-ffp-contract=off`` keeps gcc
+from fusing ``a * b + c`` into one FMA instruction, which rounds once where numpy rounds twice:
+with it, ``1 - y * y`` in tanh's backward differed from eager by 4e-6 relative where ``y`` nears
+1, and RMSprop, which divides each gradient by its own running size, carried such differences
+into its state at 1e-4. Now each ``+ - * /`` and ``sqrt`` of a kernel rounds as numpy's does;
+only the vector math functions differ from numpy's by an ulp or two. The generated source
+declares glibc's vector math functions (``libmvec``: ``tanhf``, ``expf``...) itself, as
+``-ffast-math`` would.
 When no compiler is found, or it fails, ``build`` raises ``CompilerUnavailable`` saying why; the
 caller then runs the blocked numpy kernel and warns once (``minigrad.graph.codegen.c``).
 
@@ -38,7 +44,7 @@ from pathlib import Path
 __all__ = ["FLAGS", "CompilerUnavailable", "build", "cache_dir", "compiler", "library_path"]
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
-         "-fassociative-math", "-fPIC", "-shared")
+         "-fassociative-math", "-ffp-contract=off", "-fPIC", "-shared")
 if platform.machine().lower() in ("x86_64", "amd64"):  # gcc tunes some AVX2 CPUs (AMD Zen 1) to 128-bit
     FLAGS += ("-mprefer-vector-width=256",)            # vectors; 256-bit ones ran the chain ~20% faster
 LIBS = ("-lmvec", "-lm")  # libmvec: the vector tanhf/expf the loops call
