@@ -1,6 +1,7 @@
 """Engine details: a leaf's .grad never aliases memory that something else holds."""
 
 import numpy as np
+import pytest
 
 import minigrad as mg
 
@@ -58,6 +59,32 @@ def test_user_function_gradient_is_copied():
     Identity.apply(x).sum().backward()
     x.grad.zero_()
     np.testing.assert_array_equal(x.detach().numpy(), [5.0, 6.0])
+
+
+class PassThrough(mg.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x  # the input as is
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_a_user_function_that_returns_its_input_returns_a_view_of_it():
+    """One memory, one version counter: a write through the output cannot slip past the check of
+    the input saved by another op (it gave gradients of the modified values, silently, when the
+    output had a counter of its own). As in PyTorch, the write is refused."""
+    a = mg.tensor([1.0, 2.0], requires_grad=True) * 2
+    y = PassThrough.apply(a)
+    assert y is not a and y._base is a and y.data_ptr() == a.data_ptr()
+    with pytest.raises(mg.errors.AutogradError, match="in-place modification of a view"):
+        y.add_(1)
+    saved = a * a  # Mul keeps a for backward
+    with mg.no_grad():
+        y.mul_(2)  # outside autograd the write is allowed, and it bumps a's version
+    with pytest.raises(mg.errors.AutogradError, match="modified by an in-place operation"):
+        saved.sum().backward()
 
 
 def test_grad_wrt_a_non_leaf_does_not_run_or_free_its_producer():

@@ -179,11 +179,13 @@ class AccumulateGrad(Function):
 
 # ---------------------------------------------------------------------------------------------
 def _fresh_output(out: Any, args: tuple) -> Any:
-    """A user forward may return an input as is; the output must be a new Tensor of its own."""
+    """A user forward may return an input as is; the output must be a new Tensor of its own, a
+    view of that input (as in PyTorch): one memory, one version counter, so an in-place write
+    through either is seen by the check of tensors saved for backward."""
     if not isinstance(out, Tensor):
         return out
     if any(out is a for a in args):
-        return _wrap(out.array, out.device)
+        return out.detach()
     return out
 
 
