@@ -286,6 +286,41 @@ class Tensor:
     def clone(self) -> Tensor:
         return _ops.clone(self)
 
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device.type == "cpu"
+
+    @property
+    def is_xpu(self) -> bool:
+        return False  # Intel GPUs are not a minigrad device
+
+    # -- new tensors like this one: torch's new_*, of this dtype and device unless told otherwise -----
+    def new_tensor(self, data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        """A copy of ``data`` (never sharing memory with it, and detached when it is a Tensor)."""
+        data = data.detach() if isinstance(data, Tensor) else data
+        return Tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        return self.new_full(_shape_arg(size), 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_ones(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        return self.new_full(_shape_arg(size), 1, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_empty(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        """Zeros: minigrad never hands out uninitialised memory (torch's values are arbitrary)."""
+        return self.new_full(_shape_arg(size), 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_full(self, size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = None,
+                 requires_grad: bool = False) -> Tensor:
+        from minigrad.creation import full
+
+        return full(tuple(size), fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                    requires_grad=requires_grad)
+
     # -- storage and strides (minigrad.ops.layout; chapter 01, lesson 05) --------------------------
     def contiguous(self, memory_format: Any = None) -> Tensor:
         return _ops.to_memory_format(self, memory_format or _ops.contiguous_format)
@@ -428,6 +463,13 @@ class Tensor:
 
     def multinomial(self, num_samples, replacement=False, *, generator=None):
         return _ops.multinomial(self, num_samples, replacement, generator=generator)
+
+    def t(self) -> Tensor:
+        """Transpose a 2-D tensor (a view); 0-D and 1-D tensors come back as they are, as in torch."""
+        if self.ndim > 2:
+            raise ShapeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D "
+                             f"(shape {tuple(self.shape)}); use transpose(dim0, dim1) or mT")
+        return _ops.transpose(self, 0, 1) if self.ndim == 2 else _ops.view(self, self.shape)
 
     @property
     def T(self) -> Tensor:

@@ -279,6 +279,7 @@ OPS: list[OpInfo] = [
     *rows("unsqueeze_neg", lambda x: M.unsqueeze(x, -1), lambda x: torch.unsqueeze(x, -1), ((3, 4),)),
     *rows("transpose", lambda x: x.transpose(0, 1), lambda x: x.transpose(0, 1), ((3, 4),)),
     *rows("transpose_neg", lambda x: M.transpose(x, -1, 0), lambda x: torch.transpose(x, -1, 0), ((2, 3, 4),)),
+    *rows("t", lambda x: x.t(), lambda x: x.t(), ((3, 4),), ((4,),), ((),)),
     *rows("permute", lambda x: x.permute(2, 0, 1), lambda x: x.permute(2, 0, 1), ((2, 3, 4),)),
     *rows("permute_tuple", lambda x: M.permute(x, (1, 0, 2)), lambda x: torch.permute(x, (1, 0, 2)), ((2, 3, 4),)),
     *rows("T", lambda x: x.T, lambda x: x.T, ((3, 4),)),
