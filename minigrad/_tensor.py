@@ -316,10 +316,10 @@ class Tensor:
 
     def new_full(self, size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = None,
                  requires_grad: bool = False) -> Tensor:
-        from minigrad.creation import full
-
-        return full(tuple(size), fill_value, dtype=dtype or self.dtype, device=device or self.device,
-                    requires_grad=requires_grad)
+        dev = backend.resolve_device(device or self.device)
+        with backend.selected(dev):
+            out = _wrap(dev.xp.full(tuple(size), fill_value, backend.as_dtype(dtype or self.dtype)), dev)
+        return out.requires_grad_(True) if requires_grad else out
 
     # -- storage and strides (minigrad.ops.layout; chapter 01, lesson 05) --------------------------
     def contiguous(self, memory_format: Any = None) -> Tensor:

@@ -24,16 +24,12 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
-from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["MODULES", "home_of", "install", "is_stand_in"]
+from minigrad.torch_modules import MODULES, PARENTS as _PARENTS
+from minigrad.unsupported import MISSING
 
-# torch's names, written as minigrad's: torch.nn.modules.conv -> minigrad.nn.modules.conv
-MODULES: frozenset[str] = frozenset(
-    "minigrad" + line.strip()[len("torch"):]
-    for line in (Path(__file__).with_name("torch_modules.txt")).read_text().splitlines() if line.strip())
-_PARENTS = frozenset(name.rpartition(".")[0] for name in MODULES)
+__all__ = ["MODULES", "home_of", "install", "is_stand_in"]
 
 # Stand-ins whose names live somewhere other than their nearest minigrad ancestor (the default home).
 HOMES: dict[str, str] = {
@@ -52,8 +48,6 @@ def is_stand_in(module: Any) -> bool:
 
 def _missing_prefix(name: str) -> str | None:
     """The longest key of ``unsupported.MISSING`` that is ``name`` or a package above it."""
-    from minigrad.unsupported import MISSING
-
     parts = name.split(".")
     for i in range(len(parts), 1, -1):
         if ".".join(parts[:i]) in MISSING:
@@ -96,8 +90,6 @@ def _stand_in_getattr(name: str):
 
 
 def _not_implemented(name: str, attr: str, home: str | None) -> NotImplementedError:
-    from minigrad.unsupported import MISSING
-
     torch_name = "torch" + f"{name}.{attr}"[len("minigrad"):]
     key = f"{name}.{attr}" if f"{name}.{attr}" in MISSING else _missing_prefix(name)
     if key is not None:

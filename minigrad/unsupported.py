@@ -62,7 +62,7 @@ def module_getattr(module: str) -> Callable[[str], Any]:
     lacks raises ``missing``'s error."""
 
     def __getattr__(name: str) -> Any:
-        from minigrad.torch_paths import MODULES
+        from minigrad.torch_modules import MODULES
 
         if f"{module}.{name}" in MODULES:
             import importlib

@@ -1,4 +1,5 @@
-"""The list of PyTorch's public module paths that ``minigrad.torch_paths`` makes importable.
+"""Write ``minigrad/torch_modules.txt``: PyTorch's public module paths, which ``minigrad.torch_paths``
+makes importable.
 
 A program written for torch may import any public module of torch (``torch.utils.data.dataloader``,
 ``torch.nn.modules.conv``, ``torch.distributions``); in minigrad each of those paths must import,
