@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from minigrad import backend, creation
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.distributions import constraints
+from minigrad.distributions.utils import lazy_property
 from minigrad.tensor_types import Size
 from minigrad._tensor import Tensor
 
@@ -57,7 +58,7 @@ class Distribution:
             self._validate_args = validate_args
         if self._validate_args:
             for name, constraint in self.arg_constraints.items():
-                if name not in self.__dict__ and isinstance(getattr(type(self), name, None), property):
+                if name not in self.__dict__ and isinstance(getattr(type(self), name, None), lazy_property):
                     continue  # a parameter computed from another one (probs from logits) is valid if that is
                 value = getattr(self, name)
                 if not bool(constraint.check(value).all()):
