@@ -446,7 +446,8 @@ OPS: list[OpInfo] = [
           ((2, 4, 5), (4, 3, 3), (3,)), reduction=True),
     *rows("conv_transpose1d_groups", lambda x, w: M.conv_transpose1d(x, w, groups=2, dilation=2),
           lambda x, w: TF.conv_transpose1d(x, w, groups=2, dilation=2), ((1, 4, 4), (4, 1, 2)), reduction=True),
-    *rows("conv_transpose2d_output_padding", lambda x, w: M.conv_transpose2d(x, w, stride=(2, 3), output_padding=(1, 2)),
+    *rows("conv_transpose2d_output_padding",
+          lambda x, w: M.conv_transpose2d(x, w, stride=(2, 3), output_padding=(1, 2)),
           lambda x, w: TF.conv_transpose2d(x, w, stride=(2, 3), output_padding=(1, 2)), ((1, 2, 3, 2), (2, 3, 2, 2)),
           reduction=True),
     # -- regression losses and channel dropout (nn.functional) -------------------------------------

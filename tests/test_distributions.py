@@ -25,7 +25,8 @@ CASES = {
     "normal_log_prob": (lambda m, s, v: Normal(m, s).log_prob(v), (LOC, SCALE, VALUE),
                         lambda td, m, s, v: td.Normal(m, s).log_prob(v)),
     "normal_entropy": (lambda s: Normal(0.0, s).entropy(), (SCALE,), lambda td, s: td.Normal(0.0, s).entropy()),
-    "normal_cdf": (lambda m, s, v: Normal(m, s).cdf(v), (LOC, SCALE, VALUE), lambda td, m, s, v: td.Normal(m, s).cdf(v)),
+    "normal_cdf": (lambda m, s, v: Normal(m, s).cdf(v), (LOC, SCALE, VALUE),
+                   lambda td, m, s, v: td.Normal(m, s).cdf(v)),
     "categorical_log_prob_logits": (lambda z: Categorical(logits=z).log_prob(mg.tensor(CLASSES)), (LOGITS,),
                                     lambda td, z: td.Categorical(logits=z).log_prob(_t(CLASSES))),
     "categorical_log_prob_probs": (lambda p: Categorical(probs=p.softmax(-1)).log_prob(mg.tensor(CLASSES)), (LOGITS,),
@@ -36,7 +37,8 @@ CASES = {
                                  lambda td, p: td.Bernoulli(probs=p).log_prob(_t(COINS))),
     "bernoulli_log_prob_logits": (lambda z: Bernoulli(logits=z).log_prob(f64(COINS, False)), (LOC,),
                                   lambda td, z: td.Bernoulli(logits=z).log_prob(_t(COINS))),
-    "bernoulli_entropy": (lambda p: Bernoulli(probs=p).entropy(), (PROBS,), lambda td, p: td.Bernoulli(probs=p).entropy()),
+    "bernoulli_entropy": (lambda p: Bernoulli(probs=p).entropy(), (PROBS,),
+                          lambda td, p: td.Bernoulli(probs=p).entropy()),
 }
 
 

@@ -86,7 +86,8 @@ def test_a_module_minigrad_has_becomes_a_package_where_torchs_is_one():
     import minigrad.nn.utils.rnn as rnn
 
     assert rnn.__name__ == "minigrad.nn.utils.rnn" and minigrad.nn.utils.clip_grad_norm_ is not None
-    assert importlib.import_module("minigrad.sparse") is minigrad.ops.sparse  # torch.sparse: kept under ops, registered under torch's name
+    # torch.sparse: kept under ops, registered under torch's name
+    assert importlib.import_module("minigrad.sparse") is minigrad.ops.sparse
 
 
 def test_paths_torch_lacks_are_still_module_not_found():

@@ -76,7 +76,10 @@ class Categorical(Distribution):
         n = math.prod(tuple(sample_shape))
         with no_grad():
             rows = self.probs.reshape(-1, self._num_events)
-            draws = multinomial(rows, n, True) if n else creation.zeros(rows.shape[0], 0, dtype="int64", device=rows.device)
+            if n:
+                draws = multinomial(rows, n, True)
+            else:
+                draws = creation.zeros(rows.shape[0], 0, dtype="int64", device=rows.device)
             return draws.transpose(0, 1).reshape(*tuple(sample_shape), *tuple(self.batch_shape))
 
     def log_prob(self, value: Tensor) -> Tensor:

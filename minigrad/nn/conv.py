@@ -85,7 +85,8 @@ class _ConvTransposeNd(Module):
                              f"divisible by groups ({groups})")
         if padding_mode != "zeros":
             raise ValueError(f'Only "zeros" padding mode is supported for {name}, got {padding_mode!r}')
-        self.in_channels, self.out_channels, self.groups, self.padding_mode = in_channels, out_channels, groups, padding_mode
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.padding_mode = padding_mode
         self.kernel_size, self.stride = self._tuple(kernel_size, "kernel_size", 1), self._tuple(stride, "stride", 1)
         self.padding, self.dilation = self._tuple(padding, "padding", 0), self._tuple(dilation, "dilation", 1)
         self.output_padding = self._tuple(output_padding, "output_padding", 0)
