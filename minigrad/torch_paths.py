@@ -8,10 +8,10 @@ and the finder here, consulted first for exactly those names, makes each one imp
 
 - a module minigrad has (``minigrad.nn.functional``) is imported as usual, and made a package
   when torch's is one, so that ``minigrad.nn.utils.rnn`` can be imported below a single file;
-- any other is a *stand-in*: a module whose names come from its *home*, the minigrad module that
-  holds torch's same names (``minigrad.nn`` for ``torch.nn.modules.conv``, ``minigrad.utils.data``
-  for ``torch.utils.data.dataloader``), and whose every other name raises ``NotImplementedError``
-  naming the feature and why (the reasons are ``minigrad.unsupported.MISSING``'s).
+- any other is a *stand-in*: a module whose names come from its *homes*, the minigrad modules that
+  hold torch's same names (``minigrad.nn.conv`` and ``minigrad.nn`` for ``torch.nn.modules.conv``,
+  ``minigrad.utils.data`` for ``torch.utils.data.dataloader``), and whose every other name raises
+  ``NotImplementedError`` naming the feature and why (the reasons are ``unsupported.MISSING``'s).
 
 So a program that imports what minigrad lacks runs until the line that uses it.
 ``docs/pytorch_compat.md`` lists, entry by entry, what minigrad follows.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import types
 from typing import Any, Sequence
@@ -39,6 +40,9 @@ HOMES: dict[str, str] = {
     "minigrad.autograd.profiler": "minigrad.profiler",
     "minigrad.multiprocessing": "multiprocessing",  # torch's is the standard library's, plus sharing
 }
+# torch.nn.modules.<file> first asks minigrad.nn.<file> (private names such as _Loss live there),
+# under the name given here where minigrad's file is named differently, then minigrad.nn
+_NN_FILES = {"batchnorm": "normalization", "container": "containers", "pooling": "conv"}
 
 
 def is_stand_in(module: Any) -> bool:
@@ -55,21 +59,26 @@ def _missing_prefix(name: str) -> str | None:
     return None
 
 
-def home_of(name: str) -> str | None:
-    """The module a stand-in takes its names from: a ``HOMES`` entry of it or a package above
-    it, else its nearest ancestor minigrad has code for (never ``minigrad`` itself: a top-level
-    feature minigrad lacks has no home); None for a feature ``unsupported.MISSING`` lists."""
+def home_of(name: str) -> tuple[str, ...]:
+    """The modules a stand-in takes its names from, in order: minigrad's file of the same name
+    for ``torch.nn.modules.<file>``; a ``HOMES`` entry of it or of a package above it, else its
+    nearest ancestor minigrad has code for (never ``minigrad`` itself: a top-level feature
+    minigrad lacks has no home). None for a feature ``unsupported.MISSING`` lists."""
     if _missing_prefix(name) is not None:
-        return None
+        return ()
     parts = name.split(".")
+    first: tuple[str, ...] = ()
+    if len(parts) == 4 and name.startswith("minigrad.nn.modules."):
+        file = "minigrad.nn." + _NN_FILES.get(parts[3], parts[3])
+        first = (file,) if importlib.util.find_spec(file) is not None else ()
     for i in range(len(parts), 1, -1):
         if ".".join(parts[:i]) in HOMES:
-            return HOMES[".".join(parts[:i])]
+            return first + (HOMES[".".join(parts[:i])],)
     for i in range(len(parts) - 1, 1, -1):
         ancestor = sys.modules.get(".".join(parts[:i]))
         if ancestor is not None and not is_stand_in(ancestor):
-            return ancestor.__name__
-    return None
+            return first + (ancestor.__name__,)
+    return first
 
 
 def _stand_in_getattr(name: str):
@@ -78,24 +87,25 @@ def _stand_in_getattr(name: str):
             raise AttributeError(f"module {name!r} has no attribute {attr!r}")
         if f"{name}.{attr}" in MODULES:
             return importlib.import_module(f"{name}.{attr}")
-        home = home_of(name)
-        if home is not None:
+        homes = home_of(name)
+        for home in homes:
             try:
                 return getattr(importlib.import_module(home), attr)
             except AttributeError:
                 pass
-        raise _not_implemented(name, attr, home)
+        raise _not_implemented(name, attr, homes)
 
     return __getattr__
 
 
-def _not_implemented(name: str, attr: str, home: str | None) -> NotImplementedError:
+def _not_implemented(name: str, attr: str, homes: tuple[str, ...]) -> NotImplementedError:
     torch_name = "torch" + f"{name}.{attr}"[len("minigrad"):]
     key = f"{name}.{attr}" if f"{name}.{attr}" in MISSING else _missing_prefix(name)
     if key is not None:
         why = MISSING[key]
-    elif home is not None:
-        why = f"it is not written in minigrad (torch{name[len('minigrad'):]}'s names come from {home}, which lacks it)"
+    elif homes:
+        why = (f"it is not written in minigrad (torch{name[len('minigrad'):]}'s names come from "
+               f"{' and '.join(homes)}, which lack it)")
     else:
         why = f"minigrad has no code for torch{name[len('minigrad'):]}; the module exists so that imports resolve"
     return NotImplementedError(f"minigrad does not implement {torch_name}: {why} (see docs/pytorch_compat.md)")
@@ -120,7 +130,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         name = module.__name__
         module.__doc__ = (f"Stand-in for torch{name[len('minigrad'):]} (minigrad.torch_paths): names "
-                          f"come from {home_of(name) or 'nowhere'}; others raise NotImplementedError.")
+                          f"come from {', '.join(home_of(name)) or 'nowhere'}; others raise NotImplementedError.")
         module.__stand_in__ = True
         module.__getattr__ = _stand_in_getattr(name)
 

@@ -65,6 +65,10 @@ def test_a_stand_in_takes_torchs_names_from_its_home():
     assert DistributedDataParallel is minigrad.distributed.DistributedDataParallel
     assert torch_paths.is_stand_in(minigrad.nn.modules.conv) and not torch_paths.is_stand_in(minigrad.nn)
     assert minigrad.nn.modules.linear.Linear is minigrad.nn.Linear  # no import statement needed, as in torch
+    from minigrad.nn.modules.loss import _Loss
+    from minigrad.nn.modules.batchnorm import _BatchNorm
+
+    assert _Loss is minigrad.nn.loss._Loss and _BatchNorm is minigrad.nn.normalization._BatchNorm
 
 
 def test_what_a_stand_in_lacks_raises_not_implemented_naming_it():
@@ -73,7 +77,7 @@ def test_what_a_stand_in_lacks_raises_not_implemented_naming_it():
 
     with pytest.raises(NotImplementedError, match="torch.jit.script: TorchScript"):
         minigrad.jit.script
-    with pytest.raises(NotImplementedError, match=r"torch.nn.modules.conv.LazyConv2d: .*minigrad.nn"):
+    with pytest.raises(NotImplementedError, match=r"torch.nn.modules.conv.LazyConv2d: .*minigrad.nn.conv and minigrad.nn"):
         conv.LazyConv2d
     with pytest.raises(NotImplementedError, match="torch.nn.parallel.DataParallel: minigrad runs one process"):
         minigrad.nn.parallel.DataParallel

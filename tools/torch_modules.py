@@ -9,7 +9,9 @@ modules that PyTorch's own rule calls public (no component of the dotted path st
 see torch's ``test/test_public_bindings.py``) and leaving out the test, benchmark and example
 code that ships inside the wheel (a component named ``test(s)``, ``benchmark(s)`` or
 ``example(s)``): those are tools of torch's own
-developers, not API a training program imports. ``tests/test_torch_paths.py`` regenerates the
+developers, not API a training program imports. A package that fails to import in torch itself
+(``torch.utils.tensorboard`` without the ``tensorboard`` package) is listed without its
+submodules, which the walk cannot see. ``tests/test_torch_paths.py`` regenerates the
 list where torch is installed and compares it with the stored one.
 
     python tools/torch_modules.py            # print the list
