@@ -25,7 +25,8 @@ from minigrad import backend
 from minigrad.tensor_types import Size
 from minigrad._tensor import Tensor, _wrap
 
-__all__ = ["add_safe_globals", "clear_safe_globals", "dump", "get_safe_globals", "load", "safe_globals"]
+__all__ = ["add_safe_globals", "clear_safe_globals", "dump", "first_non_data", "get_safe_globals", "load",
+           "safe_globals"]
 
 MEMBER = "data.pkl"
 
@@ -77,6 +78,31 @@ def safe_globals(safe_globals: list[Callable | tuple[Callable, str]]) -> Iterato
         yield
     finally:
         _user_safe[:] = before
+
+
+_DATA = (type(None), bool, str, int, float, Tensor, numpy.ndarray, numpy.generic)
+
+
+def first_non_data(obj: Any, where: str, max_depth: int, depth: int = 0) -> tuple[str, str] | None:
+    """Where the first value that is not data sits in ``obj`` (``"obj['model']"``) and its type
+    name, or None when ``obj`` is all data: what ``save`` writes as JSON and arrays, no pickle."""
+    if isinstance(obj, _DATA) or getattr(obj, "is_sparse", False) or depth > max_depth:
+        return None  # (too deep: the data path raises its own error)
+    if isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    elif isinstance(obj, dict):
+        keys = (first_non_data(k, where, max_depth, depth + 1) for k in obj)
+        found = next((k for k in keys if k is not None), None)
+        if found is not None:
+            return found
+        items = ((repr(k), v) for k, v in obj.items())
+    else:
+        return where, type(obj).__name__
+    for i, v in items:
+        found = first_non_data(v, f"{where}[{i}]", max_depth, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 class _Pickler(pickle.Pickler):

@@ -53,7 +53,7 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_module: Any = None, p
     pickle; any other object (a whole model, a dict holding one) is pickled, with ``pickle_protocol``
     (at least 2), its tensors still written as arrays, and loads only with ``weights_only=False``
     or the classes ``safe_globals`` allows. ``pickle_module`` is accepted and unused."""
-    not_data = _first_non_data(obj, "obj", 0)
+    not_data = pickling.first_non_data(obj, "obj", MAX_DEPTH)
     if not_data is None:
         write = _write_checkpoint
     else:
@@ -107,31 +107,6 @@ def _write_checkpoint(obj: Any, out: BinaryIO) -> None:
             z.writestr(mapped.aligned_member(f"arr_{i}.npy", out.tell()), b)
         z.writestr(_META, json.dumps(meta))
     ### END SOLUTION
-
-
-_DATA = (type(None), bool, str, int, float, Tensor, numpy.ndarray, numpy.generic)
-
-
-def _first_non_data(obj: Any, where: str, depth: int) -> tuple[str, str] | None:
-    """Where the first value that is not data sits in ``obj`` and its type name, or None when
-    ``obj`` is all data (what ``_encode`` writes as JSON and arrays)."""
-    if isinstance(obj, _DATA) or getattr(obj, "is_sparse", False) or depth > MAX_DEPTH:
-        return None  # (too deep: the data path raises its own error)
-    if isinstance(obj, (list, tuple)):
-        items = enumerate(obj)
-    elif isinstance(obj, dict):
-        keys = (_first_non_data(k, where, depth + 1) for k in obj)
-        found = next((k for k in keys if k is not None), None)
-        if found is not None:
-            return found
-        items = ((repr(k), v) for k, v in obj.items())
-    else:
-        return where, type(obj).__name__
-    for i, v in items:
-        found = _first_non_data(v, f"{where}[{i}]", depth + 1)
-        if found is not None:
-            return found
-    return None
 
 
 def _write_whole_object(obj: Any, out: BinaryIO, protocol: int, not_data: tuple[str, str]) -> None:
