@@ -217,3 +217,13 @@ def test_transformer_shapes_names_and_errors():
     with pytest.raises(ValueError, match="activation should be 'relu' or 'gelu'"):
         nn.TransformerDecoderLayer(4, 2, activation="tanh")
     assert _causal(3).tolist() == [[0.0, -math.inf, -math.inf], [0.0, 0.0, -math.inf], [0.0, 0.0, 0.0]]
+
+
+def test_a_compiled_step_draws_a_fresh_channel_mask_every_call():
+    import minigrad.nn.functional as F
+
+    step = mg.compile(lambda x: F.dropout2d(x, 0.5).sum(dim=(2, 3)))
+    x = mg.ones(8, 16, 2, 2)
+    masks = [step(x).numpy() for _ in range(3)]
+    assert all(set(np.unique(m)) <= {0.0, 8.0} for m in masks)  # 4 pixels, each 1 / (1 - p) = 2
+    assert not np.array_equal(masks[0], masks[1]) or not np.array_equal(masks[1], masks[2])

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from minigrad import ops as _ops
 from minigrad.autograd.grad_mode import no_grad
-from minigrad.creation import rand
+from minigrad.creation import ones
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.meta import has_values
 from minigrad.ops.indexing import check_range
@@ -116,8 +116,9 @@ def _feature_dropout(op: str, input: Tensor, p: float, training: bool, inplace: 
     if not training or p == 0.0:
         return input
     lead = tuple(input.shape[:2]) if input.ndim == batched else tuple(input.shape[:1])
-    keep = rand(*lead, *(1,) * (input.ndim - len(lead)), dtype=input.dtype, device=input.device) >= p
-    mask = keep.to(input.dtype) * (1.0 / (1.0 - p) if p < 1.0 else 0.0)
+    # the dropout op draws the mask (one value per channel) inside its forward, so a traced or
+    # compiled step draws a fresh one on every replay, as with element dropout
+    mask = _ops.dropout(ones(*lead, *(1,) * (input.ndim - len(lead)), dtype=input.dtype, device=input.device), p)
     return input.mul_(mask) if inplace else input * mask
 
 
