@@ -53,8 +53,7 @@ _VECTOR_MATH = ("exp", "log", "sin", "cos", "tanh", "pow", "erf", "log1p")
 _warned: set[str] = set()
 
 
-class KernelWarning(UserWarning):
-    """A compiled C kernel could not be built; the blocked numpy kernel runs instead."""
+KernelWarning = cc.KernelWarning  # a kernel could not be built or loaded: the blocked numpy kernel runs instead
 
 
 class CKernel:
