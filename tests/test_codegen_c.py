@@ -315,6 +315,55 @@ def test_a_cache_path_that_cannot_be_a_directory_falls_back_with_a_warning(tmp_p
     np.testing.assert_allclose(got.numpy(), np.tanh(x.numpy() * 3) + x.numpy(), rtol=1e-6)
 
 
+FORKED = """
+import os, signal, sys
+import numpy as np
+import minigrad as mg
+from minigrad.data import DataLoader, Dataset
+from minigrad.graph.codegen import cpu
+
+n = 2 * cpu.PARALLEL_MIN_SIZE  # big enough that the kernel's loop is shared among OpenMP's threads
+f = mg.compile(lambda a: (a * 3).tanh() + a, backend="c")
+x = mg.randn(n)
+with mg.no_grad():
+    f(x)
+    want = f(x).numpy()  # the parent ran the threaded kernel: libgomp's pool now exists
+(kernel,) = [m.fn for g in f.graphs.values() for m in g if m.op == "fused"]
+assert "omp parallel" in kernel.source and kernel._fn not in (None, False), kernel
+
+
+class Compiled(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        with mg.no_grad():
+            return mg.tensor(float(np.abs(f(x).numpy() - want).max()))
+
+
+if sys.argv[1] == "fork":
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(60)  # a child stuck in libgomp dies instead of staying behind
+        with mg.no_grad():
+            os._exit(0 if np.abs(f(x).numpy() - want).max() < 1e-5 else 3)
+    _, status = os.waitpid(pid, 0)
+    print("signal %d" % os.WTERMSIG(status) if os.WIFSIGNALED(status) else "exit %d" % os.WEXITSTATUS(status))
+else:
+    errors = [float(b.max()) for b in DataLoader(Compiled(), batch_size=2, num_workers=2, timeout=60)]
+    print("exit 0" if max(errors) < 1e-5 else f"wrong {errors}")
+"""
+
+
+@pytest.mark.parametrize("how", ["fork", "DataLoader workers"])
+def test_a_child_forked_after_a_threaded_kernel_ran_runs_it_without_hanging(tmp_path, how):
+    env = {"MINIGRAD_CACHE_DIR": str(tmp_path), "PATH": os.environ["PATH"],
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", FORKED, how.split()[0]], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.stdout.strip() == "exit 0", done.stdout + done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("policy", [None, "ACTIVE"])
 def test_openmp_threads_sleep_between_kernels_unless_the_environment_says_otherwise(tmp_path, policy):
     code = ("import os; from minigrad.graph.codegen import cc; "
