@@ -176,15 +176,17 @@ def test_processes_building_the_same_kernel_at_once_all_load_it(tmp_path):
 SOURCE_THRICE = SOURCE.replace("2 * x[i]", "3 * x[i]")  # the same symbol, other constants
 
 
-def build_in_a_new_process(cache: Path, env: dict | None = None, prelude: str = "") -> subprocess.CompletedProcess:
-    """``cc.build(SOURCE).twice`` on [0, 1, 2, 3] in a fresh process (which a bad library may kill):
-    prints the result, or the CompilerUnavailable it raised, then each warning."""
+def build_in_a_new_process(cache: Path, env: dict | None = None, prelude: str = "",
+                           source: str = SOURCE) -> subprocess.CompletedProcess:
+    """``cc.build(source).twice`` on [0, 1, 2, 3] in a fresh process (which a bad library may kill,
+    and which maps no library that a test then damages): prints the result, or the
+    CompilerUnavailable it raised, then each warning."""
     code = ("import ctypes, warnings; import numpy as np; from minigrad.graph.codegen import cc\n"
             f"{prelude}\n"
             "with warnings.catch_warnings(record=True) as caught:\n"
             "    warnings.simplefilter('always')\n"
             "    try:\n"
-            f"        fn = cc.build({SOURCE!r}).twice\n"
+            f"        fn = cc.build({source!r}).twice\n"
             "        x, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)\n"
             "        fn(ctypes.c_void_p(out.ctypes.data), ctypes.c_void_p(x.ctypes.data))\n"
             "        print(out.tolist())\n"
@@ -263,8 +265,7 @@ def test_a_library_owned_by_another_user_is_refused(tmp_path, monkeypatch):
 
 def test_one_kernels_library_copied_over_anothers_name_is_rebuilt(tmp_path, monkeypatch):
     monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cc, "_loaded", {})
-    cc.build(SOURCE), cc.build(SOURCE_THRICE)
+    build_in_a_new_process(tmp_path), build_in_a_new_process(tmp_path, source=SOURCE_THRICE)
     shutil.copy(cc.library_path(SOURCE_THRICE), cc.library_path(SOURCE))
     done = build_in_a_new_process(tmp_path)
     lines = done.stdout.splitlines()
@@ -276,8 +277,7 @@ def test_one_kernels_library_copied_over_anothers_name_is_rebuilt(tmp_path, monk
 @pytest.mark.parametrize("keep", [0, 4096, 0.5])
 def test_a_truncated_library_is_rebuilt_and_never_mapped(tmp_path, monkeypatch, keep):
     monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cc, "_loaded", {})
-    cc.build(SOURCE)
+    build_in_a_new_process(tmp_path)  # not here: truncating a library this process maps would kill it
     library = cc.library_path(SOURCE)
     size = library.stat().st_size
     os.truncate(library, int(size * keep) if isinstance(keep, float) else keep)
