@@ -72,6 +72,14 @@ def test_quantize_dynamic_names_the_layer_whose_weight_is_not_finite(bad):
         Q.quantize_dynamic(lstm)
 
 
+def test_a_dynamically_quantized_layer_names_a_non_finite_input():
+    model = Q.quantize_dynamic(nn.Sequential(nn.Linear(3, 2)))
+    x = minigrad.randn(2, 3)
+    x[1, 2] = math.inf
+    with pytest.raises(ArgumentError, match=re.escape("DynamicInt8Linear: the input holds inf at index (1, 2)")):
+        model(x)
+
+
 @pytest.mark.parametrize("scale, says", [(math.nan, "scale holds nan"), (math.inf, "scale holds inf"),
                                          ([0.1, math.nan], "scale holds nan at index (1,)"),
                                          (0.0, "scale must be positive, got 0.0"),
