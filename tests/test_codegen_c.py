@@ -224,9 +224,20 @@ def plant(library: Path, marker: Path, record: bool = False) -> None:
         library.with_suffix(".sha256").write_text(f"{digest}  {library.name}\n")
 
 
-def test_a_library_planted_at_the_cached_name_is_never_loaded(tmp_path, monkeypatch):
+@pytest.mark.parametrize("how", ["a library", "a link to one", "a FIFO"])
+def test_a_library_planted_at_the_cached_name_is_never_loaded(tmp_path, monkeypatch, how):
     library, marker = cached_library(tmp_path, monkeypatch), tmp_path / "constructor-ran"
-    plant(library, marker)  # no record: minigrad did not build it
+    if how == "a library":
+        plant(library, marker)  # no record: minigrad did not build it
+    else:
+        plant(tmp_path / "elsewhere.so", marker, record=True)
+        library.parent.mkdir(mode=0o700, exist_ok=True)
+        if how == "a FIFO":  # reading it would block forever
+            os.mkfifo(library)
+        else:
+            library.symlink_to(tmp_path / "elsewhere.so")
+            library.with_suffix(".sha256").write_text(
+                (tmp_path / "elsewhere.sha256").read_text().replace("elsewhere.so", library.name))
     done = build_in_a_new_process(tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "[0.0, 2.0, 4.0, 6.0]" and not marker.exists()

@@ -183,41 +183,45 @@ def _record(digest: str, library: Path) -> bytes:
 
 def _verified_load(directory: int, library: Path, built: bool = False) -> ctypes.CDLL | None:
     """The library, loaded once its bytes match the record beside it; None when it must be
-    (re)built: absent, no record, or damaged (with a warning, since a record says it was whole)."""
-    try:
-        fd = os.open(library.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
-    except FileNotFoundError:
+    (re)built: absent, no record, or damaged (with a warning, since a record says it was whole).
+    A library or record owned by another user is refused (CompilerUnavailable)."""
+    found = _read_private(directory, library.name, library, hashed=True)
+    if found is None:
         return None
-    except OSError:  # a symbolic link (ELOOP): not what _compile writes, so rebuilt over
-        return _damaged(library, "it is not a regular file", built)
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid():
-            raise CompilerUnavailable(f"refusing {library}: {_not_private(st, 'library')}")
-        with open(os.dup(fd), "rb") as f:
-            digest = hashlib.file_digest(f, "sha256").hexdigest()
-    finally:
-        os.close(fd)
-    try:
-        rfd = os.open(_record_name(library), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
-    except FileNotFoundError:
-        return None if not built else _damaged(library, "its record is gone", built)
-    except OSError:
-        return _damaged(library, "its record is not a regular file", built)
-    with open(rfd, "rb") as f:
-        rst, recorded = os.fstat(rfd), f.read(4096)
-    if rst.st_uid != os.getuid():
-        raise CompilerUnavailable(f"refusing {library}: {_not_private(rst, 'record')}")
-    why = _not_private(st, "library") or _not_private(rst, "record")
-    if why or not stat.S_ISREG(st.st_mode):
-        return _damaged(library, why or "it is not a regular file", built)
-    if recorded != _record(digest, library):
+    digest, why = found
+    recorded = _read_private(directory, _record_name(library), library, hashed=False)
+    if recorded is None and not built:
+        return None  # a library without a record: not built by minigrad (or by one from before records)
+    why = why or (recorded[1] if recorded else "its record is gone")
+    if why:
+        return _damaged(library, why, built)
+    if recorded[0] != _record(digest, library).decode():
         return _damaged(library, "it does not match the SHA-256 recorded when it was built (truncated, damaged "
                                  "or replaced)", built)
     try:  # hashed and loaded under the shared lock: nobody replaces it in between
         return ctypes.CDLL(str(library))
     except OSError as e:
         raise CompilerUnavailable(f"{library.name} matches its record but does not load: {e}") from None
+
+
+def _read_private(directory: int, name: str, library: Path, hashed: bool) -> tuple[str, str | None] | None:
+    """The SHA-256 (``hashed``) or the text of file ``name`` in the cache, with why it cannot be
+    trusted (None when it can); None when there is no such file. Opened without following a link
+    or blocking on a FIFO, and checked as opened: a regular file of the user's, written by no one else."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a symbolic link (ELOOP): not what _compile writes, so rebuilt over
+        return "", f"{name} is a symbolic link"
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid():
+            raise CompilerUnavailable(f"refusing {library}: {_not_private(st, name)}")
+        if not stat.S_ISREG(st.st_mode):
+            return "", f"{name} is not a regular file"
+        text = hashlib.file_digest(f, "sha256").hexdigest() if hashed else f.read(4096).decode("utf-8", "replace")
+    return text, _not_private(st, name)
 
 
 def _damaged(library: Path, why: str, built: bool) -> None:
