@@ -37,7 +37,8 @@ def trace(fn: Callable[..., Any], *example_inputs: Tensor) -> TracedFunction:
 
     A branch taken at trace time is baked in. What a trace cannot capture: Python values read from
     tensors (``if x.sum() > 0``, ``loss.item()``) or kept outside them (Adam's step count and bias
-    corrections), which are baked in as constants; arrays computed outside ops (random masks drawn
+    corrections), which are baked in as constants (``.item()``, ``.numpy()`` and ``.tolist()`` of a
+    value computed from the inputs or parameters warn, naming the call); arrays computed outside ops (random masks drawn
     with the device RNG, arrays built from ``tensor.array`` and passed to an op), which become
     constants; writes that bypass ops (``t[i] = v`` under ``no_grad``, ``fill_``/``zero_``) and
     writes through a view whose base is read again (or is an input), which raise ``TraceError``
