@@ -99,15 +99,21 @@ class Tensor:
     def item(self) -> Any:
         if self.array.size != 1:
             raise ShapeError(f"item(): only one-element tensors can be converted, got shape {tuple(self.shape)}")
+        if _current_modes():  # a tracer must know: what is computed from the number is not recorded
+            _reads_values(self, "item()")
         return self.array.item()
 
     def numpy(self):
         if self.requires_grad:
             raise AutogradError("numpy(): the tensor requires grad; call tensor.detach().numpy()")
+        if _current_modes():
+            _reads_values(self, "numpy()")
         return self.array if self.device is cpu else self.array.get()
 
     def tolist(self) -> Any:
-        return self.detach().numpy().tolist()
+        if _current_modes():
+            _reads_values(self, "tolist()")
+        return (self.array if self.device is cpu else self.array.get()).tolist()
 
     def __float__(self) -> float:
         return float(self.item())
@@ -123,7 +129,7 @@ class Tensor:
     def __bool__(self) -> bool:
         if self.array.size != 1:
             raise RuntimeError(f"the truth value of a tensor with {self.array.size} elements is ambiguous")
-        return bool(self.item())
+        return bool(self.array.item())  # a branch on a traced value is baked in, as documented (trace)
 
     def __format__(self, spec: str) -> str:
         """``f"{loss:.4f}"`` formats a one-element tensor's value, as PyTorch does."""
@@ -588,5 +594,5 @@ def _dim(dim: int, ndim: int, op: str) -> int:
     return dim % n
 
 
-from minigrad.autograd.mode import current_modes as _current_modes, new_array as _new_array  # noqa: E402  (autograd imports Tensor from this module)
+from minigrad.autograd.mode import current_modes as _current_modes, new_array as _new_array, reads_values as _reads_values  # noqa: E402  (autograd imports Tensor from this module)
 from minigrad import ops as _ops  # noqa: E402  (ops import Tensor from this module)

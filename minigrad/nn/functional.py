@@ -196,13 +196,17 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     """Normalise each channel (dim 1) over the batch and spatial dims.
 
     Training uses the batch's mean and biased variance and blends them into the running stats
-    (the unbiased variance, as PyTorch does); evaluation uses the running stats.
+    (the unbiased variance, as PyTorch does); evaluation uses the running stats. An empty batch
+    gives an empty output and leaves the running stats as they were, as in PyTorch.
     """
     if input.ndim < 2:
         raise ShapeError(f"batch_norm: expected an input of at least 2 dims (N, C, ...), "
                          f"got shape {tuple(input.shape)}")
     c = input.shape[1]
     shape = (1, c) + (1,) * (input.ndim - 2)
+    if training and input.numel() == 0:  # as PyTorch: an empty output, running stats left as they were
+        out = input.clone() if weight is None else input * weight.reshape(shape)
+        return out if bias is None else out + bias.reshape(shape)
     if training:
         n = input.numel() // c
         if n <= 1:
