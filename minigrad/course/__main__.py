@@ -11,6 +11,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -56,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     cmd = commands.add_parser("check-order", help="for each chapter k (or those given), run chapter k's "
                               "tests in a student repository with chapters 1..k written")
     cmd.add_argument("chapters", nargs="*", type=int)
+    cmd.add_argument("--per-region", action="store_true",
+                     help="instead: empty each region of chapter k alone (the rest of 1..k written) and check "
+                          "that chapter k's tests for it fail, naming the region")
+    cmd.add_argument("--jobs", type=int, default=2, metavar="N", help="parallel workers for --per-region (default 2)")
+    cmd = commands.add_parser("mutants", help="apply each catalogued student mistake of chapter K (all chapters if "
+                              "omitted) and check that its region's tests, run without PyTorch, fail")
+    cmd.add_argument("chapters", nargs="*", type=int)
+    cmd.add_argument("--jobs", type=int, default=2, metavar="N", help="parallel workers (default 2)")
     cmd = commands.add_parser("test-chapter", help="run chapter K's tests here (your package regions of chapter K)")
     cmd.add_argument("chapter", type=int)
     cmd = commands.add_parser("tag", help="write each exercise cell's number and role into its metadata")
@@ -98,6 +107,8 @@ def _run(args: argparse.Namespace) -> int:
         for region in find_regions():
             print(f"{region.path.relative_to(ROOT)}:{region.begin}  {region.lines:>3} lines  {region.tag}")
         return 0
+    if args.command in ("mutants", "check-order") and (args.command == "mutants" or args.per_region):
+        return _mutation_table(args.command, args.chapters or sorted(CHAPTER_TESTS), args.jobs)
     if args.command == "check-order":
         failed = [k for k in (args.chapters or sorted(CHAPTER_TESTS)) if check_chapter(k) != 0]
         print(f"FAILED: chapter {', '.join(map(str, failed))}" if failed else "OK: every chapter passes "
@@ -119,6 +130,34 @@ def _run(args: argparse.Namespace) -> int:
         exercises = tag_notebook(nb)
         nbformat.write(nb, path)
         print(f"tagged {len(exercises)} exercises in {path}")
+    return 0
+
+
+def _mutation_table(command: str, chapters: list[int], jobs: int) -> int:
+    """Print one row per mutant (or emptied region) as it finishes; 1 when any survives."""
+    from minigrad.course.mutate import run_mutants, run_regions  # (imports pytest's runner only here)
+
+    unknown = [k for k in chapters if k not in CHAPTER_TESTS]
+    if unknown:
+        raise CourseError(f"no chapter {unknown[0]}: the chapters are {sorted(CHAPTER_TESTS)}")
+    run = run_mutants if command == "mutants" else run_regions
+    what = "mutant" if command == "mutants" else "emptied region"
+    survivors, total, start = [], 0, time.perf_counter()
+    print(f"{'mutant':<30} {'region':<55} {'result':<9} {'seconds':>7}  by")
+    for chapter in chapters:
+        def row(o):
+            print(f"{o.name:<30} {o.region:<55} {'killed' if o.killed else 'SURVIVED':<9} {o.seconds:7.1f}  {o.by}",
+                  flush=True)
+        outcomes = run(chapter, workers=jobs, report=row)
+        total += len(outcomes)
+        survivors += [o for o in outcomes if not o.killed]
+    seconds = time.perf_counter() - start
+    if survivors:
+        print(f"FAILED: {len(survivors)} of {total} {what}s not caught by their chapter's tests without PyTorch "
+              f"({seconds:.0f} s): {', '.join(f'{o.name} ({o.region})' for o in survivors)}")
+        return 1
+    print(f"OK: all {total} {what}s of chapter {', '.join(map(str, chapters))} caught by their chapter's tests "
+          f"without PyTorch ({seconds:.0f} s)")
     return 0
 
 
