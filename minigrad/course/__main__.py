@@ -65,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                               "omitted) and check that its region's tests, run without PyTorch, fail")
     cmd.add_argument("chapters", nargs="*", type=int)
     cmd.add_argument("--jobs", type=int, default=2, metavar="N", help="parallel workers (default 2)")
+    cmd.add_argument("--only", action="append", metavar="NAME", help="run only this mutant (repeatable)")
     cmd = commands.add_parser("test-chapter", help="run chapter K's tests here (your package regions of chapter K)")
     cmd.add_argument("chapter", type=int)
     cmd = commands.add_parser("tag", help="write each exercise cell's number and role into its metadata")
@@ -108,7 +109,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{region.path.relative_to(ROOT)}:{region.begin}  {region.lines:>3} lines  {region.tag}")
         return 0
     if args.command in ("mutants", "check-order") and (args.command == "mutants" or args.per_region):
-        return _mutation_table(args.command, args.chapters or sorted(CHAPTER_TESTS), args.jobs)
+        return _mutation_table(args.command, args.chapters or sorted(CHAPTER_TESTS), args.jobs,
+                               getattr(args, "only", None))
     if args.command == "check-order":
         failed = [k for k in (args.chapters or sorted(CHAPTER_TESTS)) if check_chapter(k) != 0]
         print(f"FAILED: chapter {', '.join(map(str, failed))}" if failed else "OK: every chapter passes "
@@ -133,14 +135,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _mutation_table(command: str, chapters: list[int], jobs: int) -> int:
+def _mutation_table(command: str, chapters: list[int], jobs: int, only: list[str] | None = None) -> int:
     """Print one row per mutant (or emptied region) as it finishes; 1 when any survives."""
     from minigrad.course.mutate import run_mutants, run_regions  # (imports pytest's runner only here)
 
     unknown = [k for k in chapters if k not in CHAPTER_TESTS]
     if unknown:
         raise CourseError(f"no chapter {unknown[0]}: the chapters are {sorted(CHAPTER_TESTS)}")
-    run = run_mutants if command == "mutants" else run_regions
     what = "mutant" if command == "mutants" else "emptied region"
     survivors, total, start = [], 0, time.perf_counter()
     print(f"{'mutant':<30} {'region':<55} {'result':<9} {'seconds':>7}  by")
@@ -148,7 +149,8 @@ def _mutation_table(command: str, chapters: list[int], jobs: int) -> int:
         def row(o):
             print(f"{o.name:<30} {o.region:<55} {'killed' if o.killed else 'SURVIVED':<9} {o.seconds:7.1f}  {o.by}",
                   flush=True)
-        outcomes = run(chapter, workers=jobs, report=row)
+        outcomes = (run_mutants(chapter, workers=jobs, report=row, names=only) if command == "mutants"
+                    else run_regions(chapter, workers=jobs, report=row))
         total += len(outcomes)
         survivors += [o for o in outcomes if not o.killed]
     seconds = time.perf_counter() - start

@@ -125,6 +125,8 @@ def _run_tests(dest: Path, tests: list[str], timeout: float) -> tuple[int, str]:
 def _run_all(jobs: list[tuple[str, Region, str, str | None]], upto: int, workers: int, root: Path,
              timeout: float, report=None) -> list[Outcome]:
     """Each job is (name, region, mutated file text, text the failure must contain or None)."""
+    if not jobs:
+        return []
     with tempfile.TemporaryDirectory(prefix=f"minigrad-mutants-{upto}-") as scratch:
         copies: Queue = Queue()
         first = Path(scratch) / "w0"
@@ -168,11 +170,14 @@ def _chapter_mutants(chapter: int | None, regions: dict[str, Region]) -> list[Mu
     return [m for m in MUTANTS if chapter is None or regions[m.region].chapter == chapter]
 
 
-def run_mutants(chapter: int, workers: int = 2, root: Path = ROOT, timeout: float = 600, report=None) -> list[Outcome]:
-    """Run every mutant of ``chapter`` against its region's tests; one Outcome per mutant."""
+def run_mutants(chapter: int, workers: int = 2, root: Path = ROOT, timeout: float = 600, report=None,
+                names: list[str] | None = None) -> list[Outcome]:
+    """Run every mutant of ``chapter`` (or those of ``names``) against its region's tests; one Outcome per mutant."""
     regions = _regions_by_tag(root)
     jobs = []
     for mutant in _chapter_mutants(chapter, regions):
+        if names and mutant.name not in names:
+            continue
         region = regions[mutant.region]
         jobs.append((mutant.name, region, apply_mutant(region.path.read_text(), region, mutant), None))
     return _run_all(jobs, chapter, workers, root, timeout, report)
