@@ -34,8 +34,8 @@ from minigrad.course.package import _TEST_SUPPORT, CHAPTER_TESTS, ROOT, Region, 
 
 __all__ = ["Outcome", "apply_mutant", "empty_region", "run_mutants", "run_regions"]
 
-_NO_TORCH = '"""PyTorch hidden by minigrad.course mutants: the student has none."""\n' \
-            'raise ImportError("No module named \'torch\' (hidden by minigrad.course mutants)")\n'
+_NO_TORCH = ('"""PyTorch hidden by minigrad.course mutants: the student has none."""\n'
+             'raise ModuleNotFoundError("No module named \'torch\' (hidden by minigrad.course mutants)", name="torch")\n')
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
 
 
@@ -131,6 +131,11 @@ def _run_all(jobs: list[tuple[str, Region, str, str | None]], upto: int, workers
         copies: Queue = Queue()
         first = Path(scratch) / "w0"
         _scratch(first, upto, root)
+        tagged = list(dict.fromkeys(t for _, region, _, _ in jobs for t in REGION_TESTS[region.tag]))
+        rc, output = _run_tests(first, tagged, timeout)
+        if rc != 0:  # a mutant's failure must be its own, not one the written package has too
+            raise CourseError(f"chapter {upto}: the tagged tests fail with no mutant applied (pytest exit {rc}):\n"
+                              f"{output[-3000:]}")
         for w in range(workers):
             if w:
                 shutil.copytree(first, Path(scratch) / f"w{w}", symlinks=True)
