@@ -1,7 +1,8 @@
 """``python -m minigrad.course``: the course's commands for students and instructors (chapters/README.md).
 
 Exit status: 0 when the command did its job (a grade of 0/10 included), 1 when ``verify`` finds a
-notebook whose solutions do not all pass or whose student version passes something, 2 when the
+notebook whose solutions do not all pass or whose student version passes something, when a
+mutant survives its chapter's tests or an emptied region does not fail them, 2 when the
 command could not run (a missing or malformed notebook, a kernel that does not start).
 """
 
@@ -21,6 +22,7 @@ from minigrad.course.grade import CELL_TIMEOUT, LIMIT, grade, verify, write_juni
 from minigrad.course.package import (
     CHAPTER_TESTS, ROOT, check_chapter, find_regions, grade_repository, release_package,
 )
+from minigrad.course.mutate import Outcome, run_mutants, run_regions
 from minigrad.course.release import release, ship
 
 __all__ = ["main"]
@@ -137,29 +139,31 @@ def _run(args: argparse.Namespace) -> int:
 
 def _mutation_table(command: str, chapters: list[int], jobs: int, only: list[str] | None = None) -> int:
     """Print one row per mutant (or emptied region) as it finishes; 1 when any survives."""
-    from minigrad.course.mutate import run_mutants, run_regions  # (imports pytest's runner only here)
-
     unknown = [k for k in chapters if k not in CHAPTER_TESTS]
     if unknown:
         raise CourseError(f"no chapter {unknown[0]}: the chapters are {sorted(CHAPTER_TESTS)}")
     what = "mutant" if command == "mutants" else "emptied region"
     survivors, total, start = [], 0, time.perf_counter()
     print(f"{'mutant':<30} {'region':<55} {'result':<9} {'seconds':>7}  by")
+
+    def row(o: Outcome) -> None:
+        print(f"{o.name:<30} {o.region:<55} {'killed' if o.killed else 'SURVIVED':<9} {o.seconds:7.1f}  {o.by}", flush=True)
+
     for chapter in chapters:
-        def row(o):
-            print(f"{o.name:<30} {o.region:<55} {'killed' if o.killed else 'SURVIVED':<9} {o.seconds:7.1f}  {o.by}",
-                  flush=True)
         outcomes = (run_mutants(chapter, workers=jobs, report=row, names=only) if command == "mutants"
                     else run_regions(chapter, workers=jobs, report=row))
         total += len(outcomes)
         survivors += [o for o in outcomes if not o.killed]
     seconds = time.perf_counter() - start
+    if command == "mutants":
+        ok, bad = "caught by their chapter's tests", "survived their chapter's tests"
+    else:
+        ok, bad = "fail their chapter's tests, naming the region", "did not fail their chapter's tests naming the region"
     if survivors:
-        print(f"FAILED: {len(survivors)} of {total} {what}s not caught by their chapter's tests without PyTorch "
-              f"({seconds:.0f} s): {', '.join(f'{o.name} ({o.region})' for o in survivors)}")
+        print(f"FAILED: {len(survivors)} of {total} {what}s {bad} without PyTorch ({seconds:.0f} s): "
+              f"{', '.join(f'{o.name} ({o.region})' for o in survivors)}")
         return 1
-    print(f"OK: all {total} {what}s of chapter {', '.join(map(str, chapters))} caught by their chapter's tests "
-          f"without PyTorch ({seconds:.0f} s)")
+    print(f"OK: all {total} {what}s of chapter {', '.join(map(str, chapters))} {ok} without PyTorch ({seconds:.0f} s)")
     return 0
 
 
