@@ -13,7 +13,9 @@ import pytest
 
 from minigrad.course.exercises import CourseError
 from minigrad.course.mutants import MUTANTS, REGION_TESTS, Mutant
-from minigrad.course.mutate import apply_mutant, empty_region, run_mutants
+from minigrad.course import mutate
+from minigrad.course.__main__ import main
+from minigrad.course.mutate import apply_mutant, empty_region
 from minigrad.course.package import CHAPTER_TESTS, ROOT, Region, find_regions
 
 REGIONS = {r.tag: r for r in find_regions()}
@@ -74,6 +76,13 @@ def test_empty_region_raises_the_regions_tag_at_its_indentation():
                                           '    raise NotImplementedError("chapter 02: f")\n    ### END SOLUTION\n')
 
 
-def test_a_mutant_runs_without_torch_and_is_killed_by_its_regions_test():
-    (outcome,) = run_mutants(1, workers=1, names=["load-reversed"], timeout=300)
-    assert outcome.killed and outcome.by.startswith("tests/test_chapter01.py::TestCheckpoint"), outcome
+def test_the_command_runs_a_mutant_without_torch_and_fails_when_one_survives(capsys, monkeypatch):
+    assert main(["mutants", "1", "--only", "load-reversed", "--jobs", "1"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("load-reversed"))
+    assert " killed " in row and "tests/test_chapter01.py::TestCheckpoint" in row, row
+    # tagged with tests that never load a checkpoint, the same mistake survives and the command fails
+    monkeypatch.setitem(mutate.REGION_TESTS, "chapter 01: loading a checkpoint", ["tests/test_chapter01.py::TestBatch"])
+    assert main(["mutants", "1", "--only", "load-reversed", "--jobs", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "SURVIVED" in out and "FAILED: 1 of 1 mutants survived" in out, out
+    assert main(["mutants", "9"]) == 2

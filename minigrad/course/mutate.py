@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,8 +123,11 @@ def _run_tests(dest: Path, tests: list[str], timeout: float) -> tuple[int, str]:
     return run.returncode, run.stdout + run.stderr
 
 
+Report = Callable[[Outcome], None]
+
+
 def _run_all(jobs: list[tuple[str, Region, str, str | None]], upto: int, workers: int, root: Path,
-             timeout: float, report=None) -> list[Outcome]:
+             timeout: float, report: Report | None = None) -> list[Outcome]:
     """Each job is (name, region, mutated file text, text the failure must contain or None)."""
     if not jobs:
         return []
@@ -175,8 +179,8 @@ def _chapter_mutants(chapter: int | None, regions: dict[str, Region]) -> list[Mu
     return [m for m in MUTANTS if chapter is None or regions[m.region].chapter == chapter]
 
 
-def run_mutants(chapter: int, workers: int = 2, root: Path = ROOT, timeout: float = 600, report=None,
-                names: list[str] | None = None) -> list[Outcome]:
+def run_mutants(chapter: int, workers: int = 2, root: Path = ROOT, timeout: float = 300,
+                report: Report | None = None, names: list[str] | None = None) -> list[Outcome]:
     """Run every mutant of ``chapter`` (or those of ``names``) against its region's tests; one Outcome per mutant."""
     regions = _regions_by_tag(root)
     jobs = []
@@ -188,7 +192,8 @@ def run_mutants(chapter: int, workers: int = 2, root: Path = ROOT, timeout: floa
     return _run_all(jobs, chapter, workers, root, timeout, report)
 
 
-def run_regions(chapter: int, workers: int = 2, root: Path = ROOT, timeout: float = 600, report=None) -> list[Outcome]:
+def run_regions(chapter: int, workers: int = 2, root: Path = ROOT, timeout: float = 300,
+                report: Report | None = None) -> list[Outcome]:
     """Empty each region of ``chapter`` in turn (the rest of 1..chapter written): its tests must fail naming it."""
     jobs = [("(empty)", r, empty_region(r.path.read_text(), r), r.tag)
             for r in find_regions(root / "minigrad") if r.chapter == chapter]
