@@ -143,11 +143,13 @@ class TestShuffle:
         # the whole stream sits in the buffer: the end of the stream must be drawn at random too
         firsts = [next(iter(Pipeline.range(5).shuffle(100, seed=s))) for s in range(400)]
         counts = [firsts.count(v) for v in range(5)]
-        assert all(50 <= c <= 110 for c in counts), (
+        assert all(40 <= c <= 130 for c in counts), (
             f"when the stream ends, the elements left in the buffer come out in random order; the first "
             f"element over 400 seeds was 0..4 this often: {counts} (about 80 each expected)")
         lasts = [list(Pipeline.range(5).shuffle(100, seed=s))[-1] for s in range(400)]
-        assert all(50 <= lasts.count(v) <= 110 for v in range(5)), [lasts.count(v) for v in range(5)]
+        assert all(40 <= lasts.count(v) <= 130 for v in range(5)), (
+            f"the last element out of a full buffer is random too; over 400 seeds it was 0..4 this often: "
+            f"{[lasts.count(v) for v in range(5)]}")
 
 
 class TestBatch:

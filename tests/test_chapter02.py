@@ -252,21 +252,22 @@ class TestGradcheck:
                                    err_msg="each column is measured with every other input at its own value")
 
     def test_gradcheck_passes_a_right_rule_and_catches_a_wrong_one(self):
-        class Square(Function):
-            @staticmethod
-            def forward(ctx, a):
-                ctx.save_for_backward(a)
-                return a * a
+        def square(factor):
+            class Square(Function):
+                @staticmethod
+                def forward(ctx, a):
+                    ctx.save_for_backward(a)
+                    return a * a
 
-            @staticmethod
-            def backward(ctx, g):
-                (a,) = ctx.saved_tensors
-                return g * a * Square.factor
+                @staticmethod
+                def backward(ctx, g):
+                    (a,) = ctx.saved_tensors
+                    return g * a * factor
 
-        Square.factor = 2.0
-        assert gradcheck(lambda a: Square.apply(a), (t([0.5, -1.5]),)), "d(a*a)/da = 2a must pass"
-        Square.factor = 1.0
-        assert gradcheck(lambda a: Square.apply(a), (t([0.5, -1.5]),), raise_exception=False) is False, (
+            return Square.apply
+
+        assert gradcheck(square(2.0), (t([0.5, -1.5]),)), "d(a*a)/da = 2a must pass gradcheck"
+        assert gradcheck(square(1.0), (t([0.5, -1.5]),), raise_exception=False) is False, (
             "a backward that gives a instead of 2a must fail gradcheck")
 
 
