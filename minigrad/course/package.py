@@ -61,6 +61,8 @@ CHAPTER_LESSONS: dict[int, list[str]] = {
 }
 # What the student repository holds besides the package (the solutions never leave).
 _FILES = ["Makefile", "README.md", "pyproject.toml", "chapters", "benchmarks", "docs"]
+# The mutant catalog quotes the regions' solutions: it never ships, nor sits where graded code can read it.
+INSTRUCTOR_ONLY = ("mutants.py", "mutate.py")
 _TEST_SUPPORT = ["tests/conftest.py", "tests/helpers.py", "tests/op_table.py", "tests/fake_cupy.py", "tests/distributed"]
 
 
@@ -144,7 +146,8 @@ def release_package(dest: str | Path, upto: int = 0, root: Path = ROOT) -> list[
     regions = find_regions(root / "minigrad")
     for path in sorted((root / "minigrad").rglob("*.py")):
         relative = path.relative_to(root)
-        if "__pycache__" in relative.parts:
+        if "__pycache__" in relative.parts or (relative.parent.parts == ("minigrad", "course")
+                                               and path.name in INSTRUCTOR_ONLY):
             continue
         target = dest / relative
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -215,7 +218,7 @@ def grade_repository(repo: str | Path, chapters: list[int] | None = None, limit:
         shutil.copytree(repo / "minigrad", scratch / "minigrad",
                         ignore=shutil.ignore_patterns("__pycache__", "course"))
         shutil.copytree(root / "minigrad" / "course", scratch / "minigrad" / "course",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+                        ignore=shutil.ignore_patterns("__pycache__", *INSTRUCTOR_ONLY))
         _copy_tests(root, scratch, chapters)
         (scratch / "pytest.ini").write_text("[pytest]\n")
         results = []
