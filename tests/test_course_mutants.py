@@ -42,6 +42,7 @@ def test_the_catalog_covers_every_region_with_plausible_mistakes():
     missing = sorted(set(REGIONS) - {m.region for m in MUTANTS})
     assert not missing, f"regions with no mutant in the catalog: {missing}"
     assert all(m.why and m.name == m.name.lower() and " " not in m.name for m in MUTANTS)
+    assert all(m.chapter == REGIONS[m.region].chapter for m in MUTANTS)
 
 
 def test_every_region_is_tagged_with_tests_of_its_own_chapter():
@@ -86,3 +87,6 @@ def test_the_command_runs_a_mutant_without_torch_and_fails_when_one_survives(cap
     out = capsys.readouterr().out
     assert "SURVIVED" in out and "FAILED: 1 of 1 mutants survived" in out, out
     assert main(["mutants", "9"]) == 2
+    assert main(["mutants", "--list", "4"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == sum(m.chapter == 4 for m in MUTANTS) and "ring-allgather-indices" in listed[4], listed

@@ -67,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("chapters", nargs="*", type=int)
     cmd.add_argument("--jobs", type=int, default=2, metavar="N", help="parallel workers (default 2)")
     cmd.add_argument("--only", action="append", metavar="NAME", help="run only this mutant (repeatable)")
+    cmd.add_argument("--list", action="store_true", help="print the catalog (name, region, the mistake) and run nothing")
     cmd = commands.add_parser("test-chapter", help="run chapter K's tests here (your package regions of chapter K)")
     cmd.add_argument("chapter", type=int)
     cmd = commands.add_parser("tag", help="write each exercise cell's number and role into its metadata")
@@ -109,6 +110,8 @@ def _run(args: argparse.Namespace) -> int:
         for region in find_regions():
             print(f"{region.path.relative_to(ROOT)}:{region.begin}  {region.lines:>3} lines  {region.tag}")
         return 0
+    if args.command == "mutants" and args.list:
+        return _list_mutants(args.chapters)
     if args.command in ("mutants", "check-order") and (args.command == "mutants" or args.per_region):
         return _mutation_table(args.command, args.chapters or sorted(CHAPTER_TESTS), args.jobs,
                                getattr(args, "only", None))
@@ -133,6 +136,19 @@ def _run(args: argparse.Namespace) -> int:
         exercises = tag_notebook(nb)
         nbformat.write(nb, path)
         print(f"tagged {len(exercises)} exercises in {path}")
+    return 0
+
+
+def _list_mutants(chapters: list[int]) -> int:
+    try:
+        from minigrad.course.mutants import MUTANTS
+    except ModuleNotFoundError as error:
+        if error.name != "minigrad.course.mutants":
+            raise
+        raise CourseError("the mutant catalog is the instructor's and is not part of the student repository") from error
+    for m in MUTANTS:
+        if not chapters or m.chapter in chapters:
+            print(f"{m.name:<30} {m.region:<55} {m.why}")
     return 0
 
 
@@ -164,7 +180,7 @@ def _mutation_table(command: str, chapters: list[int], jobs: int, only: list[str
     if command == "mutants":
         ok, bad = "caught by their chapter's tests", "survived their chapter's tests"
     else:
-        ok, bad = "fail their chapter's tests, naming the region", "did not fail their chapter's tests naming the region"
+        ok, bad = "fail their chapter's tests, each naming its region,", "did not fail their chapter's tests naming the region"
     if survivors:
         print(f"FAILED: {len(survivors)} of {total} {what}s {bad} without PyTorch ({seconds:.0f} s): "
               f"{', '.join(f'{o.name} ({o.region})' for o in survivors)}")

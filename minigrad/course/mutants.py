@@ -27,6 +27,10 @@ class Mutant:
     new: str
     why: str
 
+    @property
+    def chapter(self) -> int:
+        return int(self.region.split(":")[0].split()[1])  # "chapter 02: Adam" -> 2
+
 
 def _m(name: str, region: str, old: str, new: str, why: str) -> Mutant:
     return Mutant(name, region, old, new, why)
