@@ -117,7 +117,8 @@ class TestBackwardRules:
         batch, w = t(rng.standard_normal((2, 2, 3))), t(b_np)
         gb = rng.standard_normal((2, 2, 3))
         backward_of(batch @ w, gb)
-        same(w.grad, sum(batch.detach().numpy()[i].T @ gb[i] for i in range(2)), "a shared right operand sums over the batch")
+        same(w.grad, sum(batch.detach().numpy()[i].T @ gb[i] for i in range(2)),
+             "a right operand shared by the batch gets the sum over the batch")
 
     def test_reshape_broadcast_permute_cat(self):
         x = t(np.arange(6.0).reshape(2, 3))

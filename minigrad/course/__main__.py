@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import nbformat
 
@@ -67,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("chapters", nargs="*", type=int)
     cmd.add_argument("--jobs", type=int, default=2, metavar="N", help="parallel workers (default 2)")
     cmd.add_argument("--only", action="append", metavar="NAME", help="run only this mutant (repeatable)")
-    cmd.add_argument("--list", action="store_true", help="print the catalog (name, region, the mistake) and run nothing")
+    cmd.add_argument("--list", action="store_true",
+                     help="print the catalog (name, region, the mistake) and run nothing")
     cmd = commands.add_parser("test-chapter", help="run chapter K's tests here (your package regions of chapter K)")
     cmd.add_argument("chapter", type=int)
     cmd = commands.add_parser("tag", help="write each exercise cell's number and role into its metadata")
@@ -112,9 +114,9 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "mutants" and args.list:
         return _list_mutants(args.chapters)
-    if args.command in ("mutants", "check-order") and (args.command == "mutants" or args.per_region):
+    if args.command == "mutants" or (args.command == "check-order" and args.per_region):
         return _mutation_table(args.command, args.chapters or sorted(CHAPTER_TESTS), args.jobs,
-                               getattr(args, "only", None))
+                               args.only if args.command == "mutants" else None)
     if args.command == "check-order":
         failed = [k for k in (args.chapters or sorted(CHAPTER_TESTS)) if check_chapter(k) != 0]
         print(f"FAILED: chapter {', '.join(map(str, failed))}" if failed else "OK: every chapter passes "
@@ -139,14 +141,20 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list_mutants(chapters: list[int]) -> int:
+def _mutate_module() -> ModuleType:
+    """``minigrad.course.mutate``, which the student repository does not have (the catalog quotes the solutions)."""
     try:
-        from minigrad.course.mutants import MUTANTS
+        from minigrad.course import mutate
     except ModuleNotFoundError as error:
-        if error.name != "minigrad.course.mutants":
+        if error.name not in ("minigrad.course.mutate", "minigrad.course.mutants"):
             raise
-        raise CourseError("the mutant catalog is the instructor's and is not part of the student repository") from error
-    for m in MUTANTS:
+        raise CourseError("the mutant catalog is the instructor's and is not part of the student repository; "
+                          "use test-chapter K") from error
+    return mutate
+
+
+def _list_mutants(chapters: list[int]) -> int:
+    for m in _mutate_module().MUTANTS:
         if not chapters or m.chapter in chapters:
             print(f"{m.name:<30} {m.region:<55} {m.why}")
     return 0
@@ -154,13 +162,7 @@ def _list_mutants(chapters: list[int]) -> int:
 
 def _mutation_table(command: str, chapters: list[int], jobs: int, only: list[str] | None = None) -> int:
     """Print one row per mutant (or emptied region) as it finishes; 1 when any survives."""
-    try:
-        from minigrad.course.mutate import Outcome, run_mutants, run_regions
-    except ModuleNotFoundError as error:  # a student repository: the catalog quotes the solutions
-        if error.name not in ("minigrad.course.mutate", "minigrad.course.mutants"):
-            raise
-        raise CourseError("the mutant catalog is the instructor's and is not part of the student repository; "
-                          "use test-chapter K") from error
+    mutate = _mutate_module()
     unknown = [k for k in chapters if k not in CHAPTER_TESTS]
     if unknown:
         raise CourseError(f"no chapter {unknown[0]}: the chapters are {sorted(CHAPTER_TESTS)}")
@@ -168,19 +170,21 @@ def _mutation_table(command: str, chapters: list[int], jobs: int, only: list[str
     survivors, total, start = [], 0, time.perf_counter()
     print(f"{'mutant':<30} {'region':<55} {'result':<9} {'seconds':>7}  by")
 
-    def row(o: Outcome) -> None:
-        print(f"{o.name:<30} {o.region:<55} {'killed' if o.killed else 'SURVIVED':<9} {o.seconds:7.1f}  {o.by}", flush=True)
+    def row(o: mutate.Outcome) -> None:
+        result = "killed" if o.killed else "SURVIVED"
+        print(f"{o.name:<30} {o.region:<55} {result:<9} {o.seconds:7.1f}  {o.by}", flush=True)
 
     for chapter in chapters:
-        outcomes = (run_mutants(chapter, workers=jobs, report=row, names=only) if command == "mutants"
-                    else run_regions(chapter, workers=jobs, report=row))
+        outcomes = (mutate.run_mutants(chapter, workers=jobs, report=row, names=only) if command == "mutants"
+                    else mutate.run_regions(chapter, workers=jobs, report=row))
         total += len(outcomes)
         survivors += [o for o in outcomes if not o.killed]
     seconds = time.perf_counter() - start
     if command == "mutants":
         ok, bad = "caught by their chapter's tests", "survived their chapter's tests"
     else:
-        ok, bad = "fail their chapter's tests, each naming its region,", "did not fail their chapter's tests naming the region"
+        ok = "fail their chapter's tests, each naming its region,"
+        bad = "did not fail their chapter's tests naming the region"
     if survivors:
         print(f"FAILED: {len(survivors)} of {total} {what}s {bad} without PyTorch ({seconds:.0f} s): "
               f"{', '.join(f'{o.name} ({o.region})' for o in survivors)}")

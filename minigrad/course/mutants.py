@@ -179,7 +179,8 @@ MUTANTS: list[Mutant] = [
        "                gb = a.mT @ g", "                gb = a @ g",
        "matmul's gradient for the right operand without the transpose"),
     _m("matmul-outer-swapped", "chapter 02: Matmul.backward",
-       "(g.unsqueeze(-1) @ b.unsqueeze(-2) if need_a else None)", "(b.unsqueeze(-1) @ g.unsqueeze(-2) if need_a else None)",
+       "(g.unsqueeze(-1) @ b.unsqueeze(-2) if need_a else None)",
+       "(b.unsqueeze(-1) @ g.unsqueeze(-2) if need_a else None)",
        "matrix @ vector: the matrix's gradient as the outer product in the wrong order (transposed)"),
     _m("reshape-passthrough", "chapter 02: Reshape.backward",
        "return reshape(g, ctx.shape), None", "return g, None",
@@ -333,8 +334,9 @@ MUTANTS: list[Mutant] = [
 ]
 
 # The tests that exercise each region (pytest node ids, each inside its chapter's CHAPTER_TESTS files).
-_PIPE, _PASSES, _AMP, _CKPT, _DIST = ("tests/test_pipeline.py", "tests/test_passes.py", "tests/test_amp.py",
-                                      "tests/test_checkpoint.py", "tests/test_distributed.py")
+_PIPE, _PASSES, _AMP, _CKPT, _DIST, _FUSION = ("tests/test_pipeline.py", "tests/test_passes.py", "tests/test_amp.py",
+                                               "tests/test_checkpoint.py", "tests/test_distributed.py",
+                                               "tests/test_fusion.py")
 REGION_TESTS: dict[str, list[str]] = {
     "chapter 01: topological order": [f"{T1}::TestTopologicalOrder"],
     "chapter 01: Function.apply records the in-edges": [f"{T1}::TestApplyEdges"],
@@ -360,10 +362,10 @@ REGION_TESTS: dict[str, list[str]] = {
         f"{_PASSES}::test_cse_keeps_random_ops_differing_attributes_and_two_returned_values_apart"],
     "chapter 03: dead-code elimination": [f"{_PASSES}::test_dce_drops_what_reaches_no_output_and_keeps_the_input_graph",
                                           f"{_PASSES}::test_dce_removes_a_recorded_python_test_but_keeps_random_ops"],
-    "chapter 03: fusion grouping": ["tests/test_fusion.py::test_an_elementwise_chain_is_one_group",
-                                    "tests/test_fusion.py::test_consumers_that_meet_again_fuse_and_those_that_do_not_are_a_boundary",
-                                    "tests/test_fusion.py::test_a_prologue_fuses_into_a_reduction_which_ends_the_group",
-                                    "tests/test_fusion.py::test_group_size_is_capped"],
+    "chapter 03: fusion grouping": [f"{_FUSION}::test_an_elementwise_chain_is_one_group",
+                                    f"{_FUSION}::test_consumers_that_meet_again_fuse_and_those_that_do_not_are_a_boundary",
+                                    f"{_FUSION}::test_a_prologue_fuses_into_a_reduction_which_ends_the_group",
+                                    f"{_FUSION}::test_group_size_is_capped"],
     "chapter 03: the memory tracker's peak": ["tests/test_memory.py::test_nested_trackers_and_reset_peak",
                                               "tests/test_memory.py::test_keeping_one_activation_shows_4_mb_more"],
     "chapter 03: checkpoint as a Function": [f"{_CKPT}::test_mlp_gradients_are_identical",

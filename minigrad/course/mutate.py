@@ -33,10 +33,11 @@ from minigrad.course.exercises import CourseError
 from minigrad.course.mutants import MUTANTS, REGION_TESTS, Mutant
 from minigrad.course.package import _TEST_SUPPORT, CHAPTER_TESTS, ROOT, Region, find_regions, strip_regions
 
-__all__ = ["Outcome", "apply_mutant", "empty_region", "run_mutants", "run_regions"]
+__all__ = ["MUTANTS", "Outcome", "apply_mutant", "empty_region", "run_mutants", "run_regions"]
 
 _NO_TORCH = ('"""PyTorch hidden by minigrad.course mutants: the student has none."""\n'
-             'raise ModuleNotFoundError("No module named \'torch\' (hidden by minigrad.course mutants)", name="torch")\n')
+             'raise ModuleNotFoundError("No module named \'torch\' (hidden by minigrad.course mutants)",\n'
+             '                          name="torch")\n')
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
 
 
