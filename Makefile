@@ -19,7 +19,8 @@ help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
 	@echo "make chapters  run every chapter notebook headless and compare its outputs (nbval)"
 	@echo "make test      run the test suite and the chapter notebooks (PyTorch cross-checks skip unless 'make torch')"
-	@echo "make course-check  student exercises = release of the solutions (100% / 0%); chapter order of the package regions"
+	@echo "make course-check  student exercises = release of the solutions (100% / 0%); chapter order of the package regions;"
+	@echo "                   each region's absence and every catalogued student mistake fail its chapter's tests"
 	@echo "make torch     install PyTorch 2.13.0 (CPU) into .venv for cross-checks and benchmarks"
 	@echo "make onnx      install onnx and onnxruntime (the course extra already has them; for a venv without it)"
 	@echo "make check-install  pip install . into a bare venv (build/bare) and run the examples there"
@@ -84,6 +85,8 @@ test: venv graphviz
 course-check: venv
 	$(PY) -m minigrad.course ship --check chapters
 	$(PY) -m minigrad.course check-order
+	$(PY) -m minigrad.course check-order --per-region --jobs 2
+	$(PY) -m minigrad.course mutants --jobs 2
 	@status=0; for nb in chapters/*/solutions/exercises.ipynb; do \
 		$(PY) -m minigrad.course verify $$nb || status=1; \
 	done; exit $$status

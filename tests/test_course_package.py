@@ -63,6 +63,8 @@ def test_release_package_writes_a_student_repository_that_imports_and_raises_onl
     regions = release_package(dest)
     assert {p.name for p in dest.iterdir()} >= {"minigrad", "chapters", "tests", "Makefile", "README.md"}
     assert not list(dest.glob("chapters/*/solutions")), "the solutions must not ship"
+    assert not list(dest.glob("minigrad/course/muta*.py")), (
+        "the mutant catalog quotes the solutions: it must not ship")
     assert not [p for p in dest.rglob("*.py") if "### BEGIN SOLUTION chapter" in p.read_text()
                 and "course" not in p.parts]
     text = (dest / "minigrad" / "autograd" / "engine.py").read_text()

@@ -44,10 +44,12 @@ _END = re.compile(r"^\s*### END SOLUTION\s*$")
 
 # The tests that check each chapter's regions (run with chapters 1..k written, later ones empty).
 CHAPTER_TESTS: dict[int, list[str]] = {
-    1: ["tests/test_pipeline.py", "tests/test_graph_ir.py"],
-    2: ["tests/test_engine.py", "tests/test_broadcasting.py", "tests/test_gradcheck.py", "tests/test_optim.py",
-        "tests/test_nn_module.py", "tests/test_softmax.py", "tests/test_serialization.py", "tests/test_dataloader.py"],
-    3: ["tests/test_passes.py", "tests/test_checkpoint.py", "tests/test_amp.py", "tests/test_memory.py"],
+    1: ["tests/test_chapter01.py", "tests/test_pipeline.py", "tests/test_graph_ir.py"],
+    2: ["tests/test_chapter02.py", "tests/test_engine.py", "tests/test_broadcasting.py", "tests/test_gradcheck.py",
+        "tests/test_optim.py", "tests/test_nn_module.py", "tests/test_softmax.py", "tests/test_serialization.py",
+        "tests/test_dataloader.py"],
+    3: ["tests/test_chapter03.py", "tests/test_passes.py", "tests/test_fusion.py", "tests/test_checkpoint.py",
+        "tests/test_amp.py", "tests/test_memory.py"],
     4: ["tests/test_distributed.py"],
 }
 # The lesson notebooks each check runs. Chapter 01's lessons after the first build models and call
@@ -61,6 +63,8 @@ CHAPTER_LESSONS: dict[int, list[str]] = {
 }
 # What the student repository holds besides the package (the solutions never leave).
 _FILES = ["Makefile", "README.md", "pyproject.toml", "chapters", "benchmarks", "docs"]
+# The mutant catalog quotes the regions' solutions: it never ships, nor sits where graded code can read it.
+INSTRUCTOR_ONLY = ("mutants.py", "mutate.py")
 _TEST_SUPPORT = ["tests/conftest.py", "tests/helpers.py", "tests/op_table.py", "tests/fake_cupy.py", "tests/distributed"]
 
 
@@ -144,7 +148,8 @@ def release_package(dest: str | Path, upto: int = 0, root: Path = ROOT) -> list[
     regions = find_regions(root / "minigrad")
     for path in sorted((root / "minigrad").rglob("*.py")):
         relative = path.relative_to(root)
-        if "__pycache__" in relative.parts:
+        if "__pycache__" in relative.parts or (relative.parent.parts == ("minigrad", "course")
+                                               and path.name in INSTRUCTOR_ONLY):
             continue
         target = dest / relative
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -215,7 +220,7 @@ def grade_repository(repo: str | Path, chapters: list[int] | None = None, limit:
         shutil.copytree(repo / "minigrad", scratch / "minigrad",
                         ignore=shutil.ignore_patterns("__pycache__", "course"))
         shutil.copytree(root / "minigrad" / "course", scratch / "minigrad" / "course",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+                        ignore=shutil.ignore_patterns("__pycache__", *INSTRUCTOR_ONLY))
         _copy_tests(root, scratch, chapters)
         (scratch / "pytest.ini").write_text("[pytest]\n")
         results = []
