@@ -5,10 +5,15 @@ numpy on device data, which real cupy refuses.
 
 Where real cupy is strict, this module is strict too: device arrays (a numpy subclass) refuse to
 meet a plain numpy array in arithmetic or in a ``cupy.*`` function, refuse numpy functions called
-on them directly (cupy has no implicit conversion to numpy), give 0-d arrays where numpy gives
-scalars, and the generator has only cupy's methods (no ``permutation``, state in a device array).
-It cannot see ``numpy.asarray(device_array)`` or a numpy ufunc called directly on device data.
-Install it with ``install(monkeypatch)``; ``MINIGRAD_SIMULATE_CUDA=1`` does that for a whole run.
+on them directly, and refuse implicit conversion to numpy (``numpy.asarray(device_array)``,
+``numpy.array``...: cupy's ``__array__`` raises; a numpy subclass never reaches ``__array__``, so
+``strict_numpy`` wraps those few numpy functions while the stand-in is installed). They give 0-d
+arrays where numpy gives scalars, carry the GPU they were allocated on (``.device``), and count
+every host synchronisation a real GPU would make: ``float()``, ``int()``, ``bool()``,
+``.item()``, ``.tolist()`` and ``.get()`` on a device array wait for the GPU's queued work, so a
+test can assert that an op's code makes none (``syncs()``). The generator has only cupy's methods
+(no ``permutation``, state in a device array). Install it with ``install(monkeypatch)``;
+``MINIGRAD_SIMULATE_CUDA=1`` does that for a whole run.
 """
 
 from __future__ import annotations
@@ -22,6 +27,18 @@ import numpy
 
 _current = [0]  # the "current GPU", as cupy.cuda.Device(i) sets it
 _inside = [0]  # > 0 while a cupy.* function runs numpy's code on device arrays
+_syncs: list[str] = []  # what waited for the GPU, in order (a device array read on the host)
+
+
+def syncs() -> list[str]:
+    """The host synchronisations so far, each named by what made it (``"float()"``, ``".item()"``);
+    a test takes ``len(syncs())`` before and after the code it watches."""
+    return list(_syncs)
+
+
+def _sync(what: str) -> None:
+    if not _inside[0]:  # numpy's own code inside a cupy.* function runs on the "device"
+        _syncs.append(what)
 
 
 class ndarray(numpy.ndarray):
@@ -40,8 +57,38 @@ class ndarray(numpy.ndarray):
         return cuda.Device(self.gpu)
 
     def get(self) -> numpy.ndarray:
-        """Copy to the host, as cupy's ``ndarray.get``."""
+        """Copy to the host, as cupy's ``ndarray.get`` (which waits for the GPU)."""
+        _sync(".get()")
         return numpy.array(self.view(numpy.ndarray))
+
+    # A device array read as a Python value waits for every kernel queued before it.
+    def item(self, *args: Any) -> Any:
+        _sync(".item()")
+        return self.view(numpy.ndarray).item(*args)
+
+    def tolist(self) -> Any:
+        _sync(".tolist()")
+        return self.view(numpy.ndarray).tolist()
+
+    def __float__(self) -> float:
+        _sync("float()")
+        return float(self.view(numpy.ndarray))
+
+    def __int__(self) -> int:
+        _sync("int()")
+        return int(self.view(numpy.ndarray))
+
+    def __bool__(self) -> bool:
+        _sync("bool()")
+        return bool(self.view(numpy.ndarray))
+
+    def __index__(self) -> int:
+        _sync("an index")
+        return self.view(numpy.ndarray).__index__()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> numpy.ndarray:
+        raise TypeError("simulated cupy: implicit conversion to a NumPy array is not allowed "
+                        "(cupy refuses it too); copy to the host with .get()")
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         out = kwargs.get("out", ())
@@ -143,6 +190,35 @@ def asnumpy(a: Any) -> numpy.ndarray:
     return a.get() if isinstance(a, ndarray) else numpy.asarray(a)
 
 
+_CONVERSIONS = ("asarray", "array", "asanyarray", "ascontiguousarray", "asfortranarray")
+
+
+def _holds_device_array(x: Any) -> bool:
+    if isinstance(x, ndarray):
+        return True
+    return isinstance(x, (list, tuple)) and any(_holds_device_array(v) for v in x)
+
+
+def _strict(convert: Any) -> Any:
+    def call(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _inside[0] and _holds_device_array(a):
+            raise TypeError(f"simulated cupy: numpy.{convert.__name__} was given a device array; implicit "
+                            "conversion to a NumPy array is not allowed (copy to the host with .get())")
+        return convert(a, *args, **kwargs)
+
+    call.__name__, call.__wrapped__ = convert.__name__, convert
+    return call
+
+
+def strict_numpy(setattr_: Any = setattr) -> None:
+    """Make numpy's array constructors refuse device arrays, as cupy's ``__array__`` makes them
+    (numpy takes its own subclass as it is, without asking ``__array__``). ``setattr_`` is
+    ``monkeypatch.setattr`` for one test, plain ``setattr`` for a whole run."""
+    for name in _CONVERSIONS:
+        convert = getattr(numpy, name)
+        setattr_(numpy, name, _strict(getattr(convert, "__wrapped__", convert)))
+
+
 # -- the memory pool and the allocator hook --------------------------------------------------------
 class _Pointer:
     def __init__(self, device_id: int, size: int) -> None:
@@ -224,7 +300,7 @@ class _BitGenerator:
         self._state = array(numpy.zeros(1, numpy.uint64))
 
     def next(self) -> numpy.random.Generator:
-        n = int(self._state[0])
+        n = int(self._state.view(numpy.ndarray)[0])  # the counter moves on the device: no sync
         self._state[0] = n + 1
         return numpy.random.default_rng([self._key, n])
 
@@ -289,5 +365,6 @@ def install(monkeypatch: Any) -> Any:
 
     forget()
     monkeypatch.setitem(sys.modules, "cupy", module)
+    strict_numpy(monkeypatch.setattr)
     monkeypatch.setattr(minigrad.backend, "_default_device", minigrad.backend.cpu)
     return forget
