@@ -24,6 +24,7 @@ from minigrad.backend import Device, cpu
 from minigrad.errors import AutogradError, DTypeError, ShapeError
 from minigrad.hooks import RemovableHandle, add_hook
 from minigrad.tensor_types import TYPE_NAMES, Size, dtype_of_type_name
+from minigrad.value_checks import raise_pending
 
 
 class Tensor:
@@ -99,12 +100,17 @@ class Tensor:
     def item(self) -> Any:
         if self.array.size != 1:
             raise ShapeError(f"item(): only one-element tensors can be converted, got shape {tuple(self.shape)}")
+        if self.device is not cpu:
+            raise_pending()  # the host waits for the GPU here: the checks queued on it are read too
         return self.array.item()
 
     def numpy(self):
         if self.requires_grad:
             raise AutogradError("numpy(): the tensor requires grad; call tensor.detach().numpy()")
-        return self.array if self.device is cpu else self.array.get()
+        if self.device is cpu:
+            return self.array
+        raise_pending()
+        return self.array.get()
 
     def tolist(self) -> Any:
         return self.detach().numpy().tolist()

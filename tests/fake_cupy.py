@@ -94,6 +94,7 @@ class ndarray(numpy.ndarray):
         out = kwargs.get("out", ())
         if not _inside[0]:  # inside a cupy.* function numpy's own code may mix in host arrays
             _refuse_host(ufunc.__name__, inputs + tuple(out))
+            _refuse_other_gpu(ufunc.__name__, inputs + tuple(out))
         result = getattr(ufunc, method)(*_plain(inputs), **_plain(kwargs))
         if out:
             return out[0] if len(out) == 1 else out
@@ -106,13 +107,35 @@ class ndarray(numpy.ndarray):
         return super().__array_function__(func, types, args, kwargs)
 
     def __getitem__(self, index: Any) -> Any:
-        return _to_device(super().__getitem__(_plain(index)))  # an element is a 0-d array in cupy
+        index = _wrap_around(self.shape, _plain(index))
+        return _to_device(super().__getitem__(index))  # an element is a 0-d array in cupy
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if type(value) is numpy.ndarray and value.ndim:
             raise TypeError("simulated cupy: a numpy array cannot be written into a device array "
                             "(copy it with cupy.asarray first)")
         super().__setitem__(_plain(index), _plain(value))
+
+
+def _wrap_around(shape: tuple, index: Any) -> Any:
+    """cupy wraps an out-of-range integer *array* index around (row 7 of 5 is row 2) where numpy
+    raises: a GPU kernel checks nothing, so minigrad's own range checks must catch it."""
+    items = index if isinstance(index, tuple) else (index,)
+    consumed = sum(i.ndim if isinstance(i, numpy.ndarray) and i.dtype.kind == "b" else 1
+                   for i in items if i is not None and i is not Ellipsis)
+    axis, out = 0, []
+    for item in items:
+        if item is Ellipsis:
+            axis += len(shape) - consumed
+        elif isinstance(item, numpy.ndarray) and item.dtype.kind == "b":
+            axis += item.ndim
+        elif isinstance(item, numpy.ndarray) and item.dtype.kind in "iu" and axis < len(shape) and shape[axis]:
+            item = numpy.mod(item, shape[axis])
+            axis += 1
+        elif item is not None:
+            axis += 1
+        out.append(item)
+    return tuple(out) if isinstance(index, tuple) else out[0]
 
 
 def _plain(x: Any) -> Any:
@@ -146,9 +169,25 @@ def _refuse_host(name: str, args: Any) -> None:
                             "not mix host arrays in (copy with cupy.asarray first)")
 
 
+def _refuse_other_gpu(name: str, args: Any) -> None:
+    """cupy runs a kernel on the current GPU and refuses (without peer access) an array that lives
+    on another: an op on cuda:1 must select cuda:1 first."""
+    for a in args:
+        if isinstance(a, (tuple, list)):
+            _refuse_other_gpu(name, a)
+        elif isinstance(a, ndarray) and a.gpu != _current[-1]:
+            raise ValueError(f"simulated cupy: {name}: the device where the array resides ({a.gpu}) is "
+                             f"different from the current device ({_current[-1]})")
+
+
 def _function(fn: Any) -> Any:
     def call(*args: Any, **kwargs: Any) -> Any:
         _refuse_host(fn.__name__, args + tuple(kwargs.values()))
+        _refuse_other_gpu(fn.__name__, args + tuple(kwargs.values()))
+        if fn.__name__ in ("take", "take_along_axis") and len(args) >= 2:  # cupy wraps indices around
+            axis = kwargs.get("axis", args[2] if len(args) > 2 else None)
+            size = args[0].size if axis is None else args[0].shape[axis]
+            args = (args[0], _to_device(numpy.mod(_plain(args[1]), size)) if size else args[1], *args[2:])
         _inside[0] += 1
         try:
             return _to_device(fn(*args, **kwargs))
@@ -315,6 +354,9 @@ class _Generator:
     def standard_normal(self, size: Any = None, dtype: Any = numpy.float64) -> ndarray:
         return _to_device(self.bit_generator.next().standard_normal(size, dtype=dtype))
 
+    def standard_exponential(self, size: Any = None, dtype: Any = numpy.float64) -> ndarray:
+        return _to_device(self.bit_generator.next().standard_exponential(size, dtype=dtype))
+
     def uniform(self, low: float = 0.0, high: float = 1.0, size: Any = None, dtype: Any = numpy.float64) -> ndarray:
         return _to_device(self.bit_generator.next().uniform(low, high, size).astype(dtype))
 
@@ -362,6 +404,8 @@ def install(monkeypatch: Any) -> Any:
             del minigrad.Device._cache[key]
         minigrad.backend._allocator = None
         _set_allocator(None)
+        minigrad.value_checks._pending.clear()  # checks a test left unread are not the next test's
+        cuda.synchronized, _current[:] = 0, [0]
 
     forget()
     monkeypatch.setitem(sys.modules, "cupy", module)
