@@ -23,7 +23,7 @@
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 # which this script does itself when .whl/ holds wheels (WHEELHOUSE=dir to use another folder),
 # putting /tmp/site on PYTHONPATH. Nothing is fetched from the network.
-set -uo pipefail
+set -uo pipefail  # no -e: a failed or timed-out stage is noted and the next one runs
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
@@ -63,7 +63,7 @@ stages = [dict(zip(("status", "stage", "seconds", "limit"), s.split("|"))) for s
 (out / "gpu_check.json").write_text(json.dumps({"stages": stages, "figures": figures}, indent=1))
 print(f"  figures: {', '.join(figures) or 'none'} -> {out / 'gpu_check.json'}")
 EOF
-    [ "$failed" = 0 ] && echo "gpu_check: all stages passed" || echo "gpu_check: FAILED (see above and the logs)"
+    if [ "$failed" = 0 ]; then echo "gpu_check: all stages passed"; else echo "gpu_check: FAILED (see above and the logs)" >&2; fi
 }
 trap summary EXIT
 trap "exit 143" TERM INT  # a stopped run still prints its summary
@@ -81,7 +81,7 @@ stage() {  # stage LIMIT NAME FUNCTION: run it in a bash under `timeout`, note h
 }
 
 environment() {
-    command -v nvidia-smi >/dev/null || { echo "nvidia-smi is not here: no NVIDIA driver, so no GPU to check"; return 1; }
+    command -v nvidia-smi >/dev/null || { echo "nvidia-smi is not here: no NVIDIA driver, so no GPU to check" >&2; return 1; }
     nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader || return 1
     "$PY" - <<'EOF'
 import json, os, sys
@@ -188,7 +188,7 @@ if compgen -G "$WHEELHOUSE/*.whl" >/dev/null; then  # the carried wheels, for ev
 fi
 stage 30 "the GPU and the Python packages" environment
 if [ "${STAGES[0]%%|*}" != ok ]; then
-    echo "gpu_check: no usable GPU or CuPy (above): nothing else can run"
+    echo "gpu_check: no usable GPU or CuPy (above): nothing else can run" >&2
     exit 1
 fi
 stage 170 "GPU-marked tests (-k 'cuda or nccl or gpu')" gpu_tests
