@@ -13,7 +13,7 @@ BENCH_ENV := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 # JupyterLab refuses to start as root unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv graphviz gcc lab chapters test course-check torch onnx check-install bench clean
+.PHONY: help venv graphviz gcc lab chapters test course-check torch onnx check-install bench cuda-toolchain cuda-kernels clean
 
 help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
@@ -25,6 +25,7 @@ help:
 	@echo "make onnx      install onnx and onnxruntime (the course extra already has them; for a venv without it)"
 	@echo "make check-install  pip install . into a bare venv (build/bare) and run the examples there"
 	@echo "make bench     run every benchmark in benchmarks/"
+	@echo "make cuda-kernels  compile every CUDA kernel minigrad generates for sm_80/sm_90, no GPU needed (NVRTC wheels)"
 	@echo "make venv      create .venv and install minigrad with its dev extra"
 	@echo "make graphviz  install graphviz's 'dot' (needed to draw graphs) if it is missing"
 	@echo "make gcc       install a C compiler (compiled kernels; without one they run as numpy) if missing"
@@ -114,6 +115,20 @@ bench: venv
 		$(BENCH_ENV) $(PY) $$script || status=1; \
 		echo; \
 	done; exit $$status
+
+# GPU readiness without a GPU: every CUDA kernel the test programs make minigrad generate, compiled
+# for sm_80 and sm_90 by NVRTC and ptxas (registers and spills), from pip wheels: NVRTC, the CUDA
+# headers, ptxas, and cupy's headers (cupy is not imported). They go to build/cuda, not .venv: a
+# cupy in .venv would be the one every test imports, on a machine without a GPU.
+CUDA_TOOLKIT := build/cuda
+CUDA_WHEELS := nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86 \
+	cupy-cuda12x==14.2.0
+cuda-toolchain: venv
+	@test -d $(CUDA_TOOLKIT)/nvidia/cuda_nvrtc || \
+		$(PY) -m pip install --quiet --progress-bar off --no-deps --target $(CUDA_TOOLKIT) $(CUDA_WHEELS)
+
+cuda-kernels: cuda-toolchain
+	$(PY) tools/compile_cuda_kernels.py --toolkit $(CUDA_TOOLKIT)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis

@@ -287,7 +287,10 @@ class GradScaler:
             raise RuntimeError("GradScaler.step: no inf checks were recorded for this optimizer (no parameter "
                                "has a gradient); call backward on the scaled loss first")
         result = None
-        if not any(bool(v) for v in state["found_inf_per_device"].values()):
+        found = state["found_inf_per_device"]
+        for dev, bad in found.items():  # the one wait for the GPU a scaled step makes: update() reads these
+            found[dev] = bool(bad)
+        if not any(found.values()):
             result = optimizer.step(*args, **kwargs)
         state["stage"] = OptState.STEPPED
         return result

@@ -19,6 +19,7 @@ from minigrad.autograd import function as F
 from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.autograd.grad_mode import set_grad_enabled
 from minigrad.autograd.mode import backward_pass, current_modes
+from minigrad.backend import selected
 from minigrad.errors import AutogradError, ShapeError
 from minigrad._tensor import Tensor, _wrap
 
@@ -105,7 +106,8 @@ def _root_grad(t: Tensor, g: Tensor | None) -> Tensor:
                 f"backward: grad can be implicitly created only for scalar outputs, got shape "
                 f"{tuple(t.shape)}; pass gradient= a tensor of that shape"
             )
-        return _wrap(t.device.xp.ones(t.shape, t.dtype), t.device)
+        with selected(t.device):  # on the output's GPU, where its backward runs
+            return _wrap(t.device.xp.ones(t.shape, t.dtype), t.device)
     if not isinstance(g, Tensor):
         g = Tensor(g, dtype=t.dtype, device=t.device)
     if g.shape != t.shape:
@@ -192,11 +194,12 @@ def _needed(order: list[Function], wanted: set[Function]) -> set[Function]:
 
 def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: bool, shared: set[int]) -> None:
     ### BEGIN SOLUTION chapter 02: the backward engine: one node, retain_graph
-    if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
-        xp = node.xp
-        grads = [g if g is not None else _wrap(xp.zeros(shape, dtype), node.device)
-                 for g, (shape, dtype) in zip(grads, node._output_meta)]
-    out = type(node).backward(node, *grads)
+    with selected(node.device):  # cupy computes on the current GPU: make it the node's
+        if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
+            xp = node.xp
+            grads = [g if g is not None else _wrap(xp.zeros(shape, dtype), node.device)
+                     for g, (shape, dtype) in zip(grads, node._output_meta)]
+        out = type(node).backward(node, *grads)
     if type(out) is not tuple:
         out = (out,)
     edges = node.next_functions

@@ -28,6 +28,7 @@ profiler, the memory tracker, the tracer) see each op, before and after it runs.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
@@ -35,7 +36,7 @@ from typing import Any, Callable, Iterator
 from minigrad.autograd import grad_mode
 from minigrad.autograd.grad_mode import is_grad_enabled
 from minigrad.autograd.mode import current_modes
-from minigrad.backend import cpu
+from minigrad.backend import cpu, selected
 from minigrad.errors import AutogradError, DeviceError, ShapeError
 from minigrad.hooks import RemovableHandle, add_hook
 from minigrad._tensor import Tensor, _wrap
@@ -135,34 +136,38 @@ class Function:
         else:
             ctx.needs_input_grad = _NONE_NEEDED[len(args)] if len(args) < 8 else (False,) * len(args)
 
-        if cls.array_forward:
-            try:  # (a call without ** when there are no keywords: it costs a dict less)
-                out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
-            except ValueError as e:
-                shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
-                raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
-            ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
-            if type(out) is tuple:
-                outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
+        # cupy allocates and launches on the *current* GPU, which need not be the inputs' one:
+        # an op on cuda:1 selects cuda:1 for its forward (and the engine for its backward).
+        with selected(device) if device.type == "cuda" else _HOST:
+            if cls.array_forward:
+                try:  # (a call without ** when there are no keywords: it costs a dict less)
+                    out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
+                except ValueError as e:
+                    shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
+                    raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
+                ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
+                if type(out) is tuple:
+                    outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
+                else:
+                    outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
             else:
-                outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
-        else:
-            with grad_mode.no_grad():
-                outputs = out = cls.forward(ctx, *args, **kwargs)
-            if type(outputs) is tuple:
-                outputs = tuple([_fresh_output(o, args) for o in outputs])
-            else:
-                outputs = _fresh_output(outputs, args)
+                with grad_mode.no_grad():
+                    outputs = out = cls.forward(ctx, *args, **kwargs)
+                if type(outputs) is tuple:
+                    outputs = tuple([_fresh_output(o, args) for o in outputs])
+                else:
+                    outputs = _fresh_output(outputs, args)
 
-        if record:
-            _attach(ctx, args, arrays, outputs, out, stack)
-        if stack:
-            for m in stack:
-                m.after_op(ctx, args, kwargs, outputs)
+            if record:
+                _attach(ctx, args, arrays, outputs, out, stack)
+            if stack:
+                for m in stack:
+                    m.after_op(ctx, args, kwargs, outputs)
         return outputs
 
 
 _NONE_NEEDED = [(False,) * n for n in range(8)]
+_HOST = contextlib.nullcontext()  # no GPU to select on the cpu (a reusable context)
 
 
 class AccumulateGrad(Function):

@@ -105,7 +105,7 @@ class Hardswish(Op):
 
     kind = "elementwise"
     cpu = "add({0}, 3, out={o}); clip({o}, 0, 6, out={o}); multiply({0}, {o}, out={o}); divide({o}, 6, out={o})"
-    cuda = "{0} * ({0} + ({T})3 < ({T})0 ? ({T})0 : {0} + ({T})3 > ({T})6 ? ({T})6 : {0} + ({T})3) / ({T})6"
+    cuda = "{0} * ({0} + ({T})3 < ({T})0 ? ({T})0 : {0} + ({T})3 > ({T})6 ? ({T})6 : ({T})({0} + ({T})3)) / ({T})6"
 
     @staticmethod
     def forward(ctx, a):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from minigrad import backend
+from minigrad import backend, value_checks
 from minigrad.autograd import grad_mode
 from minigrad.errors import DeviceError, ShapeError
 from minigrad.meta import has_values
@@ -175,13 +175,15 @@ def check_range(arr: Any, size: int, dim: int, op: str, index: Any, shape: tuple
     with ``negative``, below 0 without), the one check every op that looks rows up runs."""
     if arr.size == 0 or not has_values(arr):
         return
-    lo, hi = int(arr.min()), int(arr.max())
-    if hi >= size or lo < (-size if negative else 0):
-        bad = hi if hi >= size else lo
-        raise IndexError(
-            f"{op}: index {bad} is out of range for dimension {dim} of size {size} "
-            f"(index {_describe(index)}, tensor shape {tuple(shape)})"
-        )
+    lo, hi = arr.min(), arr.max()  # on a GPU these stay there: the check is read at the next host read
+
+    def message() -> str:
+        bad = int(hi) if hi >= size else int(lo)
+        return (f"{op}: index {bad} is out of range for dimension {dim} of size {size} "
+                f"(index {_describe(index)}, tensor shape {tuple(shape)})")
+
+    xp = backend.device_of(arr).xp
+    value_checks.check(xp, (hi >= size) | (lo < (-size if negative else 0)), IndexError, message)
 
 
 def _normalize(x: Tensor, index: Any, op: str) -> tuple[tuple, tuple | None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minigrad import backend
+from minigrad import backend, value_checks
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.meta import has_values
 from minigrad.ops.compare import ne
@@ -177,11 +177,10 @@ def _index_targets(x: Tensor, target: Tensor, ignore_index: int, op: str) -> tup
     counts = t != ignore_index
     classes = x.shape[1]
     bad = counts & ((t < 0) | (t >= classes))
-    if has_values(t) and bad.any():
-        raise IndexError(
+    if has_values(t):  # on a GPU the check is read at the next host read (minigrad.value_checks)
+        value_checks.check(target.device.xp, bad.any(), IndexError, lambda: (
             f"{op}: target {int(t[bad].ravel()[0])} is out of range for {classes} classes "
-            f"(expected 0 <= target < {classes}, or ignore_index={ignore_index})"
-        )
+            f"(expected 0 <= target < {classes}, or ignore_index={ignore_index})"))
     keep = ne(target, ignore_index)
     return cast(where(keep, target, 0), backend.int64), keep
 
