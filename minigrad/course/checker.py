@@ -1,8 +1,9 @@
 """The instructor's side of grading: the checks, run on the student's answers in a process the student never touched.
 
-``python -m minigrad.course.checker`` reads from stdin the instructor's setup cells and check cells
-(hidden ones included) in notebook order, and per check cell the answers the student's process
-sent, still encoded (``minigrad.course.answers``). It runs the setup cells, then each check with
+``python checker.py`` (a copy in the grader's scratch folder) reads from stdin, per exercise, the
+instructor's setup cells and that exercise's check cells (hidden ones included) in notebook
+order, and per check cell the answers the student's process sent, still encoded
+(``minigrad.course.answers``). In a fresh namespace per exercise it runs the setup, then each check with
 ``answer(expr)`` replaced by the next decoded answer (``minigrad.course.checks``), and writes one
 JSON line per check cell to the pipe it is given: ``{"cell": N, "passed": bool, "error": "..."}``.
 A check whose answers ran out fails with the error the student's process reported for it.
@@ -11,16 +12,27 @@ A check whose answers ran out fails with the error the student's process reporte
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
-from minigrad.course.answers import AnswerError, decode, write_message
-from minigrad.course.runner import error_line
+_here = Path(__file__).resolve().parent
 
-__all__ = ["AnswerMissing", "main"]
+
+def _load(name: str) -> Any:
+    """A grader module from this file's folder (the scratch copy): the package's ``__init__`` is not needed."""
+    spec = importlib.util.spec_from_file_location(f"minigrad_grade_{name}", _here / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # type: ignore[union-attr]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+answers, runner = _load("answers"), _load("runner")
 
 
 class AnswerMissing(RuntimeError):
@@ -36,27 +48,31 @@ def main() -> int:
     def received(expression: str) -> Any:
         if not queue:
             raise AnswerMissing(why[0] if why else f"no answer for {expression}: the student's process sent none")
-        return decode(queue.pop(0))
+        return answers.decode(queue.pop(0))
 
-    namespace: dict[str, Any] = {"__name__": "__main__", program["received"]: received}
-    for step in program["steps"]:
-        sent = step.get("answers") or {}
-        queue[:], why[:] = list(sent.get("values", [])), [sent["error"]] if sent.get("error") else []
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                exec(compile(step["source"], f"<{step['role']} cell {step['cell']}>", "exec"), namespace)  # noqa: S102
-        except AnswerMissing as error:
-            write_message(out, {"verdict": {"cell": step["cell"], "passed": False, "error": str(error)}})
-        except AnswerError as error:
-            write_message(out, {"verdict": {"cell": step["cell"], "passed": False, "error": f"AnswerError: {error}"}})
-        except Exception as error:  # noqa: BLE001 - a failed check
-            if step["role"] == "setup":
-                write_message(out, {"setup_failed": {"cell": step["cell"], "error": error_line(error)}})
-                return 1
-            write_message(out, {"verdict": {"cell": step["cell"], "passed": False, "error": error_line(error)}})
-        else:
-            if step["role"] != "setup":
-                write_message(out, {"verdict": {"cell": step["cell"], "passed": True, "error": ""}})
+    def verdict(cell: int, error: str) -> None:
+        answers.write_message(out, {"verdict": {"cell": cell, "passed": not error, "error": error}})
+
+    for exercise in program["exercises"]:  # a fresh namespace each: the same state the student's side had
+        namespace: dict[str, Any] = {"__name__": "__main__", program["received"]: received}
+        for step in exercise["steps"]:
+            sent = step["answers"]
+            queue[:], why[:] = list(sent.get("values", [])), [sent["error"]] if sent.get("error") else []
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exec(compile(step["source"], f"<{step['role']} cell {step['cell']}>", "exec"), namespace)  # noqa: S102
+            except AnswerMissing as error:
+                verdict(step["cell"], str(error))
+            except answers.AnswerError as error:
+                verdict(step["cell"], f"AnswerError: {error}")
+            except Exception as error:  # noqa: BLE001 - a failed check, or the instructor's setup failing
+                if step["role"] == "setup":
+                    answers.write_message(out, {"setup_failed": {"cell": step["cell"], "error": runner.error_line(error)}})
+                    return 1
+                verdict(step["cell"], runner.error_line(error))
+            else:
+                if step["role"] != "setup":
+                    verdict(step["cell"], "")
     return 0
 
 

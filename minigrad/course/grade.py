@@ -134,12 +134,11 @@ def solution_notebook(nb: Any, path: Path) -> Path:
 
 @dataclass
 class _Plan:
-    """What each side runs: per exercise the student's steps, and the checker's steps for all of them."""
+    """What each side runs per exercise: the same setup cells, then the solution and probes, or the checks."""
 
     exercises: list[Exercise]
-    student: dict[int, list[dict[str, Any]]]
-    checker: list[dict[str, Any]]
-    roles: dict[int, tuple[int, str]] = field(default_factory=dict)  # check cell -> (exercise, role)
+    student: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    checker: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def _plan(source: Any, student: Any) -> _Plan:
@@ -148,7 +147,7 @@ def _plan(source: Any, student: Any) -> _Plan:
     role_of = {index: (e.number, role) for e in exercises
                for role, cells in (("solution", e.solution_cells), ("check", e.check_cells),
                                    ("hidden", e.hidden_cells)) for index in cells}
-    plan = _Plan(exercises, {}, [], {i: r for i, r in role_of.items() if r[1] != "solution"})
+    plan = _Plan(exercises)
     for e in exercises:
         names = student_names(source.cells[e.solution_cells[0]].source)
         for index in e.check_cells + e.hidden_cells:
@@ -159,28 +158,23 @@ def _plan(source: Any, student: Any) -> _Plan:
             if probe(text) is None:
                 raise CourseError(f"cell {index} (a check of exercise {e.number}) reads no answer(...): it cannot "
                                   "tell a right solution from a wrong one")
-    for index, cell in enumerate(source.cells):
-        if cell.cell_type != "code" or not cell.source.strip():
-            continue
-        number, role = role_of.get(index, (None, "setup"))
-        if role != "solution":
-            plan.checker.append({"cell": index, "role": role, "exercise": number,
-                                 "source": cell.source if role == "setup" else checked(cell.source)})
-    for e in exercises:
-        last, steps = max(e.check_cells + e.hidden_cells), []
+    for e in exercises:  # both sides run the setup cells before the exercise's last check, in order
+        last, steps, checks = max(e.check_cells + e.hidden_cells), [], []
         for index, cell in enumerate(source.cells[: last + 1]):
             if cell.cell_type != "code" or not cell.source.strip():
                 continue
             number, role = role_of.get(index, (None, "setup"))
             if role == "setup":
                 steps.append({"cell": index, "role": role, "exercise": None, "source": cell.source})
+                checks.append(steps[-1])
             elif number == e.number and role == "solution":
                 text = "\n\n".join(student.cells[i].source for i in answers.get(number, [])) or \
                     f'raise NotImplementedError("exercise {number}: the solution cell is missing")'
                 steps.append({"cell": index, "role": role, "exercise": number, "source": text})
             elif number == e.number:
                 steps.append({"cell": index, "role": role, "exercise": number, "source": probe(cell.source)})
-        plan.student[e.number] = steps
+                checks.append({**steps[-1], "source": checked(cell.source)})
+        plan.student[e.number], plan.checker[e.number] = steps, checks
     return plan
 
 
@@ -327,25 +321,31 @@ def _run_student(exercise: Exercise, steps: list[dict[str, Any]], package_root: 
 
 def _run_checker(plan: _Plan, runs: dict[int, _Run], resources: Path | None, scratch: Path,
                  limit: float) -> dict[int, tuple[bool, str]]:
+    """Every exercise's checks on its answers, in one process that runs instructor code only."""
     folder = scratch / "checker"
-    folder.mkdir()
+    (folder / ".grader").mkdir(parents=True)
     _copy_resources(resources, folder)
-    steps = []
-    for step in plan.checker:
-        run = runs.get(step["exercise"]) if step["exercise"] is not None else None
-        steps.append({**step, "answers": run.answers.get(step["cell"], {}) if run else {}})
+    for name in ("checker.py", "runner.py", "answers.py"):
+        shutil.copy(COURSE / name, folder / ".grader" / name)
+    exercises = []
+    for number, steps in plan.checker.items():
+        if number in runs:
+            sent = runs[number].answers
+            exercises.append({"number": number, "steps": [{**step, "answers": sent.get(step["cell"], {})
+                                                            if step["role"] != "setup" else {}} for step in steps]})
     read_end, write_end = os.pipe()
     env = {**os.environ, "HOME": str(folder), "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0",
            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen([sys.executable, "-m", "minigrad.course.checker"], cwd=folder, env=env,
+    proc = subprocess.Popen([sys.executable, str(folder / ".grader" / "checker.py")], cwd=folder, env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             pass_fds=[write_end])
     os.close(write_end)
     chunks: list[bytes] = []
     reader = threading.Thread(target=_read_pipe, args=(read_end, chunks), daemon=True)
     reader.start()
+    program = {"fd": write_end, "received": RECEIVED, "exercises": exercises}
     try:
-        _, stderr = proc.communicate(json.dumps({"fd": write_end, "received": RECEIVED, "steps": steps}).encode(), timeout=limit)
+        _, stderr = proc.communicate(json.dumps(program).encode(), timeout=limit)
     except subprocess.TimeoutExpired as error:
         proc.kill()
         raise CourseError(f"the instructor's checks did not finish in {limit:g} s") from error
