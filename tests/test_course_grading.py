@@ -239,6 +239,13 @@ def test_answers_cross_as_plain_data_and_nothing_else():
     value = {"a": [1, 2.5, float("nan"), "s", None, True], (1, 2): {3}, "arr": __import__("numpy").arange(6.0).reshape(2, 3)}
     back = decode(json.loads(json.dumps(encode(value))))
     assert back["a"][:2] == [1, 2.5] and back[(1, 2)] == {3} and back["arr"].shape == (2, 3)
+    import minigrad
+
+    for shape in [(), (0,), (2, 1, 3)]:  # a 0-d or empty Tensor keeps its shape, and a transposed array its values
+        tensor = decode(encode(minigrad.zeros(*shape) + 1.5))
+        assert type(tensor) is minigrad.Tensor and tuple(tensor.shape) == shape
+    transposed = __import__("numpy").arange(6.0).reshape(2, 3).T
+    assert (decode(encode(transposed)) == transposed).all()
 
     class Sneaky(int):
         def __eq__(self, other):

@@ -48,8 +48,8 @@ def _tensor_type() -> type | None:
 def _array(array: np.ndarray) -> dict[str, Any]:
     if array.dtype.kind not in _PLAIN_KINDS:
         raise AnswerError(f"an answer may hold arrays of numbers, booleans or strings, got dtype {array.dtype}")
-    array = np.ascontiguousarray(array)
-    return {"dtype": array.dtype.str, "shape": list(array.shape), "data": base64.b64encode(array.tobytes()).decode()}
+    return {"dtype": array.dtype.str, "shape": list(array.shape),
+            "data": base64.b64encode(array.tobytes(order="C")).decode()}
 
 
 def encode(value: Any, depth: int = 0) -> Any:

@@ -163,7 +163,9 @@ def _slice_statement(stmt: ast.stmt, needed: set[str]) -> list[ast.stmt]:
         needed |= _loads(stmt)
         return [_guarded(stmt)]  # a call for its side effect (a seed, a backward pass)
     if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and not answers and not (_stores(stmt) & needed):
-        return []
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        if all(isinstance(n, ast.Name) for t in targets for n in ast.walk(t) if isinstance(n.ctx if hasattr(n, "ctx") else None, ast.Store)):
+            return []  # binds only names nobody needs; an assignment to an attribute or item is kept
     needed |= _loads(stmt)
     return [_guarded(stmt)]
 

@@ -195,12 +195,13 @@ def _strip_reference(package: Path, qualname: str, number: int) -> None:
                      and n.name == name), None)
         if node is None:
             raise CourseError(f"exercise {number} forbids {qualname}, which is not in {path.name}")
-    if not isinstance(node, ast.FunctionDef) or node.body[0].lineno == node.lineno:
-        raise CourseError(f"exercise {number} forbids {qualname}: only a function with its body on its own lines")
+    if not isinstance(node, ast.FunctionDef):
+        raise CourseError(f"exercise {number} forbids {qualname}, which is not a function")
     lines = text.splitlines(keepends=True)
-    indent = " " * node.body[0].col_offset
+    first = node.body[0]
     message = f"exercise {number} asks you to write this yourself: the solution may not call {qualname}"
-    lines[node.body[0].lineno - 1: node.end_lineno] = [f"{indent}raise ReferenceCalled({message!r})\n"]
+    keep = lines[first.lineno - 1][: first.col_offset] if first.lineno == node.lineno else " " * first.col_offset
+    lines[first.lineno - 1: node.end_lineno] = [f"{keep}raise ReferenceCalled({message!r})\n"]
     path.write_text("".join(lines))
 
 
