@@ -10,7 +10,8 @@ A region is a block of the package source between two comment lines, at the bloc
 
 ``strip_regions`` replaces each region with ``raise NotImplementedError("chapter 01: topological
 order")``; ``release_package`` writes the student repository (the package stripped, the lesson
-notebooks, the student exercise notebooks, the student tests, the benchmarks (lessons import them), docs,
+notebooks, the student exercise notebooks with a pristine copy of their public checks in
+``chapters/*/.checks/`` for self-grading, the student tests, the benchmarks (lessons import them), docs,
 Makefile, README, pyproject); with
 ``upto=k`` the regions of chapters 1..k stay written, which is what a student has done after
 chapter k. ``CHAPTER_TESTS`` and ``CHAPTER_LESSONS`` say which tests and lesson notebooks check
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minigrad.course.exercises import CourseError
-from minigrad.course.grade import ExerciseResult, GradeReport, grade
+from minigrad.course.grade import PUBLIC_CHECKS, ExerciseResult, GradeReport, grade
 from minigrad.course.release import ship
 from minigrad.course.sandbox import sandbox_command
 
@@ -160,6 +161,13 @@ def release_package(dest: str | Path, upto: int = 0, root: Path = ROOT) -> list[
     stale = ship(root / "chapters", check=True)
     if stale:
         raise CourseError(f"the shipped student notebooks are out of date: {', '.join(map(str, stale))}")
+    # Self-grading: a pristine copy of each student notebook's public checks, which `grade` uses
+    # where there are no solutions (the hidden checks stay with the instructor).
+    for notebook in sorted((root / "chapters").glob("*/solutions/*.ipynb")):
+        shipped = notebook.parent.parent / notebook.name
+        target = dest / "chapters" / shipped.parent.name / PUBLIC_CHECKS / notebook.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shipped, target)
     return regions
 
 
