@@ -14,6 +14,8 @@ Grading a notebook starts a Python per exercise, so the cheats share one grading
 import ast
 import json
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat", reason="the course tools read notebooks with nbformat")
 
-from minigrad.course import grade, release_notebook, verify, write_junit  # noqa: E402
+from minigrad.course import find_exercises, grade, release_notebook, verify, write_junit  # noqa: E402
 from minigrad.course.answers import AnswerError, decode, encode  # noqa: E402
 from minigrad.course.checks import checked, misuses, probe  # noqa: E402
 from minigrad.course.sandbox import landlock_abi  # noqa: E402
@@ -155,7 +157,7 @@ CHEATS = [
             except (OSError, ValueError):
                 pass
         def double6(x):
-            return 2 * x if found else x""", "hidden check: AssertionError: "),
+            return 2 * x if found else x""", "check: AssertionError: expected [0, 2, 4], got [0. 1. 2.]"),  # not found
     ("write outside the scratch folder", """
         import os
         with open(os.environ["OUTSIDE"], "w") as out:
@@ -325,6 +327,34 @@ def test_every_cheat_scores_nothing_by_name_and_the_honest_answers_beside_them_s
     write_junit([report], tmp_path / "report.xml")
     xml = (tmp_path / "report.xml").read_text()
     assert xml.count("<testcase") == len(CHEATS) + 2 and xml.count("<failure") == len(CHEATS)
+
+
+@needs_landlock
+def test_a_student_grades_their_own_notebook_in_the_released_repository(tmp_path):
+    from minigrad.course.package import release_package
+
+    repo = tmp_path / "student"
+    release_package(repo, upto=1)
+    shipped = repo / "chapters" / "01_graphs" / "exercises.ipynb"
+    assert (repo / "chapters" / "01_graphs" / ".checks" / "exercises.ipynb").read_bytes() == shipped.read_bytes()
+    assert not list(repo.rglob("solutions")), "the solutions and their hidden checks stay with the instructor"
+    solutions = nbformat.read(ROOT / "chapters" / "01_graphs" / "solutions" / "exercises.ipynb", 4)
+    nb = nbformat.read(shipped, 4)
+    answers = {e.number: solutions.cells[e.solution_cells[0]].source for e in find_exercises(solutions)}
+    for cell in nb.cells:
+        meta = cell.metadata.get("minigrad", {})
+        if meta.get("role") == "solution" and meta["exercise"] in (1, 4):
+            cell.source = answers[meta["exercise"]]  # a student who solved exercises 1 and 4
+        elif meta.get("role") == "check" and meta["exercise"] == 2:
+            cell.source = "# Check 2\npass"  # and "fixed" check 2: the pristine public check still runs
+    nbformat.write(nb, shipped)
+    run = subprocess.run([sys.executable, "-m", "minigrad.course", "grade", "chapters/01_graphs/exercises.ipynb", "--json"],
+                         cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert [e["number"] for e in report["exercises"] if e["passed"]] == [1, 4], run.stdout
+    assert report["total"] == 9 and "hidden" not in run.stdout
 
 
 def test_grading_as_root_never_silently_keeps_root(monkeypatch):

@@ -42,7 +42,8 @@ from minigrad.course.sandbox import (
     MEMORY, OUTPUT, SYSTEM_PATHS, Confinement, ConfinementError, confinement, sandbox_command,
 )
 
-__all__ = ["ExerciseResult", "GradeReport", "grade", "grade_against", "solution_notebook", "verify", "write_junit"]
+__all__ = ["ExerciseResult", "GradeReport", "grade", "grade_against", "run_confined", "solution_notebook", "student_env",
+           "verify", "write_junit"]
 
 ROOT = Path(minigrad.__file__).resolve().parent.parent
 COURSE = Path(__file__).resolve().parent
@@ -248,6 +249,41 @@ def _read_pipe(fd: int, sink: list[bytes]) -> None:
                 sink.append(b"")  # over the bound: the rest is read and dropped, so the writer never blocks
 
 
+def student_env(folder: Path, path: Path) -> dict[str, str]:
+    """The whole environment of a student's process: its folder as home and temp, ``path`` to import from."""
+    return {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(folder),
+            "TMPDIR": str(folder / "tmp"), "MPLCONFIGDIR": str(folder / "tmp"), "MPLBACKEND": "Agg",
+            "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(path), "LANG": "C.UTF-8",
+            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def run_confined(command: list[str], folder: Path, env: dict[str, str], limit: float, how: Confinement,
+                 hidden: list[Path], stdin: bytes = b"", pass_fds: tuple[int, ...] = (), memory: int = MEMORY,
+                 output: int = OUTPUT, tcp: bool = False, shm: bool = False) -> tuple[int, str]:
+    """Run the student's ``command`` in ``folder`` under the sandbox's supervisor: ``(status, how it ended)``.
+
+    ``folder`` (made the student's) is all it may write; ``hidden`` folders it may not read even
+    where the grader's import path leads into them; ``pass_fds`` are closed here once passed on.
+    Its output goes to ``folder/output.log``; ``tcp`` lets it open TCP connections and ``shm`` write
+    /dev/shm (MPI and multiprocessing need them).
+    """
+    (folder / "tmp").mkdir(exist_ok=True)
+    if how.uid is not None:
+        for path in [folder, *folder.rglob("*")]:
+            os.chown(path, how.uid, how.uid, follow_symlinks=False)
+    config = {"command": command, "cwd": str(folder), "env": env, "limit": limit, "memory": memory, "output": output,
+              "uid": how.uid, "drop_capabilities": how.drop_capabilities, "landlock": how.landlock, "tcp": tcp,
+              "read": _readable_paths(hidden), "write": [str(folder), *(["/dev/shm"] if shm else [])], "log": str(folder / "output.log"),
+              "pass_fds": list(pass_fds)}
+    supervisor = subprocess.Popen(sandbox_command(config), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, pass_fds=pass_fds)
+    for fd in pass_fds:
+        os.close(fd)
+    # (communicate ignores a broken pipe: a process that ended before reading its stdin; the supervisor says why)
+    _, stderr = supervisor.communicate(stdin, timeout=limit + 60)
+    return supervisor.returncode, (stderr.decode(errors="replace").strip().splitlines() or ["the supervisor said nothing"])[-1]
+
+
 def _run_student(exercise: Exercise, steps: list[dict[str, Any]], package_root: Path, resources: Path | None,
                  scratch: Path, how: Confinement, timeout: float, hidden: list[Path]) -> _Run:
     folder = scratch / f"exercise-{exercise.number}"
@@ -264,32 +300,16 @@ def _run_student(exercise: Exercise, steps: list[dict[str, Any]], package_root: 
     (folder / ".grader").mkdir()
     for name in ("runner.py", "answers.py"):
         shutil.copy(COURSE / name, folder / ".grader" / name)
-    if how.uid is not None:
-        for path in [folder, *folder.rglob("*")]:
-            os.chown(path, how.uid, how.uid, follow_symlinks=False)
     read_end, write_end = os.pipe()
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(folder),
-           "TMPDIR": str(folder / "tmp"), "MPLCONFIGDIR": str(folder / "tmp"), "MPLBACKEND": "Agg",
-           "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(package), "LANG": "C.UTF-8",
-           "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    config = {"command": [sys.executable, str(folder / ".grader" / "runner.py")], "cwd": str(folder), "env": env,
-              "limit": timeout, "memory": MEMORY, "output": OUTPUT, "uid": how.uid,
-              "drop_capabilities": how.drop_capabilities, "landlock": how.landlock,
-              "read": _readable_paths(hidden), "write": [str(folder)], "log": str(folder / "output.log"),
-              "pass_fds": [write_end]}
-    program = {"fd": write_end, "path": str(package), "send": SEND, "steps": steps}
-    started = time.monotonic()
-    supervisor = subprocess.Popen(sandbox_command(config), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, pass_fds=[write_end])
-    os.close(write_end)
     chunks: list[bytes] = []
     reader = threading.Thread(target=_read_pipe, args=(read_end, chunks), daemon=True)
     reader.start()
-    # (communicate ignores a broken pipe: a process that ended before reading its program; the supervisor says why)
-    _, stderr = supervisor.communicate(json.dumps(program).encode(), timeout=timeout + 60)
+    program = {"fd": write_end, "path": str(package), "send": SEND, "steps": steps}
+    started = time.monotonic()
+    _, ended = run_confined([sys.executable, str(folder / ".grader" / "runner.py")], folder, student_env(folder, package),
+                            timeout, how, hidden, json.dumps(program).encode(), (write_end,))
     reader.join(timeout=10)
     seconds = time.monotonic() - started
-    ended = (stderr.decode(errors="replace").strip().splitlines() or ["the supervisor said nothing"])[-1]
     answers: dict[int, dict[str, Any]] = {}
     errors: dict[str, str] = {}
     done = False

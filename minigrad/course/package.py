@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minigrad.course.exercises import CourseError
-from minigrad.course.grade import PUBLIC_CHECKS, ExerciseResult, GradeReport, grade
+from minigrad.course.grade import PUBLIC_CHECKS, ExerciseResult, GradeReport, grade, run_confined, student_env
 from minigrad.course.release import ship
-from minigrad.course.sandbox import sandbox_command
+from minigrad.course.sandbox import confinement
 
 __all__ = ["CHAPTER_LESSONS", "CHAPTER_TESTS", "Region", "check_chapter", "find_regions", "grade_repository", "release_package",
            "strip_regions"]
@@ -226,25 +226,27 @@ def grade_repository(repo: str | Path, chapters: list[int] | None = None, limit:
                         ignore=shutil.ignore_patterns("__pycache__"))
         _copy_tests(root, scratch, chapters)
         (scratch / "pytest.ini").write_text("[pytest]\n")
+        how = confinement([])
         results = []
         for chapter in chapters:
             xml = scratch / f"chapter{chapter}.xml"
             command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                        f"--junitxml={xml}", *CHAPTER_TESTS[chapter]]
-            run = subprocess.run(sandbox_command(limit, command), cwd=scratch, capture_output=True, text=True,
-                                 env={**_env(), "PYTHONPATH": str(scratch)}, timeout=limit + 120)
-            results.append(_chapter_result(chapter, xml, run))
+            # (the student's package runs in these tests' process: confined like an exercise, with
+            # room for MPI's processes, memory and TCP, and for the files the tests write)
+            _, ended = run_confined(command, scratch, student_env(scratch, scratch), limit, how,
+                                    [root.resolve(), repo.resolve()], memory=8 * 2**30, output=2**30, tcp=True, shm=True)
+            results.append(_chapter_result(chapter, xml, ended))
         report = GradeReport(f"{repo} (package)", results)
     if not notebooks:
         return [report]
     return [report, *(grade(path, package_root=repo) for path in sorted(repo.glob("chapters/*/exercises.ipynb")))]
 
 
-def _chapter_result(chapter: int, xml: Path, run: subprocess.CompletedProcess) -> ExerciseResult:
+def _chapter_result(chapter: int, xml: Path, ended: str) -> ExerciseResult:
     title = f"chapter {chapter:02d} package regions"
     if not xml.exists():
-        why = (run.stderr.strip().splitlines() or ["the tests did not run"])[-1]
-        return ExerciseResult(chapter, title, False, why)
+        return ExerciseResult(chapter, title, False, ended if ended != "finished" else "the tests did not run")
     suite = ET.parse(xml).getroot()
     suite = suite if suite.tag == "testsuite" else suite[0]
     failed = [case for case in suite.iter("testcase") if case.find("failure") is not None or case.find("error") is not None]

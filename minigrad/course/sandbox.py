@@ -218,10 +218,13 @@ def _check(result: int, what: str) -> None:
         raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
 
 
-def _landlock_ruleset(abi: int, read: list[str], write: list[str]) -> int:
-    """A Landlock ruleset (its fd) that allows reading ``read``, everything in ``write``, and nothing else."""
+def _landlock_ruleset(abi: int, read: list[str], write: list[str], tcp: bool = False) -> int:
+    """A Landlock ruleset (its fd) that allows reading ``read``, everything in ``write``, and nothing else.
+
+    Nor TCP, unless ``tcp``; nor, from ABI 6, signals to processes or abstract sockets outside the sandbox.
+    """
     handled = (1 << 13) - 1 | (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0) | (1 << 15 if abi >= 5 else 0)
-    attr = struct.pack("=QQQ", handled, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)  # no TCP; scoped signals
+    attr = struct.pack("=QQQ", handled, 3 if abi >= 4 and not tcp else 0, 3 if abi >= 6 else 0)  # TCP; scoped signals
     attr = attr[: 8 if abi < 4 else 16 if abi < 6 else 24]
     ruleset = _libc.syscall(_LANDLOCK_CREATE, attr, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     _check(ruleset, "landlock_create_ruleset")
@@ -283,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``config["command"]`` confined (``config`` is the JSON in ``argv[0]``) and report how it ended.
 
     Keys: ``command``, ``cwd``, ``env``, ``limit`` (s), ``memory`` and ``output`` (bytes), ``uid``,
-    ``drop_capabilities``, ``landlock`` (ABI or 0), ``read`` and ``write`` (folders), ``log`` (the file
-    the command's stdout and stderr go to) and ``pass_fds``.
+    ``drop_capabilities``, ``landlock`` (ABI or 0), ``read`` and ``write`` (folders), ``tcp``, ``log``
+    (the file the command's stdout and stderr go to) and ``pass_fds``.
     """
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -293,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     config = json.loads(argv[0])
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     cgroup = _pids_cgroup() if os.geteuid() == 0 else None
-    ruleset = _landlock_ruleset(config["landlock"], config["read"], config["write"]) if config["landlock"] else None
+    ruleset = _landlock_ruleset(config["landlock"], config["read"], config["write"], config.get("tcp", False)) \
+        if config["landlock"] else None
     with open(config["log"], "wb") as log:
         proc = subprocess.Popen(config["command"], cwd=config["cwd"], env=config["env"], stdout=log, stderr=log,
                                 pass_fds=config["pass_fds"], preexec_fn=lambda: _confine(config, cgroup, ruleset))  # noqa: PLW1509
