@@ -106,7 +106,7 @@ def student_notebook(source, answers):
     return nb
 
 
-# Each cheat: (title, what it does, the start of the reason it must fail with).
+# Each cheat: (title, what it does, the start of the reason it must fail with); doubleN is its exercise's function.
 CHEATS = [
     ("stub the grader", """
         import builtins, gc
@@ -118,14 +118,14 @@ CHEATS = [
                 except ValueError:  # a closure: its cells stay, its code goes
                     obj.__defaults__ = None
         globals().update({k: (lambda *args, **kwargs: True) for k in list(globals()) if k.startswith("__minigrad")})
-        def double1(x):
+        def doubleN(x):
             return None""", "the student's process ended before it finished"),
     ("== always true", """
         class Anything(float):
             def __eq__(self, other):
                 return True
             __ne__ = lambda self, other: False
-        def double2(x):
+        def doubleN(x):
             return Anything(0)""", "check: AnswerError: an answer must be plain data"),
     ("a fresh copy of the reference", """
         import importlib.util, minigrad.autograd.engine as engine
@@ -156,13 +156,17 @@ CHEATS = [
                 found = found or {SECRET[:10]!r} in open(path, errors="ignore").read(2**20)
             except (OSError, ValueError):
                 pass
-        def double6(x):
+        def doubleN(x):
             return 2 * x if found else x""", "check: AssertionError: expected [0, 2, 4], got [0. 1. 2.]"),  # not found
+    ("read the solutions through a symlink in the scratch folder", """
+        import json, os
+        os.symlink(os.environ["SOLUTIONS"], "mine.ipynb")
+        notebook = json.load(open("mine.ipynb"))""", "solution: PermissionError"),
     ("write outside the scratch folder", """
         import os
         with open(os.environ["OUTSIDE"], "w") as out:
             out.write("student code was here")
-        def double7(x):
+        def doubleN(x):
             return 2 * x""", "solution: PermissionError"),
     ("forge results on the pipe, then die", """
         import json, os
@@ -172,23 +176,23 @@ CHEATS = [
                     os.write(fd, (json.dumps(line) + "\\n").encode())
                 except OSError:
                     pass
-        os._exit(0)""", "check: no answer for double8"),
+        os._exit(0)""", "check: no answer for doubleN"),
     ("replace what runs the next cells", """
         import builtins
         builtins.exec = lambda *args, **kwargs: None
         builtins.compile = lambda *args, **kwargs: None
-        def double9(x):
+        def doubleN(x):
             return x""", "check: "),
     ("2 GiB in one cell", """
         hoard = bytearray(2 * 2**30)
-        def double10(x):
+        def doubleN(x):
             return 2 * x""", "solution: MemoryError"),
     ("print 4 GiB", """
         import sys
         line = "x" * 2**20
         for _ in range(4096):
             sys.stdout.write(line)
-        def double11(x):
+        def doubleN(x):
             return 2 * x""", "solution: OSError: [Errno 27] File too large"),
     ("kill the grader", """
         import os, signal
@@ -197,11 +201,11 @@ CHEATS = [
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        def double12(x):
+        def doubleN(x):
             return x""", "check: AssertionError"),
     ("a hard-coded answer to the public check", """
         import numpy as np
-        def double13(x):
+        def doubleN(x):
             return np.array([0.0, 2.0, 4.0])""", "hidden check: AssertionError: "),
     ("a hang that swallows interrupts", """
         import time
@@ -302,7 +306,7 @@ def test_every_cheat_scores_nothing_by_name_and_the_honest_answers_beside_them_s
     monkeypatch.setenv("SOLUTIONS", str(source))
     monkeypatch.setenv("OUTSIDE", str(outside))
     answers = {number: text.replace('os.environ["SOLUTIONS"]', repr(str(source)))
-               .replace('os.environ["OUTSIDE"]', repr(str(outside)))
+               .replace('os.environ["OUTSIDE"]', repr(str(outside))).replace("doubleN", f"double{number}")
                for number, (_, text, _) in enumerate(CHEATS, 1)}
     answers[len(CHEATS) + 1] = f"def double{len(CHEATS) + 1}(x):\n    return x + x"
     answers[len(CHEATS) + 2] = "def square(x):\n    return x ** 2"
@@ -317,6 +321,7 @@ def test_every_cheat_scores_nothing_by_name_and_the_honest_answers_beside_them_s
                   f"{result.seconds:5.1f} s  {result.error[:70]}")
     results = {r.number: r for r in report.results}
     for number, (title, _, reason) in enumerate(CHEATS, 1):
+        reason = reason.replace("doubleN", f"double{number}")
         assert not results[number].passed and results[number].error.startswith(reason), \
             f"cheat {number} ({title}): {results[number].error!r}, expected it to start with {reason!r}"
     assert results[len(CHEATS) + 1].passed and results[len(CHEATS) + 2].passed, str(report)
