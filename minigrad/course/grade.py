@@ -101,6 +101,8 @@ class GradeReport:
         if self.stopped:
             lines.append(f"The run was stopped ({self.stopped}); the exercises it did not reach fail.")
         lines.append(f"Score: {self.score}/{self.total}")
+        if self.confinement:  # never silent about whom the student's code ran as
+            lines.append(f"({self.confinement})")
         return "\n".join(lines)
 
 
