@@ -222,12 +222,22 @@ def _copy_resources(folder: Path | None, scratch: Path) -> None:
 
 
 def _readable_paths(hidden: list[Path]) -> list[str]:
-    """The interpreter's folders and the grader's import path, less anything inside ``hidden``."""
-    paths = [Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, Path(sys.executable).parent)]
-    paths += [Path(p).resolve() for p in sys.path if p and Path(p).is_dir()]
+    """The interpreter's folders and the grader's import path, less any that is or holds one of ``hidden``.
+
+    A folder the interpreter cannot do without (its prefix, the system's) that holds one of
+    ``hidden`` makes grading refuse: the student's code would read what it must not.
+    """
     prefix = Path(sys.prefix).resolve()
-    keep = {p for p in paths if p.is_relative_to(prefix) or not any(p.is_relative_to(h) for h in hidden)}
-    return sorted({*map(str, keep), *SYSTEM_PATHS})
+    needed = [Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, Path(sys.executable).parent)]
+    needed += [Path(p) for p in SYSTEM_PATHS]
+    for folder in needed:
+        if blocked := [h for h in hidden if h.is_relative_to(folder) and not h.is_relative_to(prefix)]:
+            raise CourseError(f"the student's code must read {folder} to run Python, and {blocked[0]} lies inside "
+                              "it: move the course (or the interpreter) so that neither holds the other")
+    optional = [Path(p).resolve() for p in sys.path if p and Path(p).is_dir()]
+    keep = [p for p in optional if p.is_relative_to(prefix)
+            or not any(p.is_relative_to(h) or h.is_relative_to(p) for h in hidden)]
+    return sorted({*map(str, needed), *map(str, keep)})
 
 
 @dataclass
