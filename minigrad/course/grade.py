@@ -48,7 +48,7 @@ __all__ = ["ExerciseResult", "GradeReport", "grade", "grade_against", "run_confi
 ROOT = Path(minigrad.__file__).resolve().parent.parent
 COURSE = Path(__file__).resolve().parent
 CELL_TIMEOUT, LIMIT = 60, 300  # seconds: one exercise's student process, and the whole grading
-WORKERS = 2  # exercises graded at a time
+WORKERS = min(4, os.cpu_count() or 1)  # exercises graded at a time (each mostly waits on its process)
 # The student's process gets only this of the course tools: what a check cell imports.
 STUDENT_COURSE = '''"""What the grader's student process has of minigrad.course: answer() (see minigrad/course/answers.py)."""
 
