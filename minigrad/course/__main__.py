@@ -43,9 +43,9 @@ def _parser() -> argparse.ArgumentParser:
                              "chapter's solutions/exercises.ipynb, from the notebook's metadata)")
             cmd.add_argument("--junit", metavar="XML", help="also write the result as JUnit XML")
         cmd.add_argument("--timeout", type=int, default=CELL_TIMEOUT, metavar="S",
-                         help=f"seconds a cell may run before it is interrupted and fails (default {CELL_TIMEOUT})")
+                         help=f"seconds one exercise's process may run before it is killed and fails (default {CELL_TIMEOUT})")
         cmd.add_argument("--limit", type=float, default=LIMIT, metavar="S",
-                         help=f"seconds the whole run may take before it is killed (default {LIMIT})")
+                         help=f"seconds the whole grading may take; exercises not started by then fail (default {LIMIT})")
         cmd.add_argument("--json", action="store_true", help="print the result as JSON")
     cmd = commands.add_parser("ship", help="write chapters/*/X.ipynb, the student versions of chapters/*/solutions/X.ipynb")
     cmd.add_argument("chapters", nargs="?", default="chapters")

@@ -10,7 +10,8 @@ A region is a block of the package source between two comment lines, at the bloc
 
 ``strip_regions`` replaces each region with ``raise NotImplementedError("chapter 01: topological
 order")``; ``release_package`` writes the student repository (the package stripped, the lesson
-notebooks, the student exercise notebooks, the student tests, the benchmarks (lessons import them), docs,
+notebooks, the student exercise notebooks with a pristine copy of their public checks in
+``chapters/*/.checks/`` for self-grading, the student tests, the benchmarks (lessons import them), docs,
 Makefile, README, pyproject); with
 ``upto=k`` the regions of chapters 1..k stay written, which is what a student has done after
 chapter k. ``CHAPTER_TESTS`` and ``CHAPTER_LESSONS`` say which tests and lesson notebooks check
@@ -31,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minigrad.course.exercises import CourseError
-from minigrad.course.grade import ExerciseResult, GradeReport, grade
+from minigrad.course.grade import PUBLIC_CHECKS, ExerciseResult, GradeReport, grade, run_confined, student_env
 from minigrad.course.release import ship
-from minigrad.course.sandbox import sandbox_command
+from minigrad.course.sandbox import confinement
 
 __all__ = ["CHAPTER_LESSONS", "CHAPTER_TESTS", "Region", "check_chapter", "find_regions", "grade_repository", "release_package",
            "strip_regions"]
@@ -165,6 +166,13 @@ def release_package(dest: str | Path, upto: int = 0, root: Path = ROOT) -> list[
     stale = ship(root / "chapters", check=True)
     if stale:
         raise CourseError(f"the shipped student notebooks are out of date: {', '.join(map(str, stale))}")
+    # Self-grading: a pristine copy of each student notebook's public checks, which `grade` uses
+    # where there are no solutions (the hidden checks stay with the instructor).
+    for notebook in sorted((root / "chapters").glob("*/solutions/*.ipynb")):
+        shipped = notebook.parent.parent / notebook.name
+        target = dest / "chapters" / shipped.parent.name / PUBLIC_CHECKS / notebook.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shipped, target)
     return regions
 
 
@@ -223,25 +231,27 @@ def grade_repository(repo: str | Path, chapters: list[int] | None = None, limit:
                         ignore=shutil.ignore_patterns("__pycache__", *INSTRUCTOR_ONLY))
         _copy_tests(root, scratch, chapters)
         (scratch / "pytest.ini").write_text("[pytest]\n")
+        how = confinement([])
         results = []
         for chapter in chapters:
             xml = scratch / f"chapter{chapter}.xml"
             command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                        f"--junitxml={xml}", *CHAPTER_TESTS[chapter]]
-            run = subprocess.run(sandbox_command(limit, command), cwd=scratch, capture_output=True, text=True,
-                                 env={**_env(), "PYTHONPATH": str(scratch)}, timeout=limit + 120)
-            results.append(_chapter_result(chapter, xml, run))
+            # (the student's package runs in these tests' process: confined like an exercise, with
+            # room for MPI's processes, memory and TCP, and for the files the tests write)
+            _, ended = run_confined(command, scratch, student_env(scratch, scratch), limit, how,
+                                    [root.resolve(), repo.resolve()], memory=8 * 2**30, output=2**30, tcp=True, shm=True)
+            results.append(_chapter_result(chapter, xml, ended))
         report = GradeReport(f"{repo} (package)", results)
     if not notebooks:
         return [report]
     return [report, *(grade(path, package_root=repo) for path in sorted(repo.glob("chapters/*/exercises.ipynb")))]
 
 
-def _chapter_result(chapter: int, xml: Path, run: subprocess.CompletedProcess) -> ExerciseResult:
+def _chapter_result(chapter: int, xml: Path, ended: str) -> ExerciseResult:
     title = f"chapter {chapter:02d} package regions"
     if not xml.exists():
-        why = (run.stderr.strip().splitlines() or ["the tests did not run"])[-1]
-        return ExerciseResult(chapter, title, False, why)
+        return ExerciseResult(chapter, title, False, ended if ended != "finished" else "the tests did not run")
     suite = ET.parse(xml).getroot()
     suite = suite if suite.tag == "testsuite" else suite[0]
     failed = [case for case in suite.iter("testcase") if case.find("failure") is not None or case.find("error") is not None]
