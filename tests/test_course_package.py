@@ -61,7 +61,16 @@ def test_the_package_marks_the_regions_the_course_promises():
 def test_release_package_writes_a_student_repository_that_imports_and_raises_only_in_regions(tmp_path):
     dest = tmp_path / "student"
     regions = release_package(dest)
-    assert {p.name for p in dest.iterdir()} >= {"minigrad", "chapters", "tests", "Makefile", "README.md"}
+    assert {p.name for p in dest.iterdir()} >= {"minigrad", "chapters", "tests", "Makefile", "README.md", ".git"}
+    # a git repository whose one commit holds every file: students clone it as it is
+    git = lambda *args: subprocess.run(["git", *args], cwd=dest, capture_output=True, text=True, check=True).stdout
+    assert git("log", "--format=%s").splitlines() == ["minigrad student repository (every region to write)"]
+    assert git("status", "--porcelain", "--ignored") == "", "files left out of the commit"
+    readme = (dest / "README.md").read_text()
+    assert readme == (ROOT / "minigrad" / "course" / "student_README.md").read_text()
+    for step in ("git clone", "make lab", "minigrad.course test-chapter 1", "## Grading yourself",
+                 "minigrad.course grade chapters/01_graphs/exercises.ipynb"):
+        assert step in readme, f"the students' README lacks {step!r}"
     assert not list(dest.glob("chapters/*/solutions")), "the solutions must not ship"
     assert not [p for p in dest.rglob("*.py") if "### BEGIN SOLUTION chapter" in p.read_text()
                 and "course" not in p.parts]
@@ -99,3 +108,12 @@ def test_grading_a_student_repository_runs_the_instructors_tests_against_the_stu
     (empty,) = grade_repository(tmp_path / "empty", chapters=[1], notebooks=False)
     assert done.results[0].passed, str(done)
     assert not empty.results[0].passed and "NotImplementedError: chapter 01" in empty.results[0].error, str(empty)
+
+
+def test_the_course_tools_say_which_extra_to_install_when_its_packages_are_missing():
+    script = "import sys; sys.modules['nbformat'] = None; import minigrad.course"
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError: minigrad.course needs nbformat") and "make venv" in last \
+        and ".[dev]" in last, last

@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("dest", help="an empty or new folder outside this repository")
     cmd.add_argument("--upto", type=int, default=0, metavar="K",
                      help="keep the regions of chapters 1..K written (default 0: every region empty)")
+    cmd.add_argument("--no-git", action="store_true", help="write the files only (default: a git repository "
+                     "with one commit)")
     commands.add_parser("regions", help="list the package regions a student writes, with their line counts")
     cmd = commands.add_parser("check-order", help="for each chapter k (or those given), run chapter k's "
                               "tests in a student repository with chapters 1..k written")
@@ -90,9 +92,10 @@ def _run(args: argparse.Namespace) -> int:
                   "FAILED: the solutions must pass every exercise and the student version none")
         return 0 if ok else 1
     if args.command == "release-package":
-        regions = release_package(args.dest, args.upto)
+        regions = release_package(args.dest, args.upto, git=not args.no_git)
         empty = [r for r in regions if r.chapter > args.upto]
-        print(f"wrote the student repository to {args.dest}: {len(empty)} of {len(regions)} regions to write")
+        print(f"wrote the student repository to {args.dest}: {len(empty)} of {len(regions)} regions to write"
+              + ("" if args.no_git else "; it is a git repository with one commit, push it where students clone from"))
         return 0
     if args.command == "regions":
         for region in find_regions():
