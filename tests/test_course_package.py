@@ -117,3 +117,22 @@ def test_the_course_tools_say_which_extra_to_install_when_its_packages_are_missi
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("ModuleNotFoundError: minigrad.course needs nbformat") and "make venv" in last \
         and ".[dev]" in last, last
+
+
+# Where a region's code uses a builtin's name for minigrad's function on purpose, and its docstring says so.
+SHADOWS_ON_PURPOSE = {"minigrad.ops.softmax": {"sum"}}
+
+
+def test_no_module_where_students_write_shadows_a_builtin():
+    """A student's ``any(...)`` or ``sum(...)`` in a region must reach Python's, not a tensor op."""
+    import builtins
+    import importlib
+
+    shadowing = {}
+    for path in sorted({r.path for r in find_regions()}):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        module = importlib.import_module(name)
+        found = {n for n in vars(module) if not n.startswith("_") and hasattr(builtins, n)}
+        if found - SHADOWS_ON_PURPOSE.get(name, set()):
+            shadowing[name] = sorted(found - SHADOWS_ON_PURPOSE.get(name, set()))
+    assert not shadowing, f"module-level names that hide Python's builtins where students write: {shadowing}"

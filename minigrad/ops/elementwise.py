@@ -4,11 +4,12 @@ Each op is a ``Function`` whose forward computes on ``xp`` arrays and whose back
 of minigrad ops per input (chapter 02's table of derivatives). Broadcasting is undone once, by the
 engine, so ``Add.backward`` just returns ``g, g``. ``_binary`` applies PyTorch's dtype rules
 before an op runs: Python scalars never widen a tensor's dtype, and int with float gives float.
+``power`` and ``absolute`` are exported by ``minigrad.ops`` as ``pow`` and ``abs``, so that in this
+module, where students write backward rules, ``pow`` and ``abs`` stay Python's builtins.
 """
 
 from __future__ import annotations
 
-import builtins
 import math
 from typing import Any
 
@@ -19,8 +20,8 @@ from minigrad.ops.op import GRADIENT_OP, Op, same_value
 from minigrad._tensor import Tensor, _wrap
 
 __all__ = [
-    "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "exp", "log",
-    "maximum", "minimum", "mul", "neg", "pow", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "sub",
+    "Op", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "exp", "log",
+    "maximum", "minimum", "mul", "neg", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "sub",
     "tanh", "to_device", "where",
 ]
 
@@ -557,15 +558,15 @@ def _not_bool(v: Any, op: str) -> Any:
     return v
 
 
-def pow(a, b):
-    """``a ** b``; a bool base with an integer exponent counts as int64, as in PyTorch."""
+def power(a, b):
+    """``minigrad.pow``, ``a ** b``; a bool base with an integer exponent counts as int64, as in PyTorch."""
     if _is_bool(a) and _is_bool(b):
         raise DTypeError("pow: not supported for bool tensors")
     if isinstance(a, Tensor) and a.dtype.kind == "b" and type(b) is int:
         a = cast(a, backend.int64)
     if isinstance(b, Tensor) and b.dtype.kind == "b" and type(a) is int:
         b = cast(b, backend.int64)
-    if isinstance(a, Tensor) and a.dtype == backend.float16 and type(b) in (int, float) and builtins.abs(b) > 65504:
+    if isinstance(a, Tensor) and a.dtype == backend.float16 and type(b) in (int, float) and abs(b) > 65504:
         raise DTypeError(f"pow: exponent {b} cannot be converted to float16 without overflow")
     return _binary(Pow, a, b)
 
@@ -589,7 +590,7 @@ def exp(x): return Exp.apply(_floating(x, "exp"))
 def log(x): return Log.apply(_floating(x, "log"))
 def sqrt(x): return Sqrt.apply(_floating(x, "sqrt"))
 def rsqrt(x): return Rsqrt.apply(_floating(x, "rsqrt"))
-def abs(x): return Abs.apply(_not_bool(x, "abs"))
+def absolute(x): return Abs.apply(_not_bool(x, "abs"))
 def sign(x): return Sign.apply(x)
 def sin(x): return Sin.apply(_floating(x, "sin"))
 def cos(x): return Cos.apply(_floating(x, "cos"))

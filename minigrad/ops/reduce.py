@@ -5,6 +5,10 @@ the keepdim shape, then broadcast it to the input's shape) and weights it by how
 element contributed: 1 for sum, 1/n for mean, the product of the others for prod, an even share
 of the ties for max. ``sum_to``, the inverse of broadcasting, is what the engine uses to undo
 broadcasting in every op (chapter 02).
+
+The functions that torch calls ``sum``, ``max``, ``min``, ``all`` and ``any`` are named
+``reduce_sum``... here, and ``minigrad.ops`` gives them their public names: in this module, where
+students write backward rules, ``sum``, ``max`` and ``any`` stay Python's builtins.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.movement import broadcast_to, reshape
 from minigrad._tensor import Tensor, _dim, _wrap
 
+# (reduce_sum, reduce_max, reduce_min, reduce_all and reduce_any are exported by minigrad.ops as
+# sum, max, min, all and any)
 __all__ = [
-    "ValuesIndices", "all", "allclose", "amax", "amin", "any", "argmax", "argmin", "cumsum", "equal",
-    "logsumexp", "max", "mean", "min", "prod", "std", "sum", "sum_to", "var",
+    "ValuesIndices", "allclose", "amax", "amin", "argmax", "argmin", "cumsum", "equal",
+    "logsumexp", "mean", "prod", "std", "sum_to", "var",
 ]
 
 
@@ -181,8 +187,8 @@ def _prod_of_others(x: Tensor, dims: tuple | None) -> Tensor:
     zero = x == 0
     nonzero = where(zero, 1.0, x)
     p = prod(nonzero, dims, keepdim=True)
-    zeros = sum(zero, dims, keepdim=True)
-    zsum = sum(where(zero, x, 0.0), dims, keepdim=True)
+    zeros = reduce_sum(zero, dims, keepdim=True)
+    zsum = reduce_sum(where(zero, x, 0.0), dims, keepdim=True)
     one = where(zero, p, zsum * p / nonzero)
     two = where(zero, (zsum - x) * p, 0.0)
     return where(zeros == 0, p / nonzero, where(zeros == 1, one, where(zeros == 2, two, 0.0)))
@@ -202,11 +208,11 @@ class Cumsum(Op):
     @staticmethod
     def backward(ctx, g):
         # the reversed cumulative sum, sum(g) - cumsum(g) + g, keeps to ops that have a backward
-        return sum(g, ctx.dim, keepdim=True) - Cumsum.apply(g, ctx.dim) + g, None
+        return reduce_sum(g, ctx.dim, keepdim=True) - Cumsum.apply(g, ctx.dim) + g, None
 
 
-def sum(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """Sum over ``dim`` (None: every axis). Integer and bool tensors sum to int64, as in PyTorch."""
+def reduce_sum(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """``minigrad.sum``: sum over ``dim`` (None: every axis). Integer and bool tensors sum to int64, as in PyTorch."""
     return Sum.apply(x, _axes(x, dim, "sum"), keepdim)
 
 
@@ -368,13 +374,13 @@ def _extreme(x: Tensor, dim, keepdim: bool, op: str, whole: type, along: type):
     return ValuesIndices(*along.apply(x, axes[0], keepdim))
 
 
-def max(x: Tensor, dim: int | None = None, keepdim: bool = False):
-    """``max(x)``: the largest element (0-D). ``max(x, dim)``: ``(values, indices)`` along dim."""
+def reduce_max(x: Tensor, dim: int | None = None, keepdim: bool = False):
+    """``minigrad.max``. ``max(x)``: the largest element (0-D). ``max(x, dim)``: ``(values, indices)`` along dim."""
     return _extreme(x, dim, keepdim, "max", Amax, MaxDim)
 
 
-def min(x: Tensor, dim: int | None = None, keepdim: bool = False):
-    """``min(x)``: the smallest element (0-D). ``min(x, dim)``: ``(values, indices)`` along dim."""
+def reduce_min(x: Tensor, dim: int | None = None, keepdim: bool = False):
+    """``minigrad.min``. ``min(x)``: the smallest element (0-D). ``min(x, dim)``: ``(values, indices)`` along dim."""
     return _extreme(x, dim, keepdim, "min", Amin, MinDim)
 
 
@@ -413,21 +419,21 @@ class Any(Op):
     def forward(ctx, a, dims, keepdim): return ctx.xp.any(a, axis=dims, keepdims=keepdim)
 
 
-def all(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """Whether every element (along ``dim``) is nonzero: a bool tensor (uint8 for uint8, as in PyTorch)."""
+def reduce_all(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """``minigrad.all``: whether every element (along ``dim``) is nonzero: a bool tensor (uint8 for uint8, as in PyTorch)."""
     out = All.apply(x, _dims(dim, x.ndim, "all"), keepdim)
     return cast(out, x.dtype) if x.dtype == backend.uint8 else out
 
 
-def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """Whether some element (along ``dim``) is nonzero: a bool tensor (uint8 for uint8, as in PyTorch)."""
+def reduce_any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """``minigrad.any``: whether some element (along ``dim``) is nonzero: a bool tensor (uint8 for uint8, as in PyTorch)."""
     out = Any.apply(x, _dims(dim, x.ndim, "any"), keepdim)
     return cast(out, x.dtype) if x.dtype == backend.uint8 else out
 
 
 def equal(a: Tensor, b: Tensor) -> bool:
     """True when both have the same shape and the same elements (``torch.equal``)."""
-    return a.shape == b.shape and bool(all(a == b))
+    return a.shape == b.shape and bool(reduce_all(a == b))
 
 
 def allclose(a: Tensor, b: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:

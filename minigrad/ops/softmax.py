@@ -18,7 +18,9 @@ from minigrad.ops.compare import ne
 from minigrad.ops.elementwise import Op, cast, exp, where
 from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.movement import broadcast_to, reshape
-from minigrad.ops.reduce import _axes, sum
+# Here ``sum`` is minigrad's, ``sum(x, dim, keepdim=False)`` on tensors: every sum in this module, the
+# backward rules' included, reduces a tensor along the softmax's dim (Python's is builtins.sum).
+from minigrad.ops.reduce import _axes, reduce_sum as sum
 from minigrad._tensor import Tensor
 
 __all__ = ["cross_entropy", "log_softmax", "nll_loss", "softmax"]
