@@ -65,6 +65,11 @@ class GetItem(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """The gradient of ``a[index]`` has a's shape (``ctx.shape``): zeros, with ``g`` added at the
+        positions ``ctx.index`` read (the ``(basic, advanced)`` pair of ``_normalize``). A position read
+        twice (``x[[0, 0]]``) receives both gradients added, not the last one. The index gets ``None``.
+        The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: GetItem.backward
         return ScatterIndex.apply(g, ctx.shape, ctx.index), None
         ### END SOLUTION
@@ -133,6 +138,11 @@ class IndexPut(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """``out = a`` with ``v`` written at ``ctx.index``. The gradient of ``a`` is ``g`` with zeros at
+        the overwritten positions (their old values did not reach the output); that of ``v`` is ``g``
+        read at the index (the engine sums it to v's shape when v was broadcast); the index gets
+        ``None``. Compute only what ``ctx.needs_input_grad`` asks for. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: IndexPut.backward
         need_a, _, need_v = ctx.needs_input_grad
         ga = IndexPut.apply(g, ctx.index, 0) if need_a else None  # overwritten elements get no gradient

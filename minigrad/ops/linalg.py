@@ -94,6 +94,12 @@ class Matmul(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """For 2-D ``a @ b``: ``da = g @ b^T`` and ``db = a^T @ g`` (``.mT`` transposes the last two
+        dims). Forward saved ``(a, b)`` (each only when the other needs a gradient) and
+        ``ctx.ndims``: a 1-D ``a`` acted as a row ``(1, k)``, a 1-D ``b`` as a column ``(k, 1)``, and
+        both 1-D is a dot product with a 0-D ``g``; batched operands broadcast over their leading
+        dims (the engine sums a gradient back to a smaller batch shape). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Matmul.backward
         a, b = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad

@@ -113,6 +113,11 @@ class Sum(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """Each input element contributed once: spread ``g`` back over the reduced axes
+        (``_spread(g, ctx)``: reshape to the keepdim shape, broadcast to ``ctx.shape``). Forward set
+        ``ctx.shape``, ``ctx.dims`` (``None``: all axes) and ``ctx.keepdim``. ``dims`` and ``keepdim``
+        get ``None``. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Sum.backward
         return _spread(g, ctx), None, None
         ### END SOLUTION
@@ -152,6 +157,9 @@ class Mean(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """As ``Sum.backward``, each element weighted by 1/n, n the number of elements each output
+        averaged (``_count(ctx.shape, ctx.dims)``; an empty reduction must not divide by zero). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Mean.backward
         return _spread(g, ctx) * (1 / builtins.max(_count(ctx.shape, ctx.dims), 1)), None, None
         ### END SOLUTION
@@ -217,7 +225,13 @@ def reduce_sum(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
 
 
 def sum_to(x: Tensor, shape: tuple) -> Tensor:
-    """Sum ``x`` down to ``shape`` (the shape it was broadcast from)."""
+    """Sum ``x`` down to ``shape`` (the shape it was broadcast from).
+
+    ``shape`` may be any sequence of ints. Return ``x`` itself when the shapes are equal. Else
+    ``shape`` must broadcast to x's shape, by numpy's rule read from the right: fewer or equally
+    many axes, each axis of ``shape`` 1 or equal to x's. Otherwise raise ``ShapeError`` naming
+    both shapes. The sum itself is the ``SumTo`` op, whose backward broadcasts back.
+    """
     ### BEGIN SOLUTION chapter 02: undoing broadcasting
     shape = tuple(shape)
     if x.shape == shape:
@@ -322,6 +336,12 @@ class MaxDim(Op):
 
     @staticmethod
     def backward(ctx, g, _):
+        """``max(x, dim)`` returns ``(values, indices)``; only ``values`` has a gradient (the second
+        argument, the indices' gradient, is ignored). Forward saved the picked ``index`` (keepdim form)
+        and set ``ctx.shape``, ``ctx.dims == (dim,)`` and ``ctx.keepdim``. The gradient is ``g`` at the
+        picked position along ``dim`` and 0 elsewhere (a one-hot mask built from the index array, then
+        ``where``); when not keepdim, ``g`` lacks the reduced axis. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: MaxDim.backward
         (index,) = ctx.saved_tensors
         xp, dim = ctx.xp, ctx.dims[0]
@@ -477,6 +497,11 @@ class Var(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """d var / d a_i = 2 (a_i - mean) / (n - correction): forward saved ``a`` and set
+        ``ctx.scale = 2 / (n - correction)`` (nan when that is not positive), with ``ctx.shape``,
+        ``ctx.dims``, ``ctx.keepdim`` as for ``Sum``. Return ``None`` for dims, correction and keepdim.
+        The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Var.backward
         (a,) = ctx.saved_tensors
         centred = a - mean(a, ctx.dims, keepdim=True)
@@ -517,6 +542,10 @@ class Logsumexp(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """d logsumexp(a) / d a = softmax(a) = exp(a - out). Forward saved ``(a, out)`` (``out``
+        without the reduced axes unless keepdim) and set ``ctx.shape``, ``ctx.dims``, ``ctx.keepdim``.
+        The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Logsumexp.backward
         a, out = ctx.saved_tensors
         if not ctx.keepdim:

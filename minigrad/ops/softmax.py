@@ -52,6 +52,10 @@ class Softmax(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """With ``y = softmax(a)`` saved: ``da = y * (g - sum(g * y, dim))``, the sum kept as a
+        size-1 axis (in this module ``sum`` is minigrad's: ``sum(x, dim, keepdim=True)``). ``ctx.dim``
+        is the softmax's axis. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Softmax.backward
         (y,) = ctx.saved_tensors
         return y * (g - sum(g * y, ctx.dim, keepdim=True)), None
@@ -78,6 +82,9 @@ class LogSoftmax(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """With ``y = log_softmax(a)`` saved: ``da = g - exp(y) * sum(g, dim)``, the sum kept as a
+        size-1 axis (minigrad's ``sum(x, dim, keepdim=True)``). ``ctx.dim`` is the axis. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: LogSoftmax.backward
         (y,) = ctx.saved_tensors
         return g - exp(y) * sum(g, ctx.dim, keepdim=True), None
@@ -124,6 +131,10 @@ class Pick(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """The gradient of ``x`` has x's shape ``(N, C, ...)`` (``ctx.classes`` is C): zeros, with
+        ``g[n, ...]`` at class ``t[n, ...]`` along dim 1 (forward saved the targets ``t``). The targets
+        get ``None``. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Pick.backward (cross-entropy's gather)
         return Place.apply(g, ctx.saved_tensors[0], ctx.classes), None
         ### END SOLUTION
