@@ -107,7 +107,7 @@ class GetItem(Op):
 
 
 class ScatterIndex(Op):
-    """zeros(shape) with ``g`` added at ``index``: GetItem's backward (and GetItem is its own)."""
+    """zeros(shape) with ``g`` added at ``index``, a repeated position getting the sum (a scatter-add)."""
 
     kind = "movement"
     onnx_refused = GRADIENT_OP
@@ -120,7 +120,15 @@ class ScatterIndex(Op):
         return out
 
     @staticmethod
-    def backward(ctx, g): return GetItem.apply(g, ctx.index), None, None
+    def backward(ctx, g):
+        """Forward took ``(g, shape, index)`` and kept ``ctx.index``; ``shape`` and ``index`` get
+        ``None``. Each element of forward's ``g`` went to one position of the output, so its
+        gradient is the incoming gradient at that position. The contract of every rule:
+        ``minigrad.autograd.Function.backward``.
+        """
+        ### BEGIN SOLUTION chapter 02: ScatterIndex.backward
+        return GetItem.apply(g, ctx.index), None, None
+        ### END SOLUTION
 
 
 class IndexPut(Op):

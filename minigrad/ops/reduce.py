@@ -129,11 +129,17 @@ class SumTo(Op):
 
     @staticmethod
     def forward(ctx, a, shape):
+        """The array ``a`` summed down to ``shape``, which broadcasts to a's shape (``sum_to``
+        checked it): sum over every axis broadcasting added or stretched, in one
+        ``a.sum(axis=axes, keepdims=True)`` call (one reduction, so the result's rounding is
+        numpy's), then reshape to ``shape``."""
         ctx.shape = a.shape
+        ### BEGIN SOLUTION chapter 02: undoing broadcasting: the sum
         lead = a.ndim - len(shape)
         axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1)
         out = a.sum(axis=axes, keepdims=True) if axes else a
         return out.reshape(shape)
+        ### END SOLUTION
 
     @staticmethod
     def backward(ctx, g): return broadcast_to(g, ctx.shape), None

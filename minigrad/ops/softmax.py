@@ -141,7 +141,7 @@ class Pick(Op):
 
 
 class Place(Op):
-    """The adjoint of ``Pick``: zeros of shape (N, C, ...) holding ``g[n, ...]`` at class ``t[n, ...]``."""
+    """Zeros of shape (N, C, ...) holding ``g[n, ...]`` at class ``t[n, ...]`` along dim 1."""
 
     kind = "movement"
     onnx_refused = GRADIENT_OP
@@ -154,7 +154,14 @@ class Place(Op):
         return out
 
     @staticmethod
-    def backward(ctx, gg): return Pick.apply(gg, ctx.saved_tensors[0]), None, None
+    def backward(ctx, gg):
+        """Forward took ``(g, t, classes)`` and saved the targets ``t``; ``t`` and ``classes`` get
+        ``None``. Each element of ``g`` went to one place of the output, so its gradient is
+        ``gg`` at that place. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
+        ### BEGIN SOLUTION chapter 02: Place.backward
+        return Pick.apply(gg, ctx.saved_tensors[0]), None, None
+        ### END SOLUTION
 
 
 def _class_weights(weight: Any, x: Tensor, op: str) -> Tensor | None:
