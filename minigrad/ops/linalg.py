@@ -49,6 +49,14 @@ class Linear(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """``y = x @ w.T + b`` with x (..., in), w (out, in), b (out,) or ``None``; g is (..., out).
+        Forward saved ``(x, w)`` (each only when the other needs a gradient). The weight's
+        gradient has w's shape, summed over every row of the batch (fold the batch dims into
+        rows, as forward does, for one matrix product); the bias's is g summed over the rows.
+        Compute only what ``ctx.needs_input_grad`` asks for. The contract of every rule:
+        ``minigrad.autograd.Function.backward``.
+        """
+        ### BEGIN SOLUTION chapter 02: Linear.backward
         x, w = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
         rows = reshape(g, (-1, g.shape[-1]))
@@ -56,6 +64,7 @@ class Linear(Op):
         gw = rows.mT @ reshape(x, (-1, x.shape[-1])) if need_w else None
         gb = rows.sum(0) if need_b else None
         return gx, gw, gb
+        ### END SOLUTION
 
 
 def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
