@@ -13,7 +13,7 @@ import pytest
 
 from minigrad.course.exercises import CourseError
 from minigrad.course.package import (
-    CHAPTER_LESSONS, CHAPTER_TESTS, ROOT, find_regions, grade_repository, release_package, strip_regions,
+    CHAPTER_LESSONS, CHAPTER_TESTS, ROOT, find_regions, find_stubs, grade_repository, release_package, strip_regions,
 )
 
 SOURCE = '''def f(x):
@@ -94,6 +94,8 @@ for call in (lambda: topological_order([]), lambda: minigrad.tensor(1.0, require
     assert run.stdout.split("\n")[:3] == ["6.0", "chapter 01: topological order",
                                           "chapter 01: Function.apply records the in-edges"]
     assert len(regions) == len(find_regions())
+    # `python -m minigrad.course regions` in the student repository lists every region still to write
+    assert [s.tag for s in find_stubs(dest / "minigrad")] == [r.tag for r in regions]
     with pytest.raises(CourseError, match="not empty"):
         release_package(dest)
     with pytest.raises(CourseError, match="inside the source"):

@@ -36,8 +36,8 @@ from minigrad.course.grade import ExerciseResult, GradeReport, grade
 from minigrad.course.release import ship
 from minigrad.course.sandbox import sandbox_command
 
-__all__ = ["CHAPTER_LESSONS", "CHAPTER_TESTS", "Region", "check_chapter", "find_regions", "grade_repository", "release_package",
-           "strip_regions"]
+__all__ = ["CHAPTER_LESSONS", "CHAPTER_TESTS", "Region", "check_chapter", "find_regions", "find_stubs", "grade_repository",
+           "release_package", "strip_regions"]
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 _BEGIN = re.compile(r"^(\s*)### BEGIN SOLUTION chapter (\d\d): (.+?)\s*$")
@@ -106,6 +106,18 @@ def find_regions(package: Path | None = None) -> list[Region]:
     package = package or ROOT / "minigrad"
     return [region for path in sorted(package.rglob("*.py")) if "course" not in path.relative_to(package).parts
             for region in _scan(path, path.read_text())]
+
+
+_STUB = re.compile(r'^\s*raise NotImplementedError\("chapter (\d\d): (.+)"\)\s*$')
+
+
+def find_stubs(package: Path | None = None) -> list[Region]:
+    """The regions still to write in a student repository (its ``raise NotImplementedError("chapter
+    NN: title")`` lines; ``lines`` is 0), in file and line order."""
+    package = package or ROOT / "minigrad"
+    return [Region(path, lineno, int(match[1]), match[2], 0)
+            for path in sorted(package.rglob("*.py")) if "course" not in path.relative_to(package).parts
+            for lineno, line in enumerate(path.read_text().splitlines(), 1) if (match := _STUB.match(line))]
 
 
 def strip_regions(text: str, upto: int = 0, path: Path = Path("<source>")) -> str:
