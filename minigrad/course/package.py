@@ -217,7 +217,9 @@ def _copy_tests(root: Path, dest: Path, chapters: list[int]) -> None:
 def check_chapter(chapter: int, root: Path = ROOT, extra: list[str] | None = None) -> int:
     """Run chapter ``chapter``'s tests and lessons in a student repository with chapters 1..chapter written.
 
-    Returns pytest's exit status (0 when they pass).
+    The chapter's solved exercises (``solutions/exercises.ipynb``) run there too, under nbval: a
+    student who has written chapters 1..k can do chapter k's exercises. Returns pytest's exit
+    status (0 when they pass).
     """
     if chapter not in CHAPTER_TESTS:
         raise CourseError(f"no chapter {chapter}: the chapters are {sorted(CHAPTER_TESTS)}")
@@ -226,9 +228,21 @@ def check_chapter(chapter: int, root: Path = ROOT, extra: list[str] | None = Non
         release_package(repo, upto=chapter, root=root, git=False)
         lessons = sorted(str(p.relative_to(repo)) for pattern in CHAPTER_LESSONS[chapter] for p in repo.glob(pattern))
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--nbval",
-                   *CHAPTER_TESTS[chapter], *lessons, *(extra or [])]
+                   *CHAPTER_TESTS[chapter], *lessons, *_solved_exercises(chapter, root, repo), *(extra or [])]
         return subprocess.run(command, cwd=Path(scratch) / "repo",
                               env={**_env(), "PYTHONPATH": str(Path(scratch) / "repo")}).returncode
+
+
+def _solved_exercises(chapter: int, root: Path, repo: Path) -> list[str]:
+    """Copy chapter ``chapter``'s solved exercise notebooks into the student repository ``repo``
+    (where they never ship) and return their paths in it."""
+    paths = []
+    for source in sorted(root.glob(f"chapters/{chapter:02d}_*/solutions/*.ipynb")):
+        target = repo / source.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, target)
+        paths.append(str(target.relative_to(repo)))
+    return paths
 
 
 def _env() -> dict[str, str]:
