@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace) -> int:
         for region in regions:
             print(f"{region.path.relative_to(ROOT)}:{region.begin}  {region.lines:>3} lines  {region.tag}")
         if not regions:  # a student repository: its markers are gone, its empty regions raise
-            stubs = find_stubs()
+            stubs = sorted(find_stubs(), key=lambda s: s.chapter)  # chapter by chapter, as students go
             for stub in stubs:
                 print(f"{stub.path.relative_to(ROOT)}:{stub.begin}  {stub.tag}")
             print(f"{len(stubs)} regions to write" if stubs else "every region is written")
