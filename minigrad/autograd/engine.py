@@ -336,5 +336,7 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> N
         t.grad = g
         shared.add(id(g))
     ### END SOLUTION
-    for m in current_modes():  # the tracer binds the new .grad to the value it holds
+    # Reached after a leaf's first .grad only (the code above returns when it added to one):
+    # the modes hear of it, and the tracer binds the new .grad to the value it holds.
+    for m in current_modes():
         m.fresh_grad(t, t.grad, g)
