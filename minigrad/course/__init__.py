@@ -17,6 +17,16 @@ answers the check cells read with ``answer(...)`` (``answers``, ``checks``). Fro
 ``chapters/README.md`` explains the convention to authors and the workflow to instructors.
 """
 
+from importlib.util import find_spec
+
+# minigrad itself needs only numpy; the course tools need the notebook and test tools of the dev
+# extra. Say so, and how to get them, instead of failing on whichever import comes first.
+_MISSING = [name for name in ("nbformat", "nbclient", "pytest") if find_spec(name) is None]
+if _MISSING:
+    raise ModuleNotFoundError(f"minigrad.course needs {', '.join(_MISSING)} (the course tools of minigrad's dev "
+                              "extra): run `make venv` in minigrad's repository, or `pip install -e '.[dev]'`, "
+                              "then use .venv/bin/python -m minigrad.course", name=_MISSING[0])
+
 from minigrad.course.answers import answer
 from minigrad.course.exercises import CourseError, Exercise, find_exercises, read_notebook, tag_notebook
 from minigrad.course.grade import (

@@ -21,7 +21,7 @@ import nbformat
 from minigrad.course.exercises import CourseError, read_notebook, tag_notebook
 from minigrad.course.grade import CELL_TIMEOUT, LIMIT, grade, verify, write_junit
 from minigrad.course.package import (
-    CHAPTER_TESTS, ROOT, check_chapter, find_regions, grade_repository, release_package,
+    CHAPTER_TESTS, ROOT, check_chapter, find_regions, find_stubs, grade_repository, release_package,
 )
 from minigrad.course.release import release, ship
 
@@ -55,7 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("dest", help="an empty or new folder outside this repository")
     cmd.add_argument("--upto", type=int, default=0, metavar="K",
                      help="keep the regions of chapters 1..K written (default 0: every region empty)")
-    commands.add_parser("regions", help="list the package regions a student writes, with their line counts")
+    cmd.add_argument("--no-git", action="store_true", help="write the files only (default: a git repository "
+                     "with one commit)")
+    commands.add_parser("regions", help="list the package regions a student writes, with their line counts "
+                        "(in a student repository: those still to write)")
     cmd = commands.add_parser("check-order", help="for each chapter k (or those given), run chapter k's "
                               "tests in a student repository with chapters 1..k written")
     cmd.add_argument("chapters", nargs="*", type=int)
@@ -104,13 +107,20 @@ def _run(args: argparse.Namespace) -> int:
                   "FAILED: the solutions must pass every exercise and the student version none")
         return 0 if ok else 1
     if args.command == "release-package":
-        regions = release_package(args.dest, args.upto)
+        regions = release_package(args.dest, args.upto, git=not args.no_git)
         empty = [r for r in regions if r.chapter > args.upto]
-        print(f"wrote the student repository to {args.dest}: {len(empty)} of {len(regions)} regions to write")
+        print(f"wrote the student repository to {args.dest}: {len(empty)} of {len(regions)} regions to write"
+              + ("" if args.no_git else "; it is a git repository with one commit, push it where students clone from"))
         return 0
     if args.command == "regions":
-        for region in find_regions():
+        regions = find_regions()
+        for region in regions:
             print(f"{region.path.relative_to(ROOT)}:{region.begin}  {region.lines:>3} lines  {region.tag}")
+        if not regions:  # a student repository: its markers are gone, its empty regions raise
+            stubs = sorted(find_stubs(), key=lambda s: s.chapter)  # chapter by chapter, as students go
+            for stub in stubs:
+                print(f"{stub.path.relative_to(ROOT)}:{stub.begin}  {stub.tag}")
+            print(f"{len(stubs)} regions to write" if stubs else "every region is written")
         return 0
     if args.command == "mutants" and args.list:
         return _list_mutants(args.chapters)

@@ -30,6 +30,9 @@ class Relu(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """Forward saved the mask ``a > 0``: the gradient passes where it holds, 0 elsewhere
+        (also at exactly 0, as PyTorch). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Relu.backward
         return g * ctx.saved_tensors[0]
         ### END SOLUTION
