@@ -120,6 +120,17 @@ class TestBackwardRules:
         same(w.grad, sum(batch.detach().numpy()[i].T @ gb[i] for i in range(2)),
              "a right operand shared by the batch gets the sum over the batch")
 
+    def test_linear_folds_the_batch_into_rows(self):
+        rng = np.random.default_rng(1)
+        x_np, w_np, b_np = rng.standard_normal((2, 5, 3)), rng.standard_normal((4, 3)), rng.standard_normal(4)
+        g_np = rng.standard_normal((2, 5, 4))
+        x, w, b = t(x_np), t(w_np), t(b_np)
+        backward_of(nn.functional.linear(x, w, b), g_np)
+        same(x.grad, g_np @ w_np, "d(x @ w.T + b)/dx = g @ w (forward used w transposed, so backward does not)")
+        same(w.grad, g_np.reshape(-1, 4).T @ x_np.reshape(-1, 3),
+             "d(x @ w.T + b)/dw = g.T @ x, summed over every row of the batch")
+        same(b.grad, g_np.reshape(-1, 4).sum(0), "the bias's gradient is g summed (not averaged) over the batch")
+
     def test_reshape_broadcast_permute_cat(self):
         x = t(np.arange(6.0).reshape(2, 3))
         g = np.arange(6.0).reshape(3, 2) * 10

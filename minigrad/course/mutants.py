@@ -207,6 +207,26 @@ MUTANTS: list[Mutant] = [
     _m("sum-to-no-lead", "chapter 02: undoing broadcasting",
        "lead = x.ndim - len(shape)", "lead = 0",
        "sum_to aligns the shapes on the left instead of on the right"),
+    _m("sum-to-mean", "chapter 02: undoing broadcasting: the sum",
+       "out = a.sum(axis=axes, keepdims=True) if axes else a", "out = a.mean(axis=axes, keepdims=True) if axes else a",
+       "a broadcast's gradient averaged over the copies instead of summed"),
+    _m("sum-to-lead-only", "chapter 02: undoing broadcasting: the sum",
+       "axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1)",
+       "axes = tuple(range(lead))",
+       "only the axes broadcasting added are summed, not the size-1 axes it stretched"),
+    _m("linear-x-transposed", "chapter 02: Linear.backward",
+       "gx = g @ w if need_x else None", "gx = g @ w.mT if need_x else None",
+       "linear's input gradient with matmul's transpose, though forward already used w transposed"),
+    _m("linear-bias-mean", "chapter 02: Linear.backward",
+       "gb = rows.sum(0) if need_b else None", "gb = rows.mean(0) if need_b else None",
+       "the bias's gradient averaged over the batch instead of summed"),
+    _m("scatter-passthrough", "chapter 02: ScatterIndex.backward",
+       "return GetItem.apply(g, ctx.index), None, None", "return g, None, None",
+       "the scatter's gradient handed back whole instead of read at the scattered positions"),
+    _m("place-sign", "chapter 02: Place.backward",
+       "return Pick.apply(gg, ctx.saved_tensors[0]), None, None",
+       "return Pick.apply(-gg, ctx.saved_tensors[0]), None, None",
+       "the placement's gradient with a minus sign copied from the loss"),
     _m("maxdim-no-keepdim", "chapter 02: MaxDim.backward",
        "        if not ctx.keepdim:\n            g = reshape(g, _keep_shape(ctx.shape, ctx.dims))\n", "",
        "max(dim)'s gradient not given back its reduced axis before the mask"),
@@ -382,5 +402,9 @@ _OP_RULES = ["Relu.backward", "Mul.backward", "Div.backward", "Pow.backward", "E
              "GetItem.backward", "IndexPut.backward", "Matmul.backward", "Reshape.backward", "BroadcastTo.backward",
              "Permute.backward (transpose)", "Cat.backward", "Sum.backward", "Mean.backward", "undoing broadcasting",
              "MaxDim.backward", "Var.backward", "Logsumexp.backward", "Softmax.backward", "LogSoftmax.backward",
-             "Pick.backward (cross-entropy's gather)"]
+             "Pick.backward (cross-entropy's gather)", "undoing broadcasting: the sum", "Linear.backward",
+             "ScatterIndex.backward", "Place.backward"]
 REGION_TESTS.update({f"chapter 02: {title}": [f"{T2}::TestBackwardRules"] for title in _OP_RULES})
+# Two rules run only as second derivatives (of indexing, of cross-entropy's gather): the gradient checks run them.
+REGION_TESTS["chapter 02: ScatterIndex.backward"] += ["tests/test_gradcheck.py"]
+REGION_TESTS["chapter 02: Place.backward"] += ["tests/test_softmax.py"]
