@@ -224,7 +224,8 @@ for name, leaf in leaves.items():
 # ## The order `backward()` visits
 # A node may send its gradient on only once every node that uses it has sent its share to it.
 # The depth-first walk puts each Value after everything it was computed from (a topological
-# order); walking that list backwards gives exactly the order of the hand pass.
+# order); walking that list backwards gives exactly the order of the hand pass. Each node's rule
+# runs once, so the gradients with respect to *all* inputs cost about one more forward pass.
 
 # %%
 order = o.topological_order()
