@@ -104,7 +104,7 @@ def same_draws(lib: types.ModuleType, seed: int = 0) -> Iterator[np.random.Gener
         saved.append((owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)))
         setattr(owner, name, new)
 
-    def creator(draw: Callable[[tuple[int, ...]], np.ndarray], original: Callable) -> Callable:
+    def creator(draw: Callable[[tuple[int, ...]], np.ndarray]) -> Callable:
         def make(*size: Any, dtype: Any = None, requires_grad: bool = False, **_: Any) -> Any:
             shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
             values = draw(shape)
@@ -112,8 +112,10 @@ def same_draws(lib: types.ModuleType, seed: int = 0) -> Iterator[np.random.Gener
             return out.requires_grad_(requires_grad)
         return make
 
-    patch(lib, "randn", creator(lambda s: rng.standard_normal(s), lib.randn))
-    patch(lib, "rand", creator(lambda s: rng.random(s), lib.rand))
+    patch(lib, "randn", creator(lambda s: rng.standard_normal(s)))
+    patch(lib, "rand", creator(lambda s: rng.random(s)))
+    patch(lib, "randn_like", lambda t, dtype=None, **_: lib.tensor(rng.standard_normal(tuple(t.shape)),
+                                                                     dtype=dtype or t.dtype))
 
     def init_fn(original: Callable, draw: Callable[[Any, tuple], np.ndarray]) -> Callable:
         def fill(tensor: Any, *args: Any, **kwargs: Any) -> Any:
