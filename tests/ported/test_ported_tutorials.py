@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import pytest
 
 from harness import lib_module, numbers_after, run, same_draws
@@ -35,6 +36,57 @@ def fit(name: str, lib: str = "minigrad") -> dict[str, Any]:
 # products (summed in a different order by each library's BLAS) shows up to 0.2% in the last losses.
 RTOL = {"two_layer_net_custom_function": 5e-3}
 PAIRS = {name: (what, lambda lib, name=name: fit(name, lib)) for name, what in SCRIPTS.items()}
+
+
+# -- beginner_source/nlp: Robert Guthrie's "Deep Learning for NLP with PyTorch" ----------------------
+FLOAT = r"-?\d+\.\d*(?:e[-+]?\d+)?"
+
+
+def printed_tensors(out: str) -> list[np.ndarray]:
+    """The values of every ``tensor(...)`` the script printed (the two libraries print a value
+    with different trailing zeros, so values are compared, not text)."""
+    return [np.array([float(v) for v in re.findall(FLOAT, body)])
+            for body in re.findall(r"tensor\((.*?)(?:, grad_fn=<\w+>)?\)", out, re.S)]
+
+
+def nlp(name: str, lib: str = "minigrad") -> dict[str, Any]:
+    with same_draws(lib_module(lib)):
+        out = run(name, lib).stdout
+    tensors = printed_tensors(out)
+    if name == "word_embeddings_tutorial":  # one running total of the n-gram model's loss per epoch
+        return {"losses": [float(t[0]) for t in tensors[-10:]], "printed": tensors}
+    return {"losses": [], "printed": tensors}  # the tagger prints its scores before and after training
+
+
+NLP = {
+    "sequence_models_tutorial": "nn.LSTM stepwise and whole-sequence, autograd.Variable, an LSTM tagger "
+                                "(Embedding, log_softmax without dim, NLLLoss, SGD)",
+    "word_embeddings_tutorial": "an n-gram language model (Embedding, view, NLLLoss, SGD), "
+                                "torch.Tensor([0]) running totals of loss.data",
+}
+PAIRS.update({name: (what, lambda lib, name=name: nlp(name, lib)) for name, what in NLP.items()})
+
+
+@pytest.mark.filterwarnings("ignore:Implicit dimension choice:UserWarning")
+def test_lstm_tagger_tags_the_sentence_as_the_tutorial_says():
+    scores = nlp("sequence_models_tutorial")["printed"][-1].reshape(5, 3)
+    assert scores.argmax(axis=1).tolist() == [0, 1, 2, 0, 1]  # DET NOUN VERB DET NOUN, "the correct sequence!"
+    assert np.exp(scores).sum(axis=1) == pytest.approx(np.ones(5), abs=1e-3)
+
+
+def test_ngram_language_model_loss_decreases_every_epoch():
+    losses = nlp("word_embeddings_tutorial")["losses"]
+    assert len(losses) == 10 and all(b < a for a, b in zip(losses, losses[1:])), losses
+
+
+@pytest.mark.filterwarnings("ignore:Implicit dimension choice:UserWarning")
+@pytest.mark.parametrize("name", sorted(NLP))
+def test_nlp_tutorial_prints_what_pytorch_prints_from_the_same_numbers(name):
+    pytest.importorskip("torch")
+    mg, th = nlp(name), nlp(name, "torch")
+    assert [t.shape for t in mg["printed"]] == [t.shape for t in th["printed"]]
+    for a, b in zip(mg["printed"], th["printed"]):  # printed to 4 decimals (or 4 significant digits)
+        np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-4)
 
 
 @pytest.mark.filterwarnings("ignore:invalid escape sequence:DeprecationWarning")  # the tutorials' docstrings
