@@ -68,6 +68,9 @@ def run(name: str, lib: str = "minigrad", argv: list[str] | None = None, main: b
             os.chdir(cwd)
         with contextlib.redirect_stdout(out):
             exec(compile(source(name, lib), str(HERE / f"{name}.py"), "exec"), module.__dict__)
+    except SystemExit as done:  # a program may end with sys.exit(); only a failing status is an error
+        if done.code not in (None, 0):
+            raise
     finally:
         sys.argv = old_argv
         os.chdir(old_cwd)
