@@ -153,7 +153,8 @@ def same_draws(lib: types.ModuleType, seed: int = 0) -> Iterator[np.random.Gener
                     _fill(lib, p, rng.uniform(-1, 1, values.shape) / math.sqrt(fan_in(p)))
         return reset_parameters
 
-    for cls in {c for c in vars(lib.nn).values() if isinstance(c, type) and issubclass(c, lib.nn.Module)}:
+    layers = [c for c in vars(lib.nn).values() if isinstance(c, type) and issubclass(c, lib.nn.Module)]
+    for cls in {base for c in layers for base in c.__mro__}:  # torch keeps Conv2d's reset on _ConvNd
         for name in ("reset_parameters", "_reset_parameters"):
             if name in cls.__dict__:
                 patch(cls, name, reset(cls.__dict__[name]))

@@ -63,6 +63,8 @@ NLP = {
                                 "(Embedding, log_softmax without dim, NLLLoss, SGD)",
     "word_embeddings_tutorial": "an n-gram language model (Embedding, view, NLLLoss, SGD), "
                                 "torch.Tensor([0]) running totals of loss.data",
+    "neural_networks_tutorial": "LeNet (Conv2d, max_pool2d, view), backward with a gradient, MSELoss on an "
+                                "int64 target, grad_fn.next_functions, zero_grad, optim.SGD",
 }
 PAIRS.update({name: (what, lambda lib, name=name: nlp(name, lib)) for name, what in NLP.items()})
 
@@ -77,6 +79,13 @@ def test_lstm_tagger_tags_the_sentence_as_the_tutorial_says():
 def test_ngram_language_model_loss_decreases_every_epoch():
     losses = nlp("word_embeddings_tutorial")["losses"]
     assert len(losses) == 10 and all(b < a for a, b in zip(losses, losses[1:])), losses
+
+
+def test_lenet_tutorial_walks_the_graph_and_fills_the_bias_gradient():
+    out = run("neural_networks_tutorial").stdout
+    assert "conv1.bias.grad before backward\nNone\n" in out and "Backward" in out
+    grad = printed_tensors(out)[-1]
+    assert grad.shape == (6,) and np.abs(grad).sum() > 0
 
 
 @pytest.mark.filterwarnings("ignore:Implicit dimension choice:UserWarning")
