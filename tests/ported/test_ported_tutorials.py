@@ -1,6 +1,6 @@
 """The pytorch/tutorials "learning PyTorch with examples" programs (beginner_source/examples_*),
 ported by changing only their import line and run whole as scripts (issue 31). The polynomial ones
-fit sin(x) with a cubic in 2000 steps, the two-layer net fits random targets in 500; on minigrad the
+fit sin(x) with a cubic in 2000 steps, the two-layer nets fit random targets in 500; on minigrad the
 fit must come out as the tutorial prints it, and
 where PyTorch is installed the same script on torch, started from the same numbers
 (``harness.same_draws``), must print the same losses."""
@@ -18,23 +18,37 @@ from harness import lib_module, numbers_after, run, same_draws
 SCRIPTS = {
     "polynomial_tensor": "raw tensors, hand-written backward, torch.matmul(input=, other=), in-place updates",
     "two_layer_net_custom_function": "a custom ReLU Function (clone, masked assignment), mm, grad.zero_()",
+    "two_layer_net_autograd": "mm, clamp(min=0), backward, no_grad in-place steps, grad.zero_()",
+    "two_layer_net_tensor": "hand-written backprop: t(), mm, clone, masked assignment, in-place updates",
     "polynomial_custom_function": "a custom autograd.Function (save_for_backward, saved_tensors), .apply",
     "polynomial_optim": "nn.Sequential(Linear, Flatten(0, 1)), MSELoss(sum), optim.SGD",
     "polynomial_module": "a Module subclass holding nn.Parameters, MSELoss, SGD",
 }
 
 
+EVERY_STEP = {"two_layer_net_custom_function", "two_layer_net_tensor"}
+# Tensor.t() comes with the api branch; until then that script stops at its first backprop line
+NEEDS = {"two_layer_net_tensor": ("t", "needs Tensor.t() (api branch)")}
+
+
+def _skip_until_merged(name: str) -> None:
+    import minigrad
+
+    if name in NEEDS and not hasattr(minigrad.Tensor, NEEDS[name][0]):
+        pytest.skip(NEEDS[name][1])
+
+
 def fit(name: str, lib: str = "minigrad") -> dict[str, Any]:
     """Run the tutorial script from the same starting numbers; its printed losses and result."""
     with same_draws(lib_module(lib)):
         out = run(name, lib).stdout
-    every = r"(?m)^\d+" if name.startswith("two_layer") else r"(?m)^\d*99"  # one loss a step, or one in 100
+    every = r"(?m)^\d+" if name in EVERY_STEP else r"(?m)^\d*99"  # one loss a step, or one in 100
     return {"losses": numbers_after(out, every), "result": out.strip().splitlines()[-1]}
 
 
-# The two-layer net's loss falls from 3e7 to 1e-4 in 500 steps: float32 rounding of its 1000-term dot
+# A two-layer net's loss falls from 3e7 to 1e-4 in 500 steps: float32 rounding of its 1000-term dot
 # products (summed in a different order by each library's BLAS) shows up to 0.2% in the last losses.
-RTOL = {"two_layer_net_custom_function": 5e-3}
+RTOL = {"two_layer_net_custom_function": 5e-3, "two_layer_net_tensor": 5e-3, "two_layer_net_autograd": 5e-3}
 PAIRS = {name: (what, lambda lib, name=name: fit(name, lib)) for name, what in SCRIPTS.items()}
 
 
@@ -101,10 +115,11 @@ def test_nlp_tutorial_prints_what_pytorch_prints_from_the_same_numbers(name):
 @pytest.mark.filterwarnings("ignore:invalid escape sequence:DeprecationWarning")  # the tutorials' docstrings
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_tutorial_fits_sin_as_the_tutorial_prints(name):
+    _skip_until_merged(name)
     out = fit(name)
     losses = out["losses"]
     if name.startswith("two_layer"):  # 500 steps fitting random targets: the tutorial's loss falls ~1e11-fold
-        assert len(losses) == 500 and losses[-1] < 1e-6 * losses[0], losses[::50]
+        assert len(losses) == (500 if name in EVERY_STEP else 5) and losses[-1] < 1e-6 * losses[0], losses[::50]
         return
     assert len(losses) == 20 and losses[-1] < losses[0] and losses[-1] < 50, out
     coefficients = [float(c) for c in re.findall(r"[-+]?\d[\d.]*(?:e[-+]?\d+)?(?= |\)|$)", re.sub(r"x\^\d", "", out["result"].split("=")[1]))]
@@ -122,4 +137,5 @@ def test_tutorial_prints_the_losses_pytorch_prints_from_the_same_numbers(name):
     pytest.importorskip("torch")
     from harness import compare
 
+    _skip_until_merged(name)
     compare(fit(name), fit(name, "torch"), rtol=RTOL.get(name, 1e-4))
