@@ -134,12 +134,64 @@ def time_sequence_steps(lib: str) -> dict[str, Any]:
     return {"losses": losses}
 
 
+# -- word_language_model/model.py, driven as its main.py drives it -------------------------------------
+# model.py subclasses nn.Transformer at import and init_hidden calls new_zeros: both come with the api branch
+needs_transformer = pytest.mark.skipif(
+    not (hasattr(__import__("minigrad").nn, "Transformer") and hasattr(__import__("minigrad").Tensor, "new_zeros")),
+    reason="needs nn.Transformer and Tensor.new_zeros (api branch)")
+WORDS = ("the cat sat on the mat and the dog sat on the log while the bird sang in the tree " * 8).split()
+
+
+def word_lm_steps(lib: str, kind: str = "LSTM", steps: int = 3, lr: float = 2.0) -> dict[str, Any]:
+    """main.py's train(): batchify, bptt windows of 8, detach the hidden state between windows,
+    clip_grad_norm_(0.25) and the hand-written SGD step p.data.add_(p.grad, alpha=-lr) (--lr 2: the
+    default 20 suits its Penn Treebank run, not 13 words)."""
+    ns = run("word_language_model", lib, main=False).namespace
+    torch = lib_module(lib)
+    vocab = sorted(set(WORDS))
+    ids = torch.tensor([vocab.index(w) for w in WORDS])
+    data = ids[: ids.size(0) // 4 * 4].view(4, -1).t().contiguous()  # main.py's batchify(bsz=4)
+    with same_draws(torch):
+        if kind == "Transformer":
+            model = ns["TransformerModel"](len(vocab), 16, 2, 32, 1, dropout=0.0)
+        else:
+            model = ns["RNNModel"](kind, len(vocab), 16, 16, 2, dropout=0.0)
+    hidden = model.init_hidden(4) if kind != "Transformer" else None
+    losses, grads = [], {}
+    for i in range(steps):
+        j = i % 4  # 36 rows of 4 streams: four windows of 8, then an epoch over again
+        source, targets = data[j * 8:(j + 1) * 8], data[j * 8 + 1:(j + 1) * 8 + 1].reshape(-1)
+        model.zero_grad()
+        if kind == "Transformer":
+            output = model(source).view(-1, len(vocab))
+        else:
+            hidden = tuple(h.detach() for h in hidden)  # main.py's repackage_hidden
+            output, hidden = model(source, hidden)
+        loss = ns["nn"].NLLLoss()(output, targets)
+        loss.backward()
+        ns["torch"].nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        grads = grads if i else grads_of(model)
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-lr)
+        losses.append(loss.item())
+    return {"losses": losses, "grads": grads}
+
+
+@needs_transformer
+@pytest.mark.parametrize("kind", ["LSTM", "Transformer"])
+def test_word_language_model_learns_its_corpus(kind):
+    losses = word_lm_steps("minigrad", kind, steps=20)["losses"]
+    assert np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.1, losses  # one epoch is four windows
+
+
 PAIRS = {
     "vae_main": ("Linear VAE, randn_like, binary_cross_entropy(sum), torch.where/max/le/gt, Adam", vae_steps),
     "mnist_rnn_main": ("LSTM(batch_first), BatchNorm1d, Dropout2d, nll_loss, Adadelta, StepLR", mnist_rnn_steps),
     "time_sequence_train": ("LSTMCell x2 in float64, split, cat, LBFGS with a closure, torch.load", time_sequence_steps),
+    "word_language_model": ("RNNModel (Embedding, 2-layer LSTM, new_zeros hidden), TransformerModel(nn.Transformer), "
+                            "detach, clip_grad_norm_, p.data.add_(alpha=)", word_lm_steps),
 }
-SKIPS = {"mnist_rnn_main": needs_dropout2d}
+SKIPS = {"mnist_rnn_main": needs_dropout2d, "word_language_model": needs_transformer}
 NEEDS_MNIST = {"vae_main", "mnist_rnn_main"}
 
 
