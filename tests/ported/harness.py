@@ -63,6 +63,9 @@ def run(name: str, lib: str = "minigrad", argv: list[str] | None = None, main: b
     sys.argv = [f"{name}.py", *(argv or [])]
     sys.modules[module.__name__] = module  # dataclasses and pickle look their module up
     sys.path.insert(0, str(HERE))  # programs import their sibling files and torchvision_shim
+    import torchvision_shim
+
+    torchvision_shim.LIB = lib  # its images come as this library's tensors
     try:
         if cwd is not None:
             os.chdir(cwd)
@@ -75,6 +78,7 @@ def run(name: str, lib: str = "minigrad", argv: list[str] | None = None, main: b
         sys.argv = old_argv
         os.chdir(old_cwd)
         sys.path.remove(str(HERE))
+        torchvision_shim.LIB = "minigrad"
         if old_main is None:
             del sys.modules[module.__name__]
         else:

@@ -134,6 +134,35 @@ def time_sequence_steps(lib: str) -> dict[str, Any]:
     return {"losses": losses}
 
 
+# -- pytorch/tutorials beginner_source/basics/quickstart_tutorial.py (data from torchvision) -------------
+@needs_mnist
+def test_quickstart_tutorial_trains_saves_loads_and_predicts(tmp_path):
+    out = run("quickstart_tutorial", cwd=tmp_path).stdout
+    losses, test_losses = numbers_after(out, r"(?m)^loss:"), numbers_after(out, r"Avg loss:")
+    assert len(losses) == 5 and losses[-1] < losses[0] and test_losses[-1] < test_losses[0], out[-800:]
+    assert "Shape of X [N, C, H, W]:  minigrad.Size([64, 1, 28, 28])" in out and "Done!" in out
+    assert (tmp_path / "model.pth").stat().st_size > 0 and 'Predicted: "' in out
+
+
+def quickstart_steps(lib: str) -> dict[str, Any]:
+    """Three SGD steps of the tutorial's MLP with its CrossEntropyLoss, on the first 64 images."""
+    ns = run("quickstart_tutorial", lib, main=False, cwd=Path(__import__("tempfile").mkdtemp())).namespace
+    torch = lib_module(lib)
+    x, y = torch.tensor(mnist_batch(64)), torch.tensor(np.arange(64) % 10)
+    with same_draws(torch):
+        model = ns["NeuralNetwork"]()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses, grads = [], {}
+    for step in range(3):
+        loss = ns["loss_fn"](model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        grads = grads if step else grads_of(model)
+        optimizer.step()
+        losses.append(loss.item())
+    return {"losses": losses, "grads": grads}
+
+
 # -- word_language_model/model.py, driven as its main.py drives it -------------------------------------
 # model.py subclasses nn.Transformer at import and init_hidden calls new_zeros: both come with the api branch
 needs_transformer = pytest.mark.skipif(
@@ -188,11 +217,13 @@ PAIRS = {
     "vae_main": ("Linear VAE, randn_like, binary_cross_entropy(sum), torch.where/max/le/gt, Adam", vae_steps),
     "mnist_rnn_main": ("LSTM(batch_first), BatchNorm1d, Dropout2d, nll_loss, Adadelta, StepLR", mnist_rnn_steps),
     "time_sequence_train": ("LSTMCell x2 in float64, split, cat, LBFGS with a closure, torch.load", time_sequence_steps),
+    "quickstart_tutorial": ("DataLoader over a torchvision dataset, Flatten, Sequential MLP, CrossEntropyLoss, SGD, "
+                            "save/load state_dict, argmax", quickstart_steps),
     "word_language_model": ("RNNModel (Embedding, 2-layer LSTM, new_zeros hidden), TransformerModel(nn.Transformer), "
                             "detach, clip_grad_norm_, p.data.add_(alpha=)", word_lm_steps),
 }
 SKIPS = {"mnist_rnn_main": needs_dropout2d, "word_language_model": needs_transformer}
-NEEDS_MNIST = {"vae_main", "mnist_rnn_main"}
+NEEDS_MNIST = {"vae_main", "mnist_rnn_main", "quickstart_tutorial"}
 
 
 @pytest.mark.parametrize("name", sorted(PAIRS))

@@ -3,7 +3,9 @@
 split there), giving the first ``TRAIN`` images as the "training" set and the next ``TEST`` as the
 test set, so that a test runs the program unchanged on a few hundred images. ``utils.save_image``
 writes a grid of images as torchvision's does (a PNG, by PIL), and ``from torchvision_shim.utils
-import save_image`` works as ``from torchvision.utils import save_image`` does."""
+import save_image`` works as ``from torchvision.utils import save_image`` does (``.transforms``
+likewise). ``datasets.FashionMNIST`` gives the same MNIST digits: the format is the same, and the
+programs only need images of it."""
 
 import sys
 import types
@@ -18,11 +20,30 @@ ROOT = Path("/work/shared/data/mnist")
 TRAIN, TEST = 160, 64
 
 
+LIB = "minigrad"  # harness.run sets "torch" while a program runs on PyTorch: images come as torch tensors
+
+
+class _AsLibrary(Subset):
+    """The shipped images, as tensors of the library the program runs on."""
+
+    def __getitem__(self, i):
+        image, label = super().__getitem__(i)
+        if LIB == "torch":
+            import torch
+
+            image = torch.from_numpy(image.numpy().copy())
+        return image, label
+
+
 class datasets:  # noqa: N801  (a stand-in for the module torchvision.datasets)
     @staticmethod
     def MNIST(root, train=True, download=False, transform=None):  # noqa: N802
-        full = _MNIST(ROOT, train=False, transform=transform, download=download)
-        return Subset(full, range(TRAIN) if train else range(TRAIN, TRAIN + TEST))
+        # never downloads: the shipped files are read whatever `download` says
+        full = _MNIST(ROOT, train=False, transform=transform, download=False)
+        return _AsLibrary(full, range(TRAIN) if train else range(TRAIN, TRAIN + TEST))
+
+    # FashionMNIST has MNIST's format (28x28 grey images, 10 classes): the shipped digits stand in
+    FashionMNIST = MNIST
 
 
 def save_image(tensor, fp, nrow: int = 8, padding: int = 2, pad_value: float = 0.0) -> None:
@@ -45,3 +66,4 @@ def save_image(tensor, fp, nrow: int = 8, padding: int = 2, pad_value: float = 0
 utils = types.ModuleType(__name__ + ".utils", "A stand-in for torchvision.utils.")
 utils.save_image = save_image
 sys.modules[utils.__name__] = utils
+sys.modules[__name__ + ".transforms"] = transforms  # `from torchvision.transforms import ToTensor`
