@@ -77,6 +77,8 @@ NLP = {
                                 "(Embedding, log_softmax without dim, NLLLoss, SGD)",
     "word_embeddings_tutorial": "an n-gram language model (Embedding, view, NLLLoss, SGD), "
                                 "torch.Tensor([0]) running totals of loss.data",
+    "deep_learning_tutorial": "Linear, relu/softmax/log_softmax, a bag-of-words classifier (zeros, in-place index "
+                              "increments, NLLLoss, SGD), parameters()",
     "neural_networks_tutorial": "LeNet (Conv2d, max_pool2d, view), backward with a gradient, MSELoss on an "
                                 "int64 target, grad_fn.next_functions, zero_grad, optim.SGD",
 }
@@ -93,6 +95,12 @@ def test_lstm_tagger_tags_the_sentence_as_the_tutorial_says():
 def test_ngram_language_model_loss_decreases_every_epoch():
     losses = nlp("word_embeddings_tutorial")["losses"]
     assert len(losses) == 10 and all(b < a for a, b in zip(losses, losses[1:])), losses
+
+
+def test_bag_of_words_classifier_learns_spanish_from_english():
+    *_, before_creo, spanish, english, creo = nlp("deep_learning_tutorial")["printed"]
+    assert spanish.argmax() == 0 and english.argmax() == 1  # "Yo creo que si" is SPANISH (label 0)
+    assert creo[0] > before_creo[0] and creo[1] < before_creo[1]  # "Spanish goes up, English goes down!"
 
 
 def test_lenet_tutorial_walks_the_graph_and_fills_the_bias_gradient():
