@@ -169,7 +169,7 @@ def measure(folder: Path = PORTED) -> Coverage:
 
 
 def figure_line(cov: Coverage) -> str:
-    return (f"Usage-weighted coverage over the {len(cov.programs)} ported programs: {cov.supported} of "
+    return (f"Usage-weighted coverage over the {len(cov.programs)} ported program files: {cov.supported} of "
             f"{cov.total} torch API call sites ({100 * cov.fraction:.1f}%) resolve in minigrad.")
 
 
