@@ -62,7 +62,7 @@ def vae_steps(lib: str) -> dict[str, Any]:
 # -- mnist_rnn/main.py ------------------------------------------------------------------------------
 needs_dropout2d = pytest.mark.skipif(not hasattr(__import__("minigrad").nn, "Dropout2d"),
                                      reason="needs nn.Dropout2d (api branch)")
-RNN_ARGV = ["--epochs", "1", "--batch-size", "32", "--test-batch-size", "64", "--log-interval", "2"]
+RNN_ARGV = ["--epochs", "3", "--lr", "1", "--batch-size", "32", "--test-batch-size", "64", "--log-interval", "2"]
 
 
 @needs_mnist
@@ -71,8 +71,9 @@ def test_mnist_rnn_trains_through_its_own_command_line():
     ns = run("mnist_rnn_main", argv=RNN_ARGV, main=False).namespace
     out = run("mnist_rnn_main", argv=RNN_ARGV).stdout
     losses = numbers_after(out, r"Loss:")
-    (correct,) = [int(v) for v in numbers_after(out, r"Accuracy:")]
-    assert "Net" in ns and len(losses) == 3 and losses[-1] < losses[0] and correct > 64 * 0.15, out  # chance: 10%
+    correct = int(numbers_after(out, r"Accuracy:")[-1])
+    # three epochs of 160 images: the loss falls and the last test beats chance (10%)
+    assert "Net" in ns and len(losses) == 9 and losses[-1] < losses[0] - 0.2 and correct > 64 * 0.15, out
 
 
 def mnist_rnn_steps(lib: str) -> dict[str, Any]:
