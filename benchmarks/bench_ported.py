@@ -21,7 +21,6 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 
 PORTED = Path(__file__).resolve().parents[1] / "tests" / "ported"
 MODULES = ["test_ported_tutorials", "test_ported_examples", "test_ported_karpathy"]

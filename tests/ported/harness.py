@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -49,7 +49,6 @@ class Run:
     """What running a program left: its global names and what it printed."""
     namespace: dict[str, Any]
     stdout: str
-    files: dict[str, Path] = field(default_factory=dict)
 
 
 def run(name: str, lib: str = "minigrad", argv: list[str] | None = None, main: bool = True,
