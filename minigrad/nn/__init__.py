@@ -23,6 +23,7 @@ from minigrad.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm  # noq
 from minigrad.nn.attention import MultiheadAttention, TransformerEncoderLayer  # noqa: F401
 from minigrad.nn.conv import AdaptiveAvgPool2d, AvgPool2d, Conv2d, MaxPool2d  # noqa: F401
 from minigrad.nn.rnn import LSTM, LSTMCell  # noqa: F401
+from minigrad.nn.recurrent import GRU, GRUCell, RNN, RNNCell  # noqa: F401  (one-state recurrences)
 from minigrad.unsupported import module_getattr as _module_getattr
 
 
