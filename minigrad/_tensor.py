@@ -101,15 +101,21 @@ class Tensor:
     def item(self) -> Any:
         if self.array.size != 1:
             raise ShapeError(f"item(): only one-element tensors can be converted, got shape {tuple(self.shape)}")
+        if _current_modes():  # a tracer must know: what is computed from the number is not recorded
+            _reads_values(self, "item()")
         return self.array.item()
 
     def numpy(self):
         if self.requires_grad:
             raise AutogradError("numpy(): the tensor requires grad; call tensor.detach().numpy()")
+        if _current_modes():
+            _reads_values(self, "numpy()")
         return self.array if self.device is cpu else self.array.get()
 
     def tolist(self) -> Any:
-        return self.detach().numpy().tolist()
+        if _current_modes():
+            _reads_values(self, "tolist()")
+        return (self.array if self.device is cpu else self.array.get()).tolist()
 
     def __float__(self) -> float:
         return float(self.item())
@@ -125,7 +131,7 @@ class Tensor:
     def __bool__(self) -> bool:
         if self.array.size != 1:
             raise RuntimeError(f"the truth value of a tensor with {self.array.size} elements is ambiguous")
-        return bool(self.item())
+        return bool(self.array.item())  # a branch on a traced value is baked in, as documented (trace)
 
     def __format__(self, spec: str) -> str:
         """``f"{loss:.4f}"`` formats a one-element tensor's value, as PyTorch does."""
@@ -288,6 +294,41 @@ class Tensor:
     def clone(self) -> Tensor:
         return _ops.clone(self)
 
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device.type == "cpu"
+
+    @property
+    def is_xpu(self) -> bool:
+        return False  # Intel GPUs are not a minigrad device
+
+    # -- new tensors like this one: torch's new_*, of this dtype and device unless told otherwise -----
+    def new_tensor(self, data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        """A copy of ``data`` (never sharing memory with it, and detached when it is a Tensor)."""
+        data = data.detach() if isinstance(data, Tensor) else data
+        return Tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        return self.new_full(_shape_arg(size), 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_ones(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        return self.new_full(_shape_arg(size), 1, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_empty(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        """Zeros: minigrad never hands out uninitialised memory (torch's values are arbitrary)."""
+        return self.new_full(_shape_arg(size), 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_full(self, size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = None,
+                 requires_grad: bool = False) -> Tensor:
+        dev = backend.resolve_device(device or self.device)
+        with backend.selected(dev):
+            out = _wrap(dev.xp.full(tuple(size), fill_value, backend.as_dtype(dtype or self.dtype)), dev)
+        return out.requires_grad_(True) if requires_grad else out
+
     # -- storage and strides (minigrad.ops.layout; chapter 01, lesson 05) --------------------------
     def contiguous(self, memory_format: Any = None) -> Tensor:
         return _ops.to_memory_format(self, memory_format or _ops.contiguous_format)
@@ -431,6 +472,13 @@ class Tensor:
     def multinomial(self, num_samples, replacement=False, *, generator=None):
         return _ops.multinomial(self, num_samples, replacement, generator=generator)
 
+    def t(self) -> Tensor:
+        """Transpose a 2-D tensor (a view); 0-D and 1-D tensors come back as they are, as in torch."""
+        if self.ndim > 2:
+            raise ShapeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D "
+                             f"(shape {tuple(self.shape)}); use transpose(dim0, dim1) or mT")
+        return _ops.transpose(self, 0, 1) if self.ndim == 2 else _ops.view(self, self.shape)
+
     @property
     def T(self) -> Tensor:
         return _ops.permute(self, tuple(range(self.ndim - 1, -1, -1)))
@@ -555,5 +603,5 @@ def _dim(dim: int, ndim: int, op: str) -> int:
     return dim % n
 
 
-from minigrad.autograd.mode import current_modes as _current_modes, new_array as _new_array  # noqa: E402  (autograd imports Tensor from this module)
+from minigrad.autograd.mode import current_modes as _current_modes, new_array as _new_array, reads_values as _reads_values  # noqa: E402  (autograd imports Tensor from this module)
 from minigrad import ops as _ops  # noqa: E402  (ops import Tensor from this module)

@@ -14,7 +14,7 @@ import itertools
 from collections import OrderedDict, namedtuple
 from typing import Any, Callable, Iterator
 
-from minigrad import backend, creation
+from minigrad import backend, creation, mapped
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.backend import Device
 from minigrad.errors import DTypeError
@@ -330,6 +330,7 @@ class Module:
                 pending.append((target, value))
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
+        mapped.check_mapped([value for _, value in pending])  # a truncated file's map would crash the copy
         with no_grad():
             for target, value in pending:
                 if assign:

@@ -9,6 +9,7 @@ with the other operands into that operand's subscripts.
 
 from __future__ import annotations
 
+import math
 import string
 from typing import Any
 
@@ -42,7 +43,7 @@ class Linear(Op):
     def forward(ctx, x, w, b):
         need_x, need_w = ctx.needs_input_grad[:2]
         ctx.save_for_backward(x if need_w else None, w if need_x else None)
-        y = x.reshape(-1, x.shape[-1]) @ w.T
+        y = x.reshape(_rows(x.shape), x.shape[-1]) @ w.T  # not -1, which numpy cannot infer for 0 features
         if b is not None:
             y += b
         return y.reshape(x.shape[:-1] + w.shape[:1])
@@ -51,11 +52,16 @@ class Linear(Op):
     def backward(ctx, g):
         x, w = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
-        rows = reshape(g, (-1, g.shape[-1]))
+        rows = reshape(g, (_rows(g.shape), g.shape[-1]))
         gx = g @ w if need_x else None
-        gw = rows.mT @ reshape(x, (-1, x.shape[-1])) if need_w else None
+        gw = rows.mT @ reshape(x, (_rows(x.shape), x.shape[-1])) if need_w else None
         gb = rows.sum(0) if need_b else None
         return gx, gw, gb
+
+
+def _rows(shape: tuple) -> int:
+    """The rows a (..., features) array folds into: the product of its batch dims."""
+    return math.prod(shape[:-1])
 
 
 def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:

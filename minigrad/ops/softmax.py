@@ -28,6 +28,8 @@ def _shifted(xp, a, dim):
     """``a - max(a, dim)`` in at least float32 (float16 exponents lose too much)."""
     if a.dtype.itemsize == 2:
         a = a.astype("float32")
+    if a.size == 0:  # no max of an empty row; nothing to shift either
+        return a.copy()
     return a - a.max(axis=dim, keepdims=True)
 
 
