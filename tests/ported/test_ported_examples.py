@@ -60,13 +60,10 @@ def vae_steps(lib: str) -> dict[str, Any]:
 
 
 # -- mnist_rnn/main.py ------------------------------------------------------------------------------
-needs_dropout2d = pytest.mark.skipif(not hasattr(__import__("minigrad").nn, "Dropout2d"),
-                                     reason="needs nn.Dropout2d (api branch)")
 RNN_ARGV = ["--epochs", "3", "--lr", "1", "--batch-size", "32", "--test-batch-size", "64", "--log-interval", "2"]
 
 
 @needs_mnist
-@needs_dropout2d
 def test_mnist_rnn_trains_through_its_own_command_line():
     ns = run("mnist_rnn_main", argv=RNN_ARGV, main=False).namespace
     out = run("mnist_rnn_main", argv=RNN_ARGV).stdout
@@ -165,15 +162,12 @@ def quickstart_steps(lib: str) -> dict[str, Any]:
 
 
 # -- word_language_model/model.py, driven as its main.py drives it -------------------------------------
-# model.py subclasses nn.Transformer at import and init_hidden calls new_zeros: both come with the api branch
-needs_transformer = pytest.mark.skipif(
-    not (hasattr(__import__("minigrad").nn, "Transformer") and hasattr(__import__("minigrad").Tensor, "new_zeros")),
-    reason="needs nn.Transformer and Tensor.new_zeros (api branch)")
 WORDS = ("the cat sat on the mat and the dog sat on the log while the bird sang in the tree " * 8).split()
 
 
 def word_lm_steps(lib: str, kind: str = "LSTM", steps: int = 3, lr: float = 2.0) -> dict[str, Any]:
-    """main.py's train(): batchify, bptt windows of 8, detach the hidden state between windows,
+    """main.py's train(): batchify, bptt windows of 8, detach the hidden state between windows
+    (its repackage_hidden),
     clip_grad_norm_(0.25) and the hand-written SGD step p.data.add_(p.grad, alpha=-lr) (--lr 2: the
     default 20 suits its Penn Treebank run, not 13 words)."""
     ns = run("word_language_model", lib, main=False).namespace
@@ -195,7 +189,7 @@ def word_lm_steps(lib: str, kind: str = "LSTM", steps: int = 3, lr: float = 2.0)
         if kind == "Transformer":
             output = model(source).view(-1, len(vocab))
         else:
-            hidden = tuple(h.detach() for h in hidden)  # main.py's repackage_hidden
+            hidden = hidden.detach() if isinstance(hidden, torch.Tensor) else tuple(h.detach() for h in hidden)
             output, hidden = model(source, hidden)
         loss = ns["nn"].NLLLoss()(output, targets)
         loss.backward()
@@ -207,11 +201,18 @@ def word_lm_steps(lib: str, kind: str = "LSTM", steps: int = 3, lr: float = 2.0)
     return {"losses": losses, "grads": grads}
 
 
-@needs_transformer
-@pytest.mark.parametrize("kind", ["LSTM", "Transformer"])
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN_TANH", "Transformer"])
 def test_word_language_model_learns_its_corpus(kind):
     losses = word_lm_steps("minigrad", kind, steps=20)["losses"]
     assert np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.1, losses  # one epoch is four windows
+
+
+@pytest.mark.parametrize("kind", ["GRU", "RNN_TANH"])
+def test_word_language_model_recurrences_match_pytorch(kind):
+    pytest.importorskip("torch")
+    from harness import compare
+
+    compare(word_lm_steps("minigrad", kind), word_lm_steps("torch", kind), rtol=1e-4)
 
 
 PAIRS = {
@@ -223,7 +224,6 @@ PAIRS = {
     "word_language_model": ("RNNModel (Embedding, 2-layer LSTM, new_zeros hidden), TransformerModel(nn.Transformer), "
                             "detach, clip_grad_norm_, p.data.add_(alpha=)", word_lm_steps),
 }
-SKIPS = {"mnist_rnn_main": needs_dropout2d, "word_language_model": needs_transformer}
 NEEDS_MNIST = {"vae_main", "mnist_rnn_main", "quickstart_tutorial"}
 
 
@@ -232,8 +232,6 @@ def test_example_matches_pytorch_from_the_same_weights(name):
     pytest.importorskip("torch")
     from harness import compare
 
-    if name in SKIPS and SKIPS[name].args[0]:
-        pytest.skip(SKIPS[name].kwargs["reason"])
     if name in NEEDS_MNIST and not HAVE_MNIST:
         pytest.skip("the MNIST files are not under /work/shared/data/mnist")
     steps = PAIRS[name][1]

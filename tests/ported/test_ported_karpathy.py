@@ -6,7 +6,6 @@ AdamW step as on torch."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import random
 import sys
@@ -18,10 +17,6 @@ import pytest
 
 from harness import grads_of, lib_module, numbers_after, run, same_draws
 
-# the program imports DataLoader from torch.utils.data.dataloader, a path the api branch adds
-needs_dataloader_path = pytest.mark.skipif(
-    importlib.util.find_spec("minigrad.utils.data.dataloader") is None,
-    reason="needs the minigrad.utils.data.dataloader import path (api branch)")
 SMALL = ["-n", "0", "-b", "16", "--n-layer", "1", "--n-embd", "16", "--n-embd2", "16", "--n-head", "2"]
 TYPES = ["bigram", "mlp", "rnn", "gru", "bow", "transformer"]
 
@@ -40,7 +35,6 @@ def names_file(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@needs_dataloader_path
 def test_makemore_bigram_trains_evaluates_saves_and_samples_through_its_command_line(names_file):
     out = run("makemore", argv=["-i", "names.txt", "-o", "out", "--type", "bigram", "--max-steps", "501", *SMALL],
               cwd=names_file).stdout
@@ -54,7 +48,6 @@ def test_makemore_bigram_trains_evaluates_saves_and_samples_through_its_command_
     assert "resuming from existing model" in resumed and resumed.count("samples that are") == 3
 
 
-@needs_dataloader_path
 @pytest.mark.parametrize("kind", [t for t in TYPES if t != "bigram"])
 def test_makemore_model_trains_through_its_command_line(names_file, kind):
     out = run("makemore", argv=["-i", "names.txt", "-o", "out", "--type", kind, "--max-steps", "21", *SMALL],
@@ -110,7 +103,6 @@ PAIRS = {
 }
 
 
-@needs_dataloader_path
 @pytest.mark.parametrize("kind", TYPES)
 def test_makemore_model_matches_pytorch_from_the_same_weights(kind):
     pytest.importorskip("torch")

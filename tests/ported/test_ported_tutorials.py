@@ -27,17 +27,6 @@ SCRIPTS = {
 
 
 EVERY_STEP = {"two_layer_net_custom_function", "two_layer_net_tensor"}
-# Tensor.t() comes with the api branch; until then that script stops at its first backprop line
-NEEDS = {"two_layer_net_tensor": ("t", "needs Tensor.t() (api branch)")}
-
-
-def _skip_until_merged(name: str) -> None:
-    import minigrad
-
-    if name in NEEDS and not hasattr(minigrad.Tensor, NEEDS[name][0]):
-        pytest.skip(NEEDS[name][1])
-
-
 def fit(name: str, lib: str = "minigrad") -> dict[str, Any]:
     """Run the tutorial script from the same starting numbers; its printed losses and result."""
     with same_draws(lib_module(lib)):
@@ -123,7 +112,6 @@ def test_nlp_tutorial_prints_what_pytorch_prints_from_the_same_numbers(name):
 @pytest.mark.filterwarnings("ignore:invalid escape sequence:DeprecationWarning")  # the tutorials' docstrings
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_tutorial_fits_sin_as_the_tutorial_prints(name):
-    _skip_until_merged(name)
     out = fit(name)
     losses = out["losses"]
     if name.startswith("two_layer"):  # 500 steps fitting random targets: the tutorial's loss falls ~1e11-fold
@@ -145,5 +133,4 @@ def test_tutorial_prints_the_losses_pytorch_prints_from_the_same_numbers(name):
     pytest.importorskip("torch")
     from harness import compare
 
-    _skip_until_merged(name)
     compare(fit(name), fit(name, "torch"), rtol=RTOL.get(name, 1e-4))
