@@ -24,6 +24,7 @@ from minigrad.backend import Device, cpu
 from minigrad.errors import AutogradError, DTypeError, ShapeError
 from minigrad.hooks import RemovableHandle, add_hook
 from minigrad.tensor_types import TYPE_NAMES, Size, dtype_of_type_name
+from minigrad.value_checks import raise_pending
 
 
 class Tensor:
@@ -103,6 +104,8 @@ class Tensor:
             raise ShapeError(f"item(): only one-element tensors can be converted, got shape {tuple(self.shape)}")
         if _current_modes():  # a tracer must know: what is computed from the number is not recorded
             _reads_values(self, "item()")
+        if self.device is not cpu:
+            raise_pending()  # the host waits for the GPU here: the checks queued on it are read too
         return self.array.item()
 
     def numpy(self):
@@ -110,12 +113,18 @@ class Tensor:
             raise AutogradError("numpy(): the tensor requires grad; call tensor.detach().numpy()")
         if _current_modes():
             _reads_values(self, "numpy()")
-        return self.array if self.device is cpu else self.array.get()
+        if self.device is cpu:
+            return self.array
+        raise_pending()
+        return self.array.get()
 
     def tolist(self) -> Any:
         if _current_modes():
             _reads_values(self, "tolist()")
-        return (self.array if self.device is cpu else self.array.get()).tolist()
+        if self.device is cpu:
+            return self.array.tolist()
+        raise_pending()
+        return self.array.get().tolist()
 
     def __float__(self) -> float:
         return float(self.item())
@@ -131,6 +140,8 @@ class Tensor:
     def __bool__(self) -> bool:
         if self.array.size != 1:
             raise RuntimeError(f"the truth value of a tensor with {self.array.size} elements is ambiguous")
+        if self.device is not cpu:
+            raise_pending()
         return bool(self.array.item())  # a branch on a traced value is baked in, as documented (trace)
 
     def __format__(self, spec: str) -> str:

@@ -92,7 +92,7 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) ->
     dev = backend.resolve_device(device)
     dt = _float_dtype(dtype)
     with backend.selected(dev):
-        return _make(backend.rng_of(dev, generator).random(_shape_arg(size)).astype(dt), dev, requires_grad)
+        return _make(_draw(dev, backend.rng_of(dev, generator).random, _shape_arg(size), dt), dev, requires_grad)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -100,7 +100,18 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -
     dev = backend.resolve_device(device)
     dt = _float_dtype(dtype)
     with backend.selected(dev):
-        return _make(backend.rng_of(dev, generator).standard_normal(_shape_arg(size)).astype(dt), dev, requires_grad)
+        return _make(_draw(dev, backend.rng_of(dev, generator).standard_normal, _shape_arg(size), dt), dev,
+                     requires_grad)
+
+
+def _draw(dev: backend.Device, method: Any, shape: tuple, dtype: Any) -> Any:
+    """``method(shape)`` as ``dtype``. A GPU draws float32 itself (cuRAND has float32 kernels; float16
+    is drawn as float32): half the random bits and memory of float64, and no cast. The CPU keeps
+    numpy's float64 stream, cast, so a seed gives the values it always gave (the lessons' stored
+    outputs are made from them)."""
+    if dev.type == "cuda":
+        return method(shape, dtype=dtype if dtype == backend.float64 else backend.float32).astype(dtype, copy=False)
+    return method(shape).astype(dtype)
 
 
 def randint(low, high=None, size=(), *, generator=None, dtype=None, device=None) -> Tensor:

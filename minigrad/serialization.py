@@ -86,7 +86,17 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_module: Any = None, p
 
 def _write_checkpoint(obj: Any, out: BinaryIO) -> None:
     """Write the checkpoint of ``obj`` into the seekable binary file ``out``: a zip of one .npy
-    member per array (each aligned for ``mmap``) and the JSON metadata."""
+    member per array (each aligned for ``mmap``) and the JSON metadata.
+
+    ``_encode(obj, arrays, "obj")`` turns ``obj`` into a JSON tree, appending each array it holds
+    to ``arrays`` (the tree refers to them by index). Write array ``i`` as member
+    ``arr_{i}.npy`` (``numpy.lib.format.write_array``, C order, never pickled), stored
+    uncompressed (``ZIP_STORED``) under the name ``mapped.aligned_member`` gives for the current
+    offset, so ``load(mmap=True)`` can map it; then member ``_META``: JSON with ``"format"``
+    (``FORMAT``), ``"version"`` (``VERSION``), ``"tree"``, and ``"sha256"``, the hex digest of
+    each member's bytes in order, which ``load`` checks. ``load`` of what you write must give
+    back equal values, dtypes and structure.
+    """
     ### BEGIN SOLUTION chapter 01: saving a checkpoint
     arrays: list[numpy.ndarray] = []
     tree = _encode(obj, arrays, "obj")
@@ -219,7 +229,15 @@ def _read_checked(f: Any, file_size: int, path: Any, mmap: bool) -> tuple[dict, 
 
 
 def _read(f: Any, file_size: int) -> tuple[dict, list]:
-    """The metadata and the arrays of an open checkpoint file, each checked before it is read."""
+    """The metadata and the arrays of an open checkpoint file, each checked before it is read.
+
+    ``f`` is the open file (a zip written by ``_write_checkpoint``), ``file_size`` its size.
+    ``_checked_metadata(z, file_size)`` reads and checks the members and the metadata (raising
+    ``CheckpointError`` for a damaged or foreign file); then each ``arr_{i}.npy`` is read only
+    after its bytes match ``meta["sha256"][i]`` (a ``CheckpointError`` that names the array
+    otherwise) and parsed by ``_read_npy``, which refuses pickled arrays. Return
+    ``(meta, arrays)``.
+    """
     ### BEGIN SOLUTION chapter 01: loading a checkpoint
     with zipfile.ZipFile(f) as z:
         meta = _checked_metadata(z, file_size)

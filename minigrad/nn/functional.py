@@ -14,7 +14,7 @@ import math
 import warnings
 from typing import Any, Sequence
 
-from minigrad import ops as _ops
+from minigrad import ops as _ops, value_checks
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.creation import ones
 from minigrad.errors import DTypeError, ShapeError
@@ -178,12 +178,12 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     if tensor.dtype.kind not in "iu":
         raise DTypeError(f"one_hot: expected an integer tensor, got {tensor.dtype}")
     xp = tensor.device.xp
-    if num_classes == -1:
+    if num_classes == -1:  # the output's shape depends on a value: the host must read it (as in torch)
         num_classes = int(tensor.array.max()) + 1 if tensor.numel() else 0
-    if tensor.numel() and has_values(tensor.array) and (int(tensor.array.min()) < 0
-                                                        or int(tensor.array.max()) >= num_classes):
-        raise ValueError(f"one_hot: class values must be in [0, {num_classes}), got "
-                         f"[{int(tensor.array.min())}, {int(tensor.array.max())}]")
+    if tensor.numel() and has_values(tensor.array):  # a given num_classes: checked without waiting for a GPU
+        lo, hi = tensor.array.min(), tensor.array.max()
+        value_checks.check(xp, (lo < 0) | (hi >= num_classes), ValueError,
+                           lambda: f"one_hot: class values must be in [0, {num_classes}), got [{int(lo)}, {int(hi)}]")
     classes = _wrap(xp.arange(num_classes), tensor.device)
     return _ops.cast(_ops.eq(tensor.unsqueeze(-1), classes), "int64")  # ops, so tracing sees the input
 
@@ -341,10 +341,11 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     if tuple(input.shape) != tuple(target.shape):
         raise ShapeError(f"binary_cross_entropy: target shape {tuple(target.shape)} must equal the input "
                          f"shape {tuple(input.shape)}")
-    if input.numel() and has_values(input.array) and (float(input.array.min()) < 0.0
-                                                      or float(input.array.max()) > 1.0):
-        raise ValueError("binary_cross_entropy: all elements of input should be between 0 and 1, got values in "
-                         f"[{float(input.array.min())}, {float(input.array.max())}]")
+    if input.numel() and has_values(input.array):  # on a GPU read at the next host read (value_checks)
+        lo, hi = input.array.min(), input.array.max()
+        value_checks.check(input.device.xp, (lo < 0.0) | (hi > 1.0), ValueError, lambda: (
+            "binary_cross_entropy: all elements of input should be between 0 and 1, got values in "
+            f"[{float(lo)}, {float(hi)}]"))
     loss = -(target * input.log().clamp(min=-100) + (1 - target) * (1 - input).log().clamp(min=-100))
     if weight is not None:
         loss = loss * weight

@@ -50,6 +50,14 @@ class Linear(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """``y = x @ w.T + b`` with x (..., in), w (out, in), b (out,) or ``None``; g is (..., out).
+        Forward saved ``(x, w)`` (each only when the other needs a gradient). The weight's
+        gradient has w's shape, summed over every row of the batch (fold the batch dims into
+        rows, as forward does, for one matrix product); the bias's is g summed over the rows.
+        Compute only what ``ctx.needs_input_grad`` asks for. The contract of every rule:
+        ``minigrad.autograd.Function.backward``.
+        """
+        ### BEGIN SOLUTION chapter 02: Linear.backward
         x, w = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
         rows = reshape(g, (_rows(g.shape), g.shape[-1]))
@@ -57,6 +65,7 @@ class Linear(Op):
         gw = rows.mT @ reshape(x, (_rows(x.shape), x.shape[-1])) if need_w else None
         gb = rows.sum(0) if need_b else None
         return gx, gw, gb
+        ### END SOLUTION
 
 
 def _rows(shape: tuple) -> int:
@@ -100,6 +109,12 @@ class Matmul(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """For 2-D ``a @ b``: ``da = g @ b^T`` and ``db = a^T @ g`` (``.mT`` transposes the last two
+        dims). Forward saved ``(a, b)`` (each only when the other needs a gradient) and
+        ``ctx.ndims``: a 1-D ``a`` acted as a row ``(1, k)``, a 1-D ``b`` as a column ``(k, 1)``, and
+        both 1-D is a dot product with a 0-D ``g``; batched operands broadcast over their leading
+        dims (the engine sums a gradient back to a smaller batch shape). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Matmul.backward
         a, b = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad
