@@ -28,6 +28,9 @@ from minigrad.ops import (  # the torch.* functions; each is also a Tensor metho
     reshape, roll, rsqrt, sigmoid, sign, sin, softmax, split, sqrt, squeeze, stack, std, sub, sum, tanh, topk,
     transpose, tril, triu, unsqueeze, var, where,
 )
+from minigrad.ops.compare import (  # noqa: E402  (torch.le(a, b) and friends, as functions)
+    eq, ge, gt, le, logical_and, logical_not, logical_or, lt, ne,
+)
 from minigrad.ops.layout import (  # noqa: E402  (storage and memory formats, chapter 01 lesson 05)
     as_strided, channels_last, contiguous_format, preserve_format,
 )

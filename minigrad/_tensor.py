@@ -47,6 +47,8 @@ class Tensor:
             dev = backend.device_of(data)
             if dev is cpu:
                 dev = backend.get_default_device()
+        if dtype is None and isinstance(data, (list, tuple)):
+            dtype = backend.get_default_dtype()  # Tensor([0]) is a FloatTensor, as in torch; tensor() infers
         arr = _as_array(data, dtype, dev)
         _init(self, arr, dev)
         if requires_grad:
@@ -554,6 +556,19 @@ def _wrap(data: Any, device: Device, modes: tuple | None = None) -> Tensor:
     return t
 
 
+def inferred_dtype(data: Any) -> Any:
+    """The dtype ``tensor(data)`` gives Python data: floats the default dtype, ints int64, bools bool
+    (None: keep the probe's own unsigned dtype)."""
+    probe = backend.numpy.asarray(data)
+    if probe.dtype.kind == "f":
+        return backend.get_default_dtype()
+    if probe.dtype.kind == "i":
+        return backend.int64
+    if probe.dtype.kind not in "bu":
+        raise DTypeError(f"tensor(): cannot make a tensor from data of dtype {probe.dtype}")
+    return None
+
+
 def _as_array(data: Any, dtype: Any, dev: Device) -> Any:
     """Copy ``data`` (a Tensor, array, scalar or nested list) into a new array on ``dev``."""
     xp = dev.xp
@@ -562,14 +577,8 @@ def _as_array(data: Any, dtype: Any, dev: Device) -> Any:
     if dtype is not None:
         dtype = backend.as_dtype(dtype)
     elif not hasattr(data, "dtype"):
-        probe = backend.numpy.asarray(data)
-        if probe.dtype.kind == "f":
-            dtype = backend.get_default_dtype()
-        elif probe.dtype.kind == "i":
-            dtype = backend.int64
-        elif probe.dtype.kind not in "bu":
-            raise DTypeError(f"tensor(): cannot make a tensor from data of dtype {probe.dtype}")
-        data = probe
+        data = backend.numpy.asarray(data)
+        dtype = inferred_dtype(data)
     elif data.dtype.name not in backend.DTYPES:
         raise DTypeError(f"tensor(): unsupported dtype {data.dtype}; expected one of {sorted(backend.DTYPES)}")
     with backend.selected(dev):

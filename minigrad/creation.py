@@ -11,7 +11,7 @@ from typing import Any
 
 from minigrad import backend
 from minigrad.backend import Device
-from minigrad._tensor import Tensor, _shape_arg, _wrap
+from minigrad._tensor import Tensor, _shape_arg, _wrap, inferred_dtype
 from minigrad.tensor_types import Size, dtype_of_type_name
 
 
@@ -30,6 +30,9 @@ def _float_dtype(dtype: Any) -> Any:
 
 def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A new tensor holding a copy of ``data`` (nested lists, a scalar, an array or a Tensor)."""
+    if dtype is None and isinstance(data, (list, tuple)):  # inferred here: Tensor(list) is always float
+        data = backend.numpy.asarray(data)
+        dtype = inferred_dtype(data)
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 

@@ -122,6 +122,17 @@ def test_channel_dropout_keeps_the_mean_and_checks_its_input():
         nn.Dropout3d(1.5)
 
 
+def test_dropout2d_takes_a_2d_input_as_torch_does_with_a_warning():
+    # pytorch/examples mnist_rnn applies Dropout2d to (N, C) features: torch warns and drops entries
+    mg.manual_seed(0)
+    with pytest.warns(UserWarning, match="dropout2d: received a 2-D input, which PyTorch deprecates"):
+        y = nn.Dropout2d(0.5)(mg.ones(64, 32)).numpy()
+    assert set(np.unique(y)) == {0.0, 2.0} and 0.3 < (y == 0).mean() < 0.7
+    assert (y == 0).any(axis=1).all() and not (y == 0).all(axis=1).any()  # entries dropped, not whole rows
+    with pytest.warns(UserWarning):
+        assert nn.Dropout2d(0.5).eval()(mg.ones(4, 3)).tolist() == [[1.0] * 3] * 4
+
+
 # -- regression losses ------------------------------------------------------------------------------
 @pytest.mark.parametrize("cls,kwargs", [("SmoothL1Loss", {}), ("SmoothL1Loss", dict(beta=0.3, reduction="sum")),
                                         ("HuberLoss", dict(delta=0.4)), ("HuberLoss", dict(reduction="none"))])

@@ -27,6 +27,7 @@ from minigrad.nn.conv import (  # noqa: F401
     AdaptiveAvgPool2d, AvgPool2d, Conv2d, ConvTranspose1d, ConvTranspose2d, MaxPool2d,
 )
 from minigrad.nn.rnn import LSTM, LSTMCell  # noqa: F401
+from minigrad.nn.recurrent import GRU, GRUCell, RNN, RNNCell  # noqa: F401  (one-state recurrences)
 from minigrad.nn.transformer import (  # noqa: F401
     Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
 )

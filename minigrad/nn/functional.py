@@ -128,7 +128,13 @@ def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
 
 
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
-    """Channel dropout of (N, C, H, W) or (C, H, W)."""
+    """Channel dropout of (N, C, H, W) or (C, H, W). Other shapes are deprecated in torch but
+    still taken, with a warning, as torch takes them: each (dim 0, dim 1) entry is dropped whole,
+    so a 2-D (N, C) input gets element dropout (pytorch/examples mnist_rnn feeds it one)."""
+    if input.ndim not in (3, 4) and input.ndim >= 2:
+        warnings.warn(f"dropout2d: received a {input.ndim}-D input, which PyTorch deprecates; each entry of its "
+                      f"first two dims is dropped whole (use dropout for element dropout)", stacklevel=2)
+        return _feature_dropout("dropout2d", input, p, training, inplace, input.ndim)
     return _feature_dropout("dropout2d", input, p, training, inplace, 4)
 
 

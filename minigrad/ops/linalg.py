@@ -171,10 +171,10 @@ def _batch_broadcast(sa: tuple, sb: tuple) -> bool:
     return True
 
 
-def matmul(a: Tensor, b: Tensor) -> Tensor:
+def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002  (torch's names, as keywords too)
     """``a @ b`` with PyTorch's rules: 1-D @ 1-D is a dot product, a 1-D operand is treated as a
     row (left) or column (right) vector and that dim is dropped, leading dims broadcast."""
-    a, b = _operand(a, b, "matmul"), _operand(b, a, "matmul")
+    a, b = _operand(input, other, "matmul"), _operand(other, input, "matmul")
     sa, sb = tuple(a.shape), tuple(b.shape)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: both arguments need at least 1 dimension, got shapes {sa} and {sb}")
@@ -189,17 +189,17 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     return Matmul.apply(*_promote(a, b))
 
 
-def mm(a: Tensor, b: Tensor) -> Tensor:
+def mm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002  (torch's names, as keywords too)
     """Matrix product of two 2-D tensors."""
-    a, b = _operand(a, b, "mm"), _operand(b, a, "mm")
+    a, b = _operand(input, mat2, "mm"), _operand(mat2, input, "mm")
     if a.ndim != 2 or b.ndim != 2:
         raise ShapeError(f"mm: expected two 2-D tensors, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
     return matmul(a, b)
 
 
-def bmm(a: Tensor, b: Tensor) -> Tensor:
+def bmm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002  (torch's names, as keywords too)
     """Batched matrix product of (B, n, k) and (B, k, m) tensors (no broadcasting)."""
-    a, b = _operand(a, b, "bmm"), _operand(b, a, "bmm")
+    a, b = _operand(input, mat2, "bmm"), _operand(mat2, input, "bmm")
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0]:
         raise ShapeError(
             f"bmm: expected (B, n, k) and (B, k, m) tensors with the same B, got shapes "

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from minigrad import backend
 from minigrad.errors import DeviceError, DTypeError, ShapeError
-from minigrad.ops.elementwise import Op, _floating, _not_bool, cast, exp, sqrt, where
+from minigrad.ops.elementwise import Op, _floating, _not_bool, cast, exp, maximum, minimum, sqrt, where
 from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.movement import broadcast_to, reshape
 from minigrad._tensor import Tensor, _dim, _wrap
@@ -400,13 +400,19 @@ def _extreme(x: Tensor, dim, keepdim: bool, op: str, whole: type, along: type):
     return ValuesIndices(*along.apply(x, axes[0], keepdim))
 
 
-def reduce_max(x: Tensor, dim: int | None = None, keepdim: bool = False):
-    """``minigrad.max``. ``max(x)``: the largest element (0-D). ``max(x, dim)``: ``(values, indices)`` along dim."""
+def reduce_max(x: Tensor, dim: int | Tensor | None = None, keepdim: bool = False):
+    """``minigrad.max``. ``max(x)``: the largest element (0-D). ``max(x, dim)``: ``(values, indices)`` along dim.
+    ``max(x, other)`` with a tensor ``other`` is ``maximum(x, other)``, as in PyTorch."""
+    if isinstance(dim, Tensor):
+        return maximum(x, dim)
     return _extreme(x, dim, keepdim, "max", Amax, MaxDim)
 
 
-def reduce_min(x: Tensor, dim: int | None = None, keepdim: bool = False):
-    """``minigrad.min``. ``min(x)``: the smallest element (0-D). ``min(x, dim)``: ``(values, indices)`` along dim."""
+def reduce_min(x: Tensor, dim: int | Tensor | None = None, keepdim: bool = False):
+    """``minigrad.min``. ``min(x)``: the smallest element (0-D). ``min(x, dim)``: ``(values, indices)`` along dim.
+    ``min(x, other)`` with a tensor ``other`` is ``minimum(x, other)``, as in PyTorch."""
+    if isinstance(dim, Tensor):
+        return minimum(x, dim)
     return _extreme(x, dim, keepdim, "min", Amin, MinDim)
 
 
