@@ -16,8 +16,11 @@
 # **Question:** a trained network's weights and activations are float32. How much is lost if each
 # one is stored in 8 bits instead, and how does a framework compute with those 8-bit numbers?
 #
-# An int8 model is 4x smaller and, on hardware with int8 instructions, several times faster. The
-# price is rounding: every value is snapped to one of 256 levels. This lesson measures that price
+# An int8 model is 4x smaller. It can also be faster, where int8 instructions (VNNI on x86, dot
+# products on ARM) multiply four times as many numbers per instruction as float32's, and the
+# layers are large enough to pay for quantizing each activation; on this tiny CNN they are not
+# (section 7 measures it). The price is rounding: every value is snapped to one of 256 levels.
+# This lesson measures that price
 # on the digits CNN and shows the two ways to keep it small: choosing the levels well
 # (post-training quantization, PTQ) and training against the rounding (quantization-aware
 # training, QAT).
@@ -222,6 +225,9 @@ print("float32 BLAS sums == int64 sums:", np.array_equal(int_matmul(a, w, 255 * 
 # after calibration, QAT the same model after one epoch of fine-tuning. (One test image is 0.28%.)
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (the exact accuracies move by a test image or two with the CPU's rounding: the cell after the
+# plot checks what holds on any machine)
 def qconfig(bits):
     return Q.QConfig(lambda: Q.FakeQuantize(Q.MovingAverageMinMaxObserver(quant_max=2 ** bits - 1)),
                      lambda: Q.FakeQuantize(Q.PerChannelMinMaxObserver(quant_min=1 - 2 ** (bits - 1),
@@ -240,9 +246,6 @@ def fine_tune(m, epochs=1, lr=1e-3):
     return m.eval()
 
 
-# NBVAL_IGNORE_OUTPUT
-# (the exact accuracies move by a test image or two with the CPU's rounding: the cell below checks
-# what holds on any machine)
 results = {}
 for bits in (8, 4, 3, 2):
     minigrad.manual_seed(0)
@@ -314,7 +317,11 @@ print("int8 initializers:", [(t.name, list(t.dims)) for t in onnx_model.graph.in
 
 # %% [markdown]
 # onnxruntime runs the file with its int8 kernels; its outputs are minigrad's, and the file is a
-# third of the float32 one (timings vary from run to run):
+# third of the float32 one. Whether int8 is also faster depends on the machine: on this 8x8-digit
+# CNN the matrix products are tiny, so quantizing and dequantizing each layer's activations costs
+# about what the int8 products save, and on a CPU without VNNI (which adds four uint8 x int8
+# products per lane in one instruction) there is little to save. The cell says which it was here
+# (timings vary from run to run):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -327,6 +334,7 @@ export_onnx(model, X_test, float_path)
 print(f"largest difference from minigrad int8: {np.abs(got - mine).max()}   "
       f"file: {os.path.getsize(path):,} bytes (float32: {os.path.getsize(float_path):,})")
 float_session = ort.InferenceSession(str(float_path), providers=["CPUExecutionProvider"])
+times = {}
 for name, run in (("minigrad float32", lambda: model(X_test)), ("minigrad int8", lambda: int8_model(X_test)),
                   ("onnxruntime float32", lambda: float_session.run(None, {"input": test_set.data})),
                   ("onnxruntime int8", lambda: session.run(None, {"input": test_set.data}))):
@@ -334,7 +342,12 @@ for name, run in (("minigrad float32", lambda: model(X_test)), ("minigrad int8",
         t0 = time.perf_counter()
         for _ in range(5):
             run()
-    print(f"{name:20s} {(time.perf_counter() - t0) / 5 * 1e3:7.2f} ms per pass over {len(y_test)} images")
+    times[name] = (time.perf_counter() - t0) / 5
+    print(f"{name:20s} {times[name] * 1e3:7.2f} ms per pass over {len(y_test)} images")
+for engine in ("minigrad", "onnxruntime"):
+    ratio = times[f"{engine} float32"] / times[f"{engine} int8"]
+    print(f"{engine}: int8 is {ratio:.1f}x faster" if ratio >= 1 else f"{engine}: int8 is {1 / ratio:.1f}x slower",
+          "than float32 here")
 
 # %% [markdown]
 # `benchmarks/bench_quantization.py` prints the full table (sizes, float32/PTQ/QAT/dynamic
