@@ -154,7 +154,8 @@ for on in (False, True, False, True):
     step_ms[on].append((time.perf_counter() - t0) / 5 * 1e3)
     print(f"pool {'on ' if on else 'off'}: {step_ms[on][-1]:.1f} ms per step")
 ratio = min(step_ms[False]) / min(step_ms[True])
-print(f"best step with the pool: {ratio:.2f}x the speed of the best without", "(within 10%: noise)" * (abs(ratio - 1) < 0.1))
+verdict = "within 10%: noise" if abs(ratio - 1) < 0.1 else "faster" if ratio > 1 else "slower"
+print(f"best step with the pool: {ratio:.2f}x the speed of the best without ({verdict})")
 allocator.enable(True)
 stats = minigrad.memory_stats()
 print(f"cpu pool: {stats['num_cache_hits']} of {stats['num_alloc']} allocations served from the cache")
