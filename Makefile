@@ -13,18 +13,20 @@ BENCH_ENV := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 # JupyterLab refuses to start as root unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv graphviz gcc lab chapters chapters-portability test course-check torch onnx check-install bench clean
+.PHONY: help venv graphviz gcc lab chapters chapters-portability test course-check torch onnx check-install bench cuda-toolchain cuda-kernels clean
 
 help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
 	@echo "make chapters  run every chapter notebook headless and compare its outputs (nbval)"
 	@echo "make test      run the test suite and the chapter notebooks (PyTorch cross-checks skip unless 'make torch')"
 	@echo "make chapters-portability  the notebooks again under two other OpenBLAS kernels and thread counts"
-	@echo "make course-check  student exercises = release of the solutions (100% / 0%); chapter order of the package regions"
+	@echo "make course-check  student exercises = release of the solutions (100% / 0%); chapter order of the package regions;"
+	@echo "                   each region's absence and every catalogued student mistake fail its chapter's tests"
 	@echo "make torch     install PyTorch 2.13.0 (CPU) into .venv for cross-checks and benchmarks"
 	@echo "make onnx      install onnx and onnxruntime (the course extra already has them; for a venv without it)"
 	@echo "make check-install  pip install . into a bare venv (build/bare) and run the examples there"
 	@echo "make bench     run every benchmark in benchmarks/"
+	@echo "make cuda-kernels  compile every CUDA kernel minigrad generates for sm_80/sm_90, no GPU needed (NVRTC wheels)"
 	@echo "make venv      create .venv and install minigrad with its dev extra"
 	@echo "make graphviz  install graphviz's 'dot' (needed to draw graphs) if it is missing"
 	@echo "make gcc       install a C compiler (compiled kernels; without one they run as numpy) if missing"
@@ -98,6 +100,8 @@ chapters-portability: venv graphviz
 course-check: venv
 	$(PY) -m minigrad.course ship --check chapters
 	$(PY) -m minigrad.course check-order
+	$(PY) -m minigrad.course check-order --per-region --jobs 2
+	$(PY) -m minigrad.course mutants --jobs 2
 	@status=0; for nb in chapters/*/solutions/exercises.ipynb; do \
 		$(PY) -m minigrad.course verify $$nb || status=1; \
 	done; exit $$status
@@ -125,6 +129,20 @@ bench: venv
 		$(BENCH_ENV) $(PY) $$script || status=1; \
 		echo; \
 	done; exit $$status
+
+# GPU readiness without a GPU: every CUDA kernel the test programs make minigrad generate, compiled
+# for sm_80 and sm_90 by NVRTC and ptxas (registers and spills), from pip wheels: NVRTC, the CUDA
+# headers, ptxas, and cupy's headers (cupy is not imported). They go to build/cuda, not .venv: a
+# cupy in .venv would be the one every test imports, on a machine without a GPU.
+CUDA_TOOLKIT := build/cuda
+CUDA_WHEELS := nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86 \
+	cupy-cuda12x==14.2.0
+cuda-toolchain: venv
+	@test -d $(CUDA_TOOLKIT)/nvidia/cuda_nvrtc || \
+		$(PY) -m pip install --quiet --progress-bar off --no-deps --target $(CUDA_TOOLKIT) $(CUDA_WHEELS)
+
+cuda-kernels: cuda-toolchain
+	$(PY) tools/compile_cuda_kernels.py --toolkit $(CUDA_TOOLKIT)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis

@@ -28,6 +28,9 @@ from minigrad.ops import (  # the torch.* functions; each is also a Tensor metho
     reshape, roll, rsqrt, sigmoid, sign, sin, softmax, split, sqrt, squeeze, stack, std, sub, sum, tanh, topk,
     transpose, tril, triu, unsqueeze, var, where,
 )
+from minigrad.ops.compare import (  # noqa: E402  (torch.le(a, b) and friends, as functions)
+    eq, ge, gt, le, logical_and, logical_not, logical_or, lt, ne,
+)
 from minigrad.ops.layout import (  # noqa: E402  (storage and memory formats, chapter 01 lesson 05)
     as_strided, channels_last, contiguous_format, preserve_format,
 )
@@ -47,6 +50,9 @@ from minigrad import profiler  # noqa: E402,F401  (minigrad.profiler.profile())
 from minigrad import distributed  # noqa: E402,F401  (MPI is imported only by init_process_group)
 from minigrad.graph.compile import compile  # noqa: E402  (minigrad.compile, chapter 03)
 from minigrad.unsupported import module_getattr as _module_getattr  # noqa: E402
+from minigrad import torch_paths as _torch_paths  # noqa: E402
+
+_torch_paths.install()  # every public torch module path imports (minigrad.utils.data.dataloader...)
 
 half, float, double, long, int, bool = float16, float32, float64, int64, int32, bool_  # torch's aliases
 

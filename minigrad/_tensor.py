@@ -24,6 +24,7 @@ from minigrad.backend import Device, cpu
 from minigrad.errors import AutogradError, DTypeError, ShapeError
 from minigrad.hooks import RemovableHandle, add_hook
 from minigrad.tensor_types import TYPE_NAMES, Size, dtype_of_type_name
+from minigrad.value_checks import raise_pending
 
 
 class Tensor:
@@ -46,6 +47,8 @@ class Tensor:
             dev = backend.device_of(data)
             if dev is cpu:
                 dev = backend.get_default_device()
+        if dtype is None and isinstance(data, (list, tuple)):
+            dtype = backend.get_default_dtype()  # Tensor([0]) is a FloatTensor, as in torch; tensor() infers
         arr = _as_array(data, dtype, dev)
         _init(self, arr, dev)
         if requires_grad:
@@ -99,15 +102,29 @@ class Tensor:
     def item(self) -> Any:
         if self.array.size != 1:
             raise ShapeError(f"item(): only one-element tensors can be converted, got shape {tuple(self.shape)}")
+        if _current_modes():  # a tracer must know: what is computed from the number is not recorded
+            _reads_values(self, "item()")
+        if self.device is not cpu:
+            raise_pending()  # the host waits for the GPU here: the checks queued on it are read too
         return self.array.item()
 
     def numpy(self):
         if self.requires_grad:
             raise AutogradError("numpy(): the tensor requires grad; call tensor.detach().numpy()")
-        return self.array if self.device is cpu else self.array.get()
+        if _current_modes():
+            _reads_values(self, "numpy()")
+        if self.device is cpu:
+            return self.array
+        raise_pending()
+        return self.array.get()
 
     def tolist(self) -> Any:
-        return self.detach().numpy().tolist()
+        if _current_modes():
+            _reads_values(self, "tolist()")
+        if self.device is cpu:
+            return self.array.tolist()
+        raise_pending()
+        return self.array.get().tolist()
 
     def __float__(self) -> float:
         return float(self.item())
@@ -123,7 +140,9 @@ class Tensor:
     def __bool__(self) -> bool:
         if self.array.size != 1:
             raise RuntimeError(f"the truth value of a tensor with {self.array.size} elements is ambiguous")
-        return bool(self.item())
+        if self.device is not cpu:
+            raise_pending()
+        return bool(self.array.item())  # a branch on a traced value is baked in, as documented (trace)
 
     def __format__(self, spec: str) -> str:
         """``f"{loss:.4f}"`` formats a one-element tensor's value, as PyTorch does."""
@@ -286,6 +305,41 @@ class Tensor:
     def clone(self) -> Tensor:
         return _ops.clone(self)
 
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device.type == "cpu"
+
+    @property
+    def is_xpu(self) -> bool:
+        return False  # Intel GPUs are not a minigrad device
+
+    # -- new tensors like this one: torch's new_*, of this dtype and device unless told otherwise -----
+    def new_tensor(self, data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        """A copy of ``data`` (never sharing memory with it, and detached when it is a Tensor)."""
+        data = data.detach() if isinstance(data, Tensor) else data
+        return Tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        return self.new_full(_shape_arg(size), 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_ones(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        return self.new_full(_shape_arg(size), 1, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_empty(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        """Zeros: minigrad never hands out uninitialised memory (torch's values are arbitrary)."""
+        return self.new_full(_shape_arg(size), 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_full(self, size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = None,
+                 requires_grad: bool = False) -> Tensor:
+        dev = backend.resolve_device(device or self.device)
+        with backend.selected(dev):
+            out = _wrap(dev.xp.full(tuple(size), fill_value, backend.as_dtype(dtype or self.dtype)), dev)
+        return out.requires_grad_(True) if requires_grad else out
+
     # -- storage and strides (minigrad.ops.layout; chapter 01, lesson 05) --------------------------
     def contiguous(self, memory_format: Any = None) -> Tensor:
         return _ops.to_memory_format(self, memory_format or _ops.contiguous_format)
@@ -429,6 +483,13 @@ class Tensor:
     def multinomial(self, num_samples, replacement=False, *, generator=None):
         return _ops.multinomial(self, num_samples, replacement, generator=generator)
 
+    def t(self) -> Tensor:
+        """Transpose a 2-D tensor (a view); 0-D and 1-D tensors come back as they are, as in torch."""
+        if self.ndim > 2:
+            raise ShapeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D "
+                             f"(shape {tuple(self.shape)}); use transpose(dim0, dim1) or mT")
+        return _ops.transpose(self, 0, 1) if self.ndim == 2 else _ops.view(self, self.shape)
+
     @property
     def T(self) -> Tensor:
         return _ops.permute(self, tuple(range(self.ndim - 1, -1, -1)))
@@ -495,6 +556,19 @@ def _wrap(data: Any, device: Device, modes: tuple | None = None) -> Tensor:
     return t
 
 
+def inferred_dtype(data: Any) -> Any:
+    """The dtype ``tensor(data)`` gives Python data: floats the default dtype, ints int64, bools bool
+    (None: keep the probe's own unsigned dtype)."""
+    probe = backend.numpy.asarray(data)
+    if probe.dtype.kind == "f":
+        return backend.get_default_dtype()
+    if probe.dtype.kind == "i":
+        return backend.int64
+    if probe.dtype.kind not in "bu":
+        raise DTypeError(f"tensor(): cannot make a tensor from data of dtype {probe.dtype}")
+    return None
+
+
 def _as_array(data: Any, dtype: Any, dev: Device) -> Any:
     """Copy ``data`` (a Tensor, array, scalar or nested list) into a new array on ``dev``."""
     xp = dev.xp
@@ -503,14 +577,8 @@ def _as_array(data: Any, dtype: Any, dev: Device) -> Any:
     if dtype is not None:
         dtype = backend.as_dtype(dtype)
     elif not hasattr(data, "dtype"):
-        probe = backend.numpy.asarray(data)
-        if probe.dtype.kind == "f":
-            dtype = backend.get_default_dtype()
-        elif probe.dtype.kind == "i":
-            dtype = backend.int64
-        elif probe.dtype.kind not in "bu":
-            raise DTypeError(f"tensor(): cannot make a tensor from data of dtype {probe.dtype}")
-        data = probe
+        data = backend.numpy.asarray(data)
+        dtype = inferred_dtype(data)
     elif data.dtype.name not in backend.DTYPES:
         raise DTypeError(f"tensor(): unsupported dtype {data.dtype}; expected one of {sorted(backend.DTYPES)}")
     with backend.selected(dev):
@@ -546,5 +614,5 @@ def _dim(dim: int, ndim: int, op: str) -> int:
     return dim % n
 
 
-from minigrad.autograd.mode import current_modes as _current_modes, new_array as _new_array  # noqa: E402  (autograd imports Tensor from this module)
+from minigrad.autograd.mode import current_modes as _current_modes, new_array as _new_array, reads_values as _reads_values  # noqa: E402  (autograd imports Tensor from this module)
 from minigrad import ops as _ops  # noqa: E402  (ops import Tensor from this module)

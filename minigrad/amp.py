@@ -287,14 +287,29 @@ class GradScaler:
             raise RuntimeError("GradScaler.step: no inf checks were recorded for this optimizer (no parameter "
                                "has a gradient); call backward on the scaled loss first")
         result = None
-        if not any(bool(v) for v in state["found_inf_per_device"].values()):
+        found = state["found_inf_per_device"]
+        for dev, bad in found.items():  # the one wait for the GPU a scaled step makes: update() reads these
+            found[dev] = bool(bad)
+        if not any(found.values()):
             result = optimizer.step(*args, **kwargs)
         state["stage"] = OptState.STEPPED
         return result
 
     def update(self, new_scale: float | Tensor | None = None) -> None:
         """End the iteration: back off after an overflow in any optimizer, grow the scale after
-        ``growth_interval`` clean steps in a row, or set ``new_scale`` if given."""
+        ``growth_interval`` clean steps in a row, or set ``new_scale`` if given.
+
+        Nothing happens when the scaler is disabled; ``self._check_started("update")`` first.
+        ``new_scale``: a float or a 1-element tensor without grad (``ValueError`` otherwise).
+        Otherwise read every optimizer's ``found_inf_per_device`` values
+        (``self._per_optimizer_states``; none at all is a ``RuntimeError`` saying to call
+        ``step()`` or ``unscale_()`` first): any nonzero one multiplies ``self._scale`` by
+        ``self._backoff_factor`` and resets ``self._growth_tracker``; else the clean step is
+        counted, and the ``growth_interval``-th in a row multiplies the scale by
+        ``self._growth_factor`` (unless that overflows float32) and resets the count. Keep the
+        scale a float32 value (``_float32``). Last, start the next iteration with fresh
+        per-optimizer states (``defaultdict(_fresh_state)``).
+        """
         ### BEGIN SOLUTION chapter 03: GradScaler's update
         if not self._enabled:
             return

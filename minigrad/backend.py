@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy
 
 from minigrad.errors import DeviceError, DTypeError
+from minigrad.value_checks import raise_pending
 
 # ---------------------------------------------------------------------------------------------
 # dtypes: minigrad uses numpy dtype objects directly, under torch's names.
@@ -308,6 +309,7 @@ def to_device(array: Any, dev: Device) -> Any:
     if source.type == "meta":
         array.get()  # raises: a meta tensor has no data to copy
     if dev.type == "cpu":
+        raise_pending()  # the host waits for the GPU here: the checks queued on it are read too
         return array.get()
     with selected(dev):
         return dev.xp.array(array)  # copies from the host or from another GPU

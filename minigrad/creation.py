@@ -11,7 +11,7 @@ from typing import Any
 
 from minigrad import backend
 from minigrad.backend import Device
-from minigrad._tensor import Tensor, _shape_arg, _wrap
+from minigrad._tensor import Tensor, _shape_arg, _wrap, inferred_dtype
 from minigrad.tensor_types import Size, dtype_of_type_name
 
 
@@ -30,6 +30,9 @@ def _float_dtype(dtype: Any) -> Any:
 
 def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A new tensor holding a copy of ``data`` (nested lists, a scalar, an array or a Tensor)."""
+    if dtype is None and isinstance(data, (list, tuple)):  # inferred here: Tensor(list) is always float
+        data = backend.numpy.asarray(data)
+        dtype = inferred_dtype(data)
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
@@ -89,7 +92,7 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) ->
     dev = backend.resolve_device(device)
     dt = _float_dtype(dtype)
     with backend.selected(dev):
-        return _make(backend.rng_of(dev, generator).random(_shape_arg(size)).astype(dt), dev, requires_grad)
+        return _make(_draw(dev, backend.rng_of(dev, generator).random, _shape_arg(size), dt), dev, requires_grad)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -97,7 +100,18 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -
     dev = backend.resolve_device(device)
     dt = _float_dtype(dtype)
     with backend.selected(dev):
-        return _make(backend.rng_of(dev, generator).standard_normal(_shape_arg(size)).astype(dt), dev, requires_grad)
+        return _make(_draw(dev, backend.rng_of(dev, generator).standard_normal, _shape_arg(size), dt), dev,
+                     requires_grad)
+
+
+def _draw(dev: backend.Device, method: Any, shape: tuple, dtype: Any) -> Any:
+    """``method(shape)`` as ``dtype``. A GPU draws float32 itself (cuRAND has float32 kernels; float16
+    is drawn as float32): half the random bits and memory of float64, and no cast. The CPU keeps
+    numpy's float64 stream, cast, so a seed gives the values it always gave (the lessons' stored
+    outputs are made from them)."""
+    if dev.type == "cuda":
+        return method(shape, dtype=dtype if dtype == backend.float64 else backend.float32).astype(dtype, copy=False)
+    return method(shape).astype(dtype)
 
 
 def randint(low, high=None, size=(), *, generator=None, dtype=None, device=None) -> Tensor:

@@ -17,6 +17,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.backend import Device, PeakAllocator, watch_memory_pool
 from minigrad.errors import DeviceError
+from minigrad.value_checks import raise_pending
 from minigrad.allocator import format_summary
 from minigrad.unsupported import module_getattr as _module_getattr
 
@@ -70,6 +71,7 @@ def synchronize(device: int | str | Device | None = None) -> None:
     before the work is done)."""
     dev = _device(device)
     dev.xp.cuda.Device(dev.index).synchronize()
+    raise_pending()  # what failed on the GPU is known now: say so, as CUDA reports a device-side assert
 
 
 # -- memory ----------------------------------------------------------------------------------------

@@ -14,7 +14,22 @@ them at load by streaming the file through ``read`` (the page cache, not the pro
 memory), before any array is mapped, so a damaged file is refused as with an eager load. A file
 changed on disk *after* that check shows through the map (pages not yet written); safetensors
 files carry no digest at all. ``.safetensors`` is written by the ``safetensors`` package (the
-optional ``safetensors`` extra) and read here, since its numpy loader copies every tensor.
+optional ``safetensors`` extra) and read here, since its numpy loader copies every tensor. Its
+header is untrusted input held to a strict schema, as the native metadata is: exactly the keys
+``dtype``, ``shape`` (at most ``MAX_DIMS`` integers, not floats or strings) and ``data_offsets``
+per tensor, no repeated names, at most ``MAX_TENSORS`` tensors, shapes whose array numpy could
+make, and only ``CheckpointError`` when it is not so (``DTypeError`` for a real safetensors dtype
+minigrad does not hold, such as ``BF16``).
+
+A file that shrinks while tensors map it cannot be read: the pages past its new end are gone, and
+touching one kills the process with ``SIGBUS`` (as with ``torch.load(mmap=True)`` or the
+safetensors package), which Python cannot catch. Do not truncate or rewrite a checkpoint in place
+while a model maps it (``save`` never does: it writes a new file and renames it over the old,
+which leaves the mapped pages of the old one intact). What can be caught is caught:
+``check_mapped`` raises ``CheckpointError`` when the file behind a mapped tensor is now shorter
+than its map, and ``Module.load_state_dict`` calls it before it copies or assigns a mapped tensor
+(the first touch of its pages, in the usual way of loading); ``load`` itself refuses a file that
+changed size while it was being mapped.
 """
 
 from __future__ import annotations
@@ -86,7 +101,7 @@ def read_checkpoint(f: BinaryIO, file_size: int, checked_metadata: Callable) -> 
     with zipfile.ZipFile(f) as z:
         meta = checked_metadata(z, file_size)
         infos = [z.getinfo(f"arr_{i}.npy") for i in range(len(meta["sha256"]))]
-    whole = Map(f.fileno(), 0, access=ACCESS_COPY) if file_size else None
+    whole = _mapped(f, file_size)
     arrays = []
     for i, (info, digest) in enumerate(zip(infos, meta["sha256"])):
         f.seek(info.header_offset)
@@ -99,6 +114,32 @@ def read_checkpoint(f: BinaryIO, file_size: int, checked_metadata: Callable) -> 
     return meta, arrays
 
 
+def _mapped(f: BinaryIO, size: int) -> Map | None:
+    """A private map of the whole file, which must still be ``size`` bytes long."""
+    if not size:
+        return None
+    whole = Map(f.fileno(), 0, access=ACCESS_COPY)
+    if len(whole) != size:
+        raise CheckpointError(f"the file changed size while it was loaded ({size} bytes, then {len(whole)})")
+    return whole
+
+
+def check_mapped(obj: Any) -> None:
+    """Raise CheckpointError if a tensor or array in ``obj`` (or in a dict, list or tuple of them)
+    maps a file that is now shorter than its map: reading it would kill the process (SIGBUS)."""
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        for v in obj:
+            check_mapped(v)
+        return
+    base = getattr(getattr(obj, "array", obj), "base", None)
+    if isinstance(base, Map) and not base.closed and base.size() < len(base):
+        raise CheckpointError(f"a mapped tensor's file is now {base.size()} bytes, shorter than the {len(base)} "
+                              "that were mapped: it was truncated or rewritten in place since load(mmap=True), and "
+                              "reading the tensor would crash the process (SIGBUS)")
+
+
 def _view(whole: Map | None, shape: tuple, dtype: numpy.dtype, offset: int, order: str = "C") -> numpy.ndarray:
     if math.prod(shape) == 0:  # nothing to map (and numpy refuses an offset at the very end)
         return numpy.empty(shape, dtype)
@@ -106,10 +147,14 @@ def _view(whole: Map | None, shape: tuple, dtype: numpy.dtype, offset: int, orde
 
 
 # -- safetensors ---------------------------------------------------------------------------------
-# safetensors' dtype names for the dtypes minigrad holds
+# safetensors' dtype names for the dtypes minigrad holds, and the others the format defines
 _ST_DTYPES = {"F16": "float16", "F32": "float32", "F64": "float64", "I8": "int8", "U8": "uint8",
               "I16": "int16", "I32": "int32", "I64": "int64", "BOOL": "bool"}
+_ST_OTHER_DTYPES = {"BF16", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"}
 MAX_HEADER_BYTES = 100 << 20  # the limit the safetensors package itself sets
+MAX_TENSORS = 1 << 16  # models hold thousands; a million empty entries took 0.9 GiB and 17 s to refuse
+MAX_DIMS = 64  # numpy's own limit
+MAX_ARRAY_BYTES = 1 << 62  # what numpy can address, counting a 0 dimension as 1 (numpy does)
 
 
 def save_safetensors(state_dict: dict, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
@@ -139,7 +184,10 @@ def load_safetensors(path: str | os.PathLike, device: Any = None, mmap: bool = T
             header, start = _safetensors_header(f, size)
         except CheckpointError as e:
             raise CheckpointError(f"{path}: {e}") from None
-        whole = Map(f.fileno(), 0, access=ACCESS_COPY) if mmap else None
+        try:
+            whole = _mapped(f, size) if mmap else None
+        except CheckpointError as e:
+            raise CheckpointError(f"{path}: {e}") from None
         out = {}
         for name, (dtype, shape, begin) in header.items():
             if mmap:
@@ -152,34 +200,21 @@ def load_safetensors(path: str | os.PathLike, device: Any = None, mmap: bool = T
 
 
 def _safetensors_header(f: BinaryIO, size: int) -> tuple[dict, int]:
-    """``{name: (dtype, shape, offset)}`` and where the data starts, after checking that the
-    tensors tile the data section exactly, as the format requires."""
+    """``{name: (dtype, shape, offset)}`` and where the data starts, after checking the header
+    against the schema and that the tensors tile the data section exactly, as the format requires."""
     if size < 8:
         raise CheckpointError(f"not a safetensors file ({size} bytes)")
     (n,) = struct.unpack("<Q", f.read(8))
     if n > min(MAX_HEADER_BYTES, size - 8):
         raise CheckpointError(f"header length {n} does not fit the {size}-byte file")
-    try:
-        raw = json.loads(f.read(n).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"header is not valid JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError("header is not a JSON object")
-    raw.pop("__metadata__", None)
+    raw = _parse_header(f.read(n))
+    metadata = raw.pop("__metadata__", {})
+    if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+        raise CheckpointError(f"__metadata__ {str(metadata)[:60]} is not a map of strings to strings")
     header, spans = {}, []
     for name, entry in raw.items():
-        try:
-            dtype, shape, (begin, end) = entry["dtype"], [int(d) for d in entry["shape"]], entry["data_offsets"]
-        except (TypeError, KeyError, ValueError) as e:
-            raise CheckpointError(f"tensor {name!r}: malformed entry ({type(e).__name__}: {e})") from None
-        if dtype not in _ST_DTYPES:
-            raise DTypeError(f"tensor {name!r} has safetensors dtype {dtype}; minigrad holds "
-                             f"{sorted(_ST_DTYPES)}")
-        dt = numpy.dtype(_ST_DTYPES[dtype])
-        if min(shape, default=0) < 0 or not (isinstance(begin, int) and isinstance(end, int)) \
-                or end - begin != dt.itemsize * math.prod(shape):
-            raise CheckpointError(f"tensor {name!r}: shape {shape} of {dt} does not match data_offsets {[begin, end]}")
-        header[name] = (dt, tuple(shape), begin)
+        dtype, shape, (begin, end) = _checked_entry(name, entry)
+        header[name] = (dtype, shape, begin)
         spans.append((begin, end))
     position = 0
     for begin, end in sorted(spans):
@@ -189,3 +224,57 @@ def _safetensors_header(f: BinaryIO, size: int) -> tuple[dict, int]:
     if 8 + n + position != size:
         raise CheckpointError(f"the tensors take {position} bytes but the file holds {size - 8 - n} after its header")
     return header, 8 + n
+
+
+def _parse_header(raw: bytes) -> dict:
+    """The header's JSON object, refused (CheckpointError) once it holds more objects than
+    ``MAX_TENSORS`` entries need, so a hostile header costs bounded time and memory."""
+    objects = 0
+
+    def pairs(items: list) -> dict:
+        nonlocal objects
+        objects += 1
+        if objects > MAX_TENSORS + 2:  # each tensor's entry, __metadata__ and the header itself
+            raise CheckpointError(f"the header holds more than {MAX_TENSORS} tensors")
+        out = dict(items)
+        if len(out) != len(items):
+            twice = next(k for i, (k, _) in enumerate(items) if any(k == j for j, _ in items[:i]))
+            raise CheckpointError(f"the header names {twice!r} twice")
+        return out
+
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
+    except CheckpointError:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"header is not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError("header is not a JSON object")
+    return header
+
+
+def _checked_entry(name: str, entry: Any) -> tuple[numpy.dtype, tuple, tuple[int, int]]:
+    """A tensor's dtype, shape and data offsets, once its entry is known to be one the format allows."""
+    if not (isinstance(entry, dict) and set(entry) == {"dtype", "shape", "data_offsets"}):
+        keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+        raise CheckpointError(f"tensor {name!r}: malformed entry ({keys}; expected the keys "
+                              "['data_offsets', 'dtype', 'shape'])")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if dtype in _ST_OTHER_DTYPES:
+        raise DTypeError(f"tensor {name!r} has safetensors dtype {dtype}; minigrad holds {sorted(_ST_DTYPES)}")
+    if not isinstance(dtype, str) or dtype not in _ST_DTYPES:
+        raise CheckpointError(f"tensor {name!r}: malformed entry (dtype {repr(dtype)[:40]} is not a safetensors dtype)")
+    if not (isinstance(shape, list) and len(shape) <= MAX_DIMS and all(type(d) is int and d >= 0 for d in shape)):
+        raise CheckpointError(f"tensor {name!r}: malformed entry (shape {str(shape)[:60]} is not a list of at most "
+                              f"{MAX_DIMS} non-negative integers)")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]):
+        raise CheckpointError(f"tensor {name!r}: malformed entry (data_offsets {str(offsets)[:60]} are not two "
+                              "integers 0 <= begin <= end)")
+    dt = numpy.dtype(_ST_DTYPES[dtype])
+    if math.prod(max(d, 1) for d in shape) * dt.itemsize > MAX_ARRAY_BYTES:
+        raise CheckpointError(f"tensor {name!r}: shape {str(shape)[:60]} is too large for any array")
+    begin, end = offsets
+    if end - begin != dt.itemsize * math.prod(shape):
+        raise CheckpointError(f"tensor {name!r}: shape {shape} of {dt} does not match data_offsets {[begin, end]}")
+    return dt, tuple(shape), (begin, end)

@@ -11,6 +11,9 @@ it), so a truncated, tampered or hostile file raises ``CheckpointError`` naming 
 is wrong, and never takes more memory than its own size. Writes go to a temporary file, created
 with the user's umask, that is renamed over the target only when complete: a crash mid-save
 leaves the previous checkpoint intact, and the next save to that path removes the leftover.
+An object that is not data (a whole model) is saved as a pickle member beside the arrays
+(``minigrad.pickling``), which ``load`` unpickles only under ``weights_only=False`` or for the
+classes ``safe_globals`` allows, as PyTorch does.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import re
 import secrets
 import socket
@@ -30,7 +34,8 @@ from typing import Any, BinaryIO
 
 import numpy  # file I/O on host arrays: .npy encoding is numpy's format
 
-from minigrad import backend, mapped
+from minigrad import backend, mapped, pickling
+from minigrad.pickling import add_safe_globals, clear_safe_globals, get_safe_globals, safe_globals  # noqa: F401
 from minigrad._tensor import Tensor, _wrap
 from minigrad.errors import CheckpointError, ShapeError
 
@@ -44,11 +49,19 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_module: Any = None, p
     """Write ``obj`` (dicts, lists, tuples, Tensors, sparse COO tensors, arrays, numbers, strings,
     None) to the file named ``f`` (atomically), or into ``f`` itself when it is a writable binary
     file object such as ``io.BytesIO`` (as ``torch.save``). A path ending in ``.safetensors`` takes a flat
-    ``{name: Tensor}`` state dict in that format. The pickle arguments are accepted so that torch
-    calls run unchanged, and unused: minigrad writes arrays and JSON, never a pickle."""
+    ``{name: Tensor}`` state dict in that format. Data is written as arrays and JSON, never a
+    pickle; any other object (a whole model, a dict holding one) is pickled, with ``pickle_protocol``
+    (at least 2), its tensors still written as arrays, and loads only with ``weights_only=False``
+    or the classes ``safe_globals`` allows. ``pickle_module`` is accepted and unused."""
+    not_data = pickling.first_non_data(obj, "obj", MAX_DEPTH)
+    if not_data is None:
+        write = _write_checkpoint
+    else:
+        def write(obj: Any, out: BinaryIO) -> None:
+            _write_whole_object(obj, out, pickle_protocol, not_data)
     if hasattr(f, "write"):  # written in one piece, so the stream need not be seekable
         buf = io.BytesIO()
-        _write_checkpoint(obj, buf)
+        write(obj, buf)
         f.write(buf.getbuffer())
         return
     if str(f).endswith(".safetensors"):
@@ -61,7 +74,7 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_module: Any = None, p
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as out:
-            _write_checkpoint(obj, out)  # straight into the file: no second copy of it in memory
+            write(obj, out)  # straight into the file: no second copy of it in memory
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -73,7 +86,17 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_module: Any = None, p
 
 def _write_checkpoint(obj: Any, out: BinaryIO) -> None:
     """Write the checkpoint of ``obj`` into the seekable binary file ``out``: a zip of one .npy
-    member per array (each aligned for ``mmap``) and the JSON metadata."""
+    member per array (each aligned for ``mmap``) and the JSON metadata.
+
+    ``_encode(obj, arrays, "obj")`` turns ``obj`` into a JSON tree, appending each array it holds
+    to ``arrays`` (the tree refers to them by index). Write array ``i`` as member
+    ``arr_{i}.npy`` (``numpy.lib.format.write_array``, C order, never pickled), stored
+    uncompressed (``ZIP_STORED``) under the name ``mapped.aligned_member`` gives for the current
+    offset, so ``load(mmap=True)`` can map it; then member ``_META``: JSON with ``"format"``
+    (``FORMAT``), ``"version"`` (``VERSION``), ``"tree"``, and ``"sha256"``, the hex digest of
+    each member's bytes in order, which ``load`` checks. ``load`` of what you write must give
+    back equal values, dtypes and structure.
+    """
     ### BEGIN SOLUTION chapter 01: saving a checkpoint
     arrays: list[numpy.ndarray] = []
     tree = _encode(obj, arrays, "obj")
@@ -94,6 +117,31 @@ def _write_checkpoint(obj: Any, out: BinaryIO) -> None:
             z.writestr(mapped.aligned_member(f"arr_{i}.npy", out.tell()), b)
         z.writestr(_META, json.dumps(meta))
     ### END SOLUTION
+
+
+def _write_whole_object(obj: Any, out: BinaryIO, protocol: int, not_data: tuple[str, str]) -> None:
+    """A checkpoint whose object is pickled: its tensors as aligned .npy members (as
+    ``_write_checkpoint`` writes them), the pickle as one more member, both digested."""
+    arrays: list[numpy.ndarray] = []
+    try:
+        raw = pickling.dump(obj, arrays, protocol)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        where, kind = not_data
+        raise TypeError(f"save: cannot save {where} of type {kind}: it is not data (dicts, lists, tuples, "
+                        f"Tensors, arrays, numbers, strings, None), and pickling it failed "
+                        f"({type(e).__name__}: {e})") from None
+    buffers = []
+    for a in arrays:
+        buf = io.BytesIO()
+        numpy.lib.format.write_array(buf, numpy.asarray(a, order="C"), allow_pickle=False)
+        buffers.append(buf.getvalue())
+    meta = {"format": FORMAT, "version": VERSION, "tree": None,
+            "sha256": [hashlib.sha256(b).hexdigest() for b in buffers], "pickle": hashlib.sha256(raw).hexdigest()}
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as z:
+        for i, b in enumerate(buffers):
+            z.writestr(mapped.aligned_member(f"arr_{i}.npy", out.tell()), b)
+        z.writestr(pickling.MEMBER, raw)
+        z.writestr(_META, json.dumps(meta))
 
 
 # Temporary files are named <target>.<host>-<pid>.<random>.tmp: a later save to the same target
@@ -123,9 +171,12 @@ def _running(pid: int) -> bool:
 def load(f: str | os.PathLike | BinaryIO, map_location: Any = None, pickle_module: Any = None, *,
          weights_only: bool | None = None, mmap: bool | None = None, **pickle_load_args: Any) -> Any:
     """Read a checkpoint written by ``save`` from a file name or a readable binary file object;
-    tensors go to ``map_location`` (default: cpu). ``weights_only`` is accepted and needs no
-    effect: minigrad never unpickles, so a checkpoint can hold only data, never code; like
-    ``pickle_module``, it exists so that torch calls run unchanged.
+    tensors go to ``map_location`` (default: cpu). A checkpoint of data is never unpickled, so
+    ``weights_only`` does not matter for it. A whole object (``save(model, f)``) was pickled: it
+    loads with ``weights_only=False``, which runs code named by the file (only for files you
+    trust), and under the default ``weights_only=True`` only when every class in it is allowed
+    by ``safe_globals`` / ``add_safe_globals``, else ``pickle.UnpicklingError`` says which class
+    and what to do. ``pickle_module`` is accepted and unused.
 
     Everything in the file is checked before it is used: member sizes against the file size,
     the metadata against its schema, every array's digest and its ``.npy`` header against the
@@ -145,10 +196,25 @@ def load(f: str | os.PathLike | BinaryIO, map_location: Any = None, pickle_modul
             return mapped.load_safetensors(path, map_location, bool(mmap))
         with open(path, "rb") as file:  # a missing or unreadable file raises the usual OSError
             meta, arrays = _read_checked(file, os.fstat(file.fileno()).st_size, path, bool(mmap))
+    if "pickle" in meta:
+        raw = _pickle_member(io.BytesIO(data) if hasattr(f, "read") else path, meta["pickle"], path)
+        return pickling.load(raw, arrays, device, weights_only is not False, path)
     try:
         return _decode(meta["tree"], arrays, device)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
+
+
+def _pickle_member(source: Any, digest: str, path: Any) -> bytes:
+    """The pickle of a whole-object checkpoint, once it matches the digest in the metadata."""
+    try:
+        with zipfile.ZipFile(source) as z:
+            raw = z.read(pickling.MEMBER)
+    except zipfile.BadZipFile as e:  # zip's own CRC check, which a modified member also fails
+        raise CheckpointError(f"{path}: {pickling.MEMBER} is damaged ({e})") from None
+    if hashlib.sha256(raw).hexdigest() != digest:
+        raise CheckpointError(f"{path}: {pickling.MEMBER} does not match its checksum (the file was modified)")
+    return raw
 
 
 def _read_checked(f: Any, file_size: int, path: Any, mmap: bool) -> tuple[dict, list]:
@@ -163,7 +229,15 @@ def _read_checked(f: Any, file_size: int, path: Any, mmap: bool) -> tuple[dict, 
 
 
 def _read(f: Any, file_size: int) -> tuple[dict, list]:
-    """The metadata and the arrays of an open checkpoint file, each checked before it is read."""
+    """The metadata and the arrays of an open checkpoint file, each checked before it is read.
+
+    ``f`` is the open file (a zip written by ``_write_checkpoint``), ``file_size`` its size.
+    ``_checked_metadata(z, file_size)`` reads and checks the members and the metadata (raising
+    ``CheckpointError`` for a damaged or foreign file); then each ``arr_{i}.npy`` is read only
+    after its bytes match ``meta["sha256"][i]`` (a ``CheckpointError`` that names the array
+    otherwise) and parsed by ``_read_npy``, which refuses pickled arrays. Return
+    ``(meta, arrays)``.
+    """
     ### BEGIN SOLUTION chapter 01: loading a checkpoint
     with zipfile.ZipFile(f) as z:
         meta = _checked_metadata(z, file_size)
@@ -188,7 +262,8 @@ def _checked_metadata(z: zipfile.ZipFile, file_size: int) -> dict:
         raise CheckpointError(f"{_META} is {infos[_META].file_size} bytes, more than the "
                               f"{MAX_METADATA_BYTES} a checkpoint's metadata may take")
     meta = _parse_metadata(z.read(_META))
-    expected = {_META} | {f"arr_{i}.npy" for i in range(len(meta["sha256"]))}
+    expected = {_META} | {f"arr_{i}.npy" for i in range(len(meta["sha256"]))} | \
+        ({pickling.MEMBER} if "pickle" in meta else set())
     if set(infos) != expected:
         raise CheckpointError(f"members {sorted(set(infos) ^ expected)} are missing or unexpected")
     return meta
@@ -222,12 +297,16 @@ def _parse_metadata(raw: bytes) -> dict:
     if meta.get("format") != FORMAT or type(meta.get("version")) is not int or meta["version"] != VERSION:
         raise CheckpointError(f"unsupported checkpoint format {meta.get('format')!r} version "
                               f"{meta.get('version')!r}; expected {FORMAT!r} version {VERSION}")
-    if set(meta) != {"format", "version", "tree", "sha256"}:
+    if set(meta) - {"pickle"} != {"format", "version", "tree", "sha256"}:
         raise CheckpointError(f"malformed metadata (keys {sorted(meta)}; expected ['format', 'sha256', "
-                              "'tree', 'version'])")
+                              "'tree', 'version'], and 'pickle' for a whole object)")
     digests = meta["sha256"]
     if not isinstance(digests, list) or not all(isinstance(d, str) and _HEX64.fullmatch(d) for d in digests):
         raise CheckpointError("malformed metadata ('sha256' must be a list of SHA-256 hex digests)")
+    if "pickle" in meta:  # a whole object: its pickle refers to the arrays, checked as it loads
+        if meta["tree"] is not None or not (isinstance(meta["pickle"], str) and _HEX64.fullmatch(meta["pickle"])):
+            raise CheckpointError("malformed metadata (a pickled checkpoint has no tree and a SHA-256 'pickle')")
+        return meta
     used: list[int] = []
     _check_node(meta["tree"], len(digests), used, 0)
     if sorted(used) != list(range(len(digests))):

@@ -5,11 +5,13 @@ learn at once that minigrad has no such feature and why, not meet an ``Attribute
 inside. The packages that torch programs reach into (``minigrad``, ``minigrad.cuda``,
 ``minigrad.distributed``, ``minigrad.nn``, ``minigrad.utils``) end with the module ``__getattr__``
 that ``module_getattr`` makes, which asks ``missing`` here; ``docs/pytorch_compat.md`` lists the same features.
+A key that is a module path of torch (``minigrad.jit``) imports as a stand-in module
+(``minigrad.torch_paths``) whose every name raises the error with this reason.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NoReturn
+from typing import Any, Callable
 
 __all__ = ["MISSING", "missing", "module_getattr"]
 
@@ -19,12 +21,9 @@ MISSING: dict[str, str] = {
     "minigrad.jit": "TorchScript compiles models for PyTorch's C++ runtime; minigrad.compile traces and "
                     "optimises a function instead",
     "minigrad.fx": "minigrad's tracer is minigrad.graph.trace (a Graph of Nodes), not torch.fx",
-    "minigrad.onnx": "minigrad exports with minigrad.graph.export_onnx (torch.onnx.export's dynamic_axes "
-                     "included), not a torch.onnx module",
     "minigrad.ao": "torch.ao.quantization's eager-mode API is minigrad.quantization (prepare, convert, "
                    "quantize_dynamic); there is no pruning or sparsity toolkit",
     "minigrad.hub": "minigrad never downloads models or code",
-    "minigrad.distributions": "minigrad has no probability-distributions package",
     "minigrad.export": "torch.export produces graphs for PyTorch's runtimes; " + _C_EXT,
     "minigrad.library": "custom-op registration targets PyTorch's dispatcher; " + _C_EXT,
     "minigrad.mps": "Apple's Metal backend is not a minigrad device (cpu and cuda only)",
@@ -39,6 +38,8 @@ MISSING: dict[str, str] = {
     "minigrad.distributed.elastic": "minigrad runs a fixed set of MPI processes; there is no elastic launcher",
     "minigrad.nn.DataParallel": "minigrad runs one process per device; use "
                                 "minigrad.distributed.DistributedDataParallel",
+    "minigrad.nn.parallel.DataParallel": "minigrad runs one process per device; use "
+                                         "minigrad.nn.parallel.DistributedDataParallel",
     "minigrad.utils.cpp_extension": "C++/CUDA extensions build against PyTorch's C++ API; " + _C_EXT,
 }
 
@@ -55,10 +56,18 @@ def missing(module: str, name: str) -> Exception:
                           f"(docs/pytorch_compat.md lists the PyTorch API minigrad follows)")
 
 
-def module_getattr(module: str) -> Callable[[str], NoReturn]:
-    """The ``__getattr__`` of package ``module``: a name it lacks raises ``missing``'s error."""
+def module_getattr(module: str) -> Callable[[str], Any]:
+    """The ``__getattr__`` of package ``module``: a submodule torch has is imported (as torch
+    imports its own, ``minigrad.nn.modules`` works without an import statement); any other name it
+    lacks raises ``missing``'s error."""
 
-    def __getattr__(name: str) -> NoReturn:
+    def __getattr__(name: str) -> Any:
+        from minigrad.torch_modules import MODULES
+
+        if f"{module}.{name}" in MODULES:
+            import importlib
+
+            return importlib.import_module(f"{module}.{name}")
         raise missing(module, name)
 
     return __getattr__

@@ -2,11 +2,13 @@
 test starts from the same random seed, with grad mode on and on the suite's default device, so
 tests do not depend on order.
 
-Devices: a test that takes the ``device`` fixture runs once on ``cpu`` and once on ``cuda``; the
-``cuda`` case is skipped when there is no GPU. ``MINIGRAD_TEST_DEVICE=cuda`` makes cuda the
-default device of every tensor the whole suite creates. ``MINIGRAD_SIMULATE_CUDA=1`` stands a
-numpy-backed imitation of cupy in for the real one (``fake_cupy.py``): a simulation that checks
-minigrad's device dispatch on a machine without a GPU, never a test of a GPU.
+Devices: a test that takes the ``device`` fixture runs once on ``cpu`` and once on ``cuda``. Where
+there is no GPU the ``cuda`` case runs on the strict stand-in for cupy (``fake_cupy.py``: numpy
+underneath, cupy's refusals on top, host synchronisations counted), so device dispatch, lost
+placement and numpy calls on device data fail on a CPU too; the summary says how many ran on it.
+A real GPU stays the reference where there is one. ``MINIGRAD_TEST_DEVICE=cuda`` makes cuda the
+default device of every tensor the whole suite creates. ``MINIGRAD_SIMULATE_CUDA=1`` stands the
+imitation in for cupy for the whole run: it checks minigrad's dispatch, never a GPU.
 """
 
 import os
@@ -23,6 +25,7 @@ import fake_cupy  # noqa: E402
 
 if os.environ.get("MINIGRAD_SIMULATE_CUDA") == "1":
     sys.modules["cupy"] = fake_cupy.module
+    fake_cupy.strict_numpy()
 
 import minigrad  # noqa: E402
 
@@ -47,10 +50,17 @@ def require(device: str) -> str:
     return device
 
 
+_on_stand_in: list[str] = []  # the cuda cases that ran on fake_cupy (no GPU here)
+
+
 @pytest.fixture(params=["cpu", "cuda"])
 def device(request) -> str:
-    """Each device in turn; cuda is skipped without a GPU."""
-    return require(request.param)
+    """Each device in turn; cuda is the GPU where there is one, else the strict stand-in."""
+    if request.param == "cuda" and not HAS_CUDA:
+        forget = fake_cupy.install(request.getfixturevalue("monkeypatch"))
+        request.addfinalizer(forget)
+        _on_stand_in.append(request.node.nodeid)
+    return request.param
 
 
 @pytest.fixture
@@ -75,7 +85,12 @@ def _skip_reason(report: pytest.TestReport) -> str:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     """One line per reason for the skipped tests (pytest's -rs prints one per test location), so
-    a run without the optional extras says in a few lines what it did not check and why."""
+    a run without the optional extras says in a few lines what it did not check and why. Then how
+    many cuda cases ran on the stand-in for want of a GPU."""
+    stand_in = set(_on_stand_in)
+    ran = {r.nodeid for r in terminalreporter.stats.get("passed", []) if r.nodeid in stand_in}
+    if _on_stand_in:
+        terminalreporter.line(f"{len(ran)} cuda test(s) passed on the cupy stand-in (fake_cupy.py, no GPU here)")
     skipped = terminalreporter.stats.get("skipped", [])
     if not skipped:
         return

@@ -5,10 +5,15 @@ numpy on device data, which real cupy refuses.
 
 Where real cupy is strict, this module is strict too: device arrays (a numpy subclass) refuse to
 meet a plain numpy array in arithmetic or in a ``cupy.*`` function, refuse numpy functions called
-on them directly (cupy has no implicit conversion to numpy), give 0-d arrays where numpy gives
-scalars, and the generator has only cupy's methods (no ``permutation``, state in a device array).
-It cannot see ``numpy.asarray(device_array)`` or a numpy ufunc called directly on device data.
-Install it with ``install(monkeypatch)``; ``MINIGRAD_SIMULATE_CUDA=1`` does that for a whole run.
+on them directly, and refuse implicit conversion to numpy (``numpy.asarray(device_array)``,
+``numpy.array``...: cupy's ``__array__`` raises; a numpy subclass never reaches ``__array__``, so
+``strict_numpy`` wraps those few numpy functions while the stand-in is installed). They give 0-d
+arrays where numpy gives scalars, carry the GPU they were allocated on (``.device``), and count
+every host synchronisation a real GPU would make: ``float()``, ``int()``, ``bool()``,
+``.item()``, ``.tolist()`` and ``.get()`` on a device array wait for the GPU's queued work, so a
+test can assert that an op's code makes none (``syncs()``). The generator has only cupy's methods
+(no ``permutation``, state in a device array). Install it with ``install(monkeypatch)``;
+``MINIGRAD_SIMULATE_CUDA=1`` does that for a whole run.
 """
 
 from __future__ import annotations
@@ -22,6 +27,18 @@ import numpy
 
 _current = [0]  # the "current GPU", as cupy.cuda.Device(i) sets it
 _inside = [0]  # > 0 while a cupy.* function runs numpy's code on device arrays
+_syncs: list[str] = []  # what waited for the GPU, in order (a device array read on the host)
+
+
+def syncs() -> list[str]:
+    """The host synchronisations so far, each named by what made it (``"float()"``, ``".item()"``);
+    a test takes ``len(syncs())`` before and after the code it watches."""
+    return list(_syncs)
+
+
+def _sync(what: str) -> None:
+    if not _inside[0]:  # numpy's own code inside a cupy.* function runs on the "device"
+        _syncs.append(what)
 
 
 class ndarray(numpy.ndarray):
@@ -40,13 +57,44 @@ class ndarray(numpy.ndarray):
         return cuda.Device(self.gpu)
 
     def get(self) -> numpy.ndarray:
-        """Copy to the host, as cupy's ``ndarray.get``."""
+        """Copy to the host, as cupy's ``ndarray.get`` (which waits for the GPU)."""
+        _sync(".get()")
         return numpy.array(self.view(numpy.ndarray))
+
+    # A device array read as a Python value waits for every kernel queued before it.
+    def item(self, *args: Any) -> Any:
+        _sync(".item()")
+        return self.view(numpy.ndarray).item(*args)
+
+    def tolist(self) -> Any:
+        _sync(".tolist()")
+        return self.view(numpy.ndarray).tolist()
+
+    def __float__(self) -> float:
+        _sync("float()")
+        return float(self.view(numpy.ndarray))
+
+    def __int__(self) -> int:
+        _sync("int()")
+        return int(self.view(numpy.ndarray))
+
+    def __bool__(self) -> bool:
+        _sync("bool()")
+        return bool(self.view(numpy.ndarray))
+
+    def __index__(self) -> int:
+        _sync("an index")
+        return self.view(numpy.ndarray).__index__()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> numpy.ndarray:
+        raise TypeError("simulated cupy: implicit conversion to a NumPy array is not allowed "
+                        "(cupy refuses it too); copy to the host with .get()")
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         out = kwargs.get("out", ())
         if not _inside[0]:  # inside a cupy.* function numpy's own code may mix in host arrays
             _refuse_host(ufunc.__name__, inputs + tuple(out))
+            _refuse_other_gpu(ufunc.__name__, inputs + tuple(out))
         result = getattr(ufunc, method)(*_plain(inputs), **_plain(kwargs))
         if out:
             return out[0] if len(out) == 1 else out
@@ -59,13 +107,35 @@ class ndarray(numpy.ndarray):
         return super().__array_function__(func, types, args, kwargs)
 
     def __getitem__(self, index: Any) -> Any:
-        return _to_device(super().__getitem__(_plain(index)))  # an element is a 0-d array in cupy
+        index = _wrap_around(self.shape, _plain(index))
+        return _to_device(super().__getitem__(index))  # an element is a 0-d array in cupy
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if type(value) is numpy.ndarray and value.ndim:
             raise TypeError("simulated cupy: a numpy array cannot be written into a device array "
                             "(copy it with cupy.asarray first)")
         super().__setitem__(_plain(index), _plain(value))
+
+
+def _wrap_around(shape: tuple, index: Any) -> Any:
+    """cupy wraps an out-of-range integer *array* index around (row 7 of 5 is row 2) where numpy
+    raises: a GPU kernel checks nothing, so minigrad's own range checks must catch it."""
+    items = index if isinstance(index, tuple) else (index,)
+    consumed = sum(i.ndim if isinstance(i, numpy.ndarray) and i.dtype.kind == "b" else 1
+                   for i in items if i is not None and i is not Ellipsis)
+    axis, out = 0, []
+    for item in items:
+        if item is Ellipsis:
+            axis += len(shape) - consumed
+        elif isinstance(item, numpy.ndarray) and item.dtype.kind == "b":
+            axis += item.ndim
+        elif isinstance(item, numpy.ndarray) and item.dtype.kind in "iu" and axis < len(shape) and shape[axis]:
+            item = numpy.mod(item, shape[axis])
+            axis += 1
+        elif item is not None:
+            axis += 1
+        out.append(item)
+    return tuple(out) if isinstance(index, tuple) else out[0]
 
 
 def _plain(x: Any) -> Any:
@@ -99,9 +169,25 @@ def _refuse_host(name: str, args: Any) -> None:
                             "not mix host arrays in (copy with cupy.asarray first)")
 
 
+def _refuse_other_gpu(name: str, args: Any) -> None:
+    """cupy runs a kernel on the current GPU and refuses (without peer access) an array that lives
+    on another: an op on cuda:1 must select cuda:1 first."""
+    for a in args:
+        if isinstance(a, (tuple, list)):
+            _refuse_other_gpu(name, a)
+        elif isinstance(a, ndarray) and a.gpu != _current[-1]:
+            raise ValueError(f"simulated cupy: {name}: the device where the array resides ({a.gpu}) is "
+                             f"different from the current device ({_current[-1]})")
+
+
 def _function(fn: Any) -> Any:
     def call(*args: Any, **kwargs: Any) -> Any:
         _refuse_host(fn.__name__, args + tuple(kwargs.values()))
+        _refuse_other_gpu(fn.__name__, args + tuple(kwargs.values()))
+        if fn.__name__ in ("take", "take_along_axis") and len(args) >= 2:  # cupy wraps indices around
+            axis = kwargs.get("axis", args[2] if len(args) > 2 else None)
+            size = args[0].size if axis is None else args[0].shape[axis]
+            args = (args[0], _to_device(numpy.mod(_plain(args[1]), size)) if size else args[1], *args[2:])
         _inside[0] += 1
         try:
             return _to_device(fn(*args, **kwargs))
@@ -141,6 +227,35 @@ def array(a: Any, dtype: Any = None, copy: bool = True) -> ndarray:
 
 def asnumpy(a: Any) -> numpy.ndarray:
     return a.get() if isinstance(a, ndarray) else numpy.asarray(a)
+
+
+_CONVERSIONS = ("asarray", "array", "asanyarray", "ascontiguousarray", "asfortranarray")
+
+
+def _holds_device_array(x: Any) -> bool:
+    if isinstance(x, ndarray):
+        return True
+    return isinstance(x, (list, tuple)) and any(_holds_device_array(v) for v in x)
+
+
+def _strict(convert: Any) -> Any:
+    def call(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _inside[0] and _holds_device_array(a):
+            raise TypeError(f"simulated cupy: numpy.{convert.__name__} was given a device array; implicit "
+                            "conversion to a NumPy array is not allowed (copy to the host with .get())")
+        return convert(a, *args, **kwargs)
+
+    call.__name__, call.__wrapped__ = convert.__name__, convert
+    return call
+
+
+def strict_numpy(setattr_: Any = setattr) -> None:
+    """Make numpy's array constructors refuse device arrays, as cupy's ``__array__`` makes them
+    (numpy takes its own subclass as it is, without asking ``__array__``). ``setattr_`` is
+    ``monkeypatch.setattr`` for one test, plain ``setattr`` for a whole run."""
+    for name in _CONVERSIONS:
+        convert = getattr(numpy, name)
+        setattr_(numpy, name, _strict(getattr(convert, "__wrapped__", convert)))
 
 
 # -- the memory pool and the allocator hook --------------------------------------------------------
@@ -224,7 +339,7 @@ class _BitGenerator:
         self._state = array(numpy.zeros(1, numpy.uint64))
 
     def next(self) -> numpy.random.Generator:
-        n = int(self._state[0])
+        n = int(self._state.view(numpy.ndarray)[0])  # the counter moves on the device: no sync
         self._state[0] = n + 1
         return numpy.random.default_rng([self._key, n])
 
@@ -238,6 +353,9 @@ class _Generator:
 
     def standard_normal(self, size: Any = None, dtype: Any = numpy.float64) -> ndarray:
         return _to_device(self.bit_generator.next().standard_normal(size, dtype=dtype))
+
+    def standard_exponential(self, size: Any = None, dtype: Any = numpy.float64) -> ndarray:
+        return _to_device(self.bit_generator.next().standard_exponential(size, dtype=dtype))
 
     def uniform(self, low: float = 0.0, high: float = 1.0, size: Any = None, dtype: Any = numpy.float64) -> ndarray:
         return _to_device(self.bit_generator.next().uniform(low, high, size).astype(dtype))
@@ -286,8 +404,11 @@ def install(monkeypatch: Any) -> Any:
             del minigrad.Device._cache[key]
         minigrad.backend._allocator = None
         _set_allocator(None)
+        minigrad.value_checks._pending.clear()  # checks a test left unread are not the next test's
+        cuda.synchronized, _current[:] = 0, [0]
 
     forget()
     monkeypatch.setitem(sys.modules, "cupy", module)
+    strict_numpy(monkeypatch.setattr)
     monkeypatch.setattr(minigrad.backend, "_default_device", minigrad.backend.cpu)
     return forget

@@ -4,6 +4,7 @@ the script parses. On a GPU machine gpu_check.sh itself is the check."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,19 +20,27 @@ without_gpu = pytest.mark.skipif(cuda.is_available() or shutil.which("nvidia-smi
                                  reason="checks the behaviour on a machine without a GPU")
 
 
-def test_gpu_check_is_an_executable_strict_bash_script():
+def test_gpu_check_is_an_executable_strict_bash_script_that_fits_the_gpu_machines_limit():
     assert os.access(SCRIPT, os.X_OK)
     text = SCRIPT.read_text()
-    assert text.startswith("#!/usr/bin/env bash\n") and "\nset -euo pipefail\n" in text
+    # -u and pipefail, not -e: a stage that fails or times out is noted and the next one runs
+    assert text.startswith("#!/usr/bin/env bash\n") and "\nset -uo pipefail  #" in text
     assert "MINIGRAD_TEST_DEVICE=cuda" in text and "benchmarks/bench_gpu.py" in text
+    limits = [int(n) for n in re.findall(r"^stage (\d+) ", text, re.MULTILINE)]
+    assert len(limits) >= 5 and sum(limits) < 540  # a GPU machine runs one command for at most 9 minutes
+    assert "--continue-on-collection-errors" in text  # optional imports missing there stop no collection
     subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
 
 
 @without_gpu
-def test_gpu_check_fails_loudly_without_a_gpu():
-    result = subprocess.run([str(SCRIPT)], capture_output=True, text=True, timeout=60)
+def test_gpu_check_fails_loudly_without_a_gpu_and_still_ends_with_its_summary(tmp_path):
+    result = subprocess.run([str(SCRIPT)], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "OUT": str(tmp_path)})
     assert result.returncode == 1
     assert "gpu_check: FAILED" in result.stderr and "GPU" in result.stderr
+    assert "== summary" in result.stdout and result.stdout.rstrip().splitlines()[-2].startswith("FAILED(1) ")
+    stages = json.loads((tmp_path / "gpu_check.json").read_text())["stages"]
+    assert [s["status"] for s in stages] == ["FAILED(1)"]
 
 
 @without_gpu

@@ -5,11 +5,14 @@ libraries are cached and shared by processes building at once, and where no comp
 or it fails the blocked numpy kernel runs after one warning."""
 
 import ctypes
+import hashlib
 import os
+import shutil
 import re
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -150,7 +153,10 @@ def test_libraries_are_cached_by_source_and_flags(tmp_path, monkeypatch):
     stamp = library.stat().st_mtime_ns
     monkeypatch.setattr(cc, "_loaded", {})  # a new process: loads the library, compiles nothing
     fn = cc.build(SOURCE).twice
-    assert library.stat().st_mtime_ns == stamp and list((tmp_path / "kernels").iterdir()) == [library]
+    record = library.with_suffix(".sha256")
+    assert library.stat().st_mtime_ns == stamp and sorted((tmp_path / "kernels").iterdir()) == sorted([library, record])
+    assert record.read_text() == f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
+    assert (tmp_path / "kernels").stat().st_mode & 0o777 == 0o700
     x, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
     fn(ctypes.c_void_p(out.ctypes.data), ctypes.c_void_p(x.ctypes.data))
     assert out.tolist() == [0, 2, 4, 6]
@@ -165,6 +171,208 @@ def test_processes_building_the_same_kernel_at_once_all_load_it(tmp_path):
     assert [p.communicate(timeout=120)[0].strip() for p in procs] == ["ok"] * 4
     assert len(list((tmp_path / "kernels").glob("*.so"))) == 1
     assert not list((tmp_path / "kernels").glob("tmp*"))  # no temporary file left behind
+
+
+SOURCE_THRICE = SOURCE.replace("2 * x[i]", "3 * x[i]")  # the same symbol, other constants
+
+
+def build_in_a_new_process(cache: Path, env: dict | None = None, prelude: str = "",
+                           source: str = SOURCE) -> subprocess.CompletedProcess:
+    """``cc.build(source).twice`` on [0, 1, 2, 3] in a fresh process (which a bad library may kill,
+    and which maps no library that a test then damages): prints the result, or the
+    CompilerUnavailable it raised, then each warning."""
+    code = ("import ctypes, warnings; import numpy as np; from minigrad.graph.codegen import cc\n"
+            f"{prelude}\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    try:\n"
+            f"        fn = cc.build({source!r}).twice\n"
+            "        x, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)\n"
+            "        fn(ctypes.c_void_p(out.ctypes.data), ctypes.c_void_p(x.ctypes.data))\n"
+            "        print(out.tolist())\n"
+            "    except cc.CompilerUnavailable as e:\n"
+            "        print('unavailable:', e)\n"
+            "for w in caught:\n"
+            "    print(w.category.__name__ + ':', w.message)\n")
+    env = {"MINIGRAD_CACHE_DIR": str(cache), "PATH": os.environ["PATH"],
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")} | (env or {})
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def cached_library(cache: Path, monkeypatch, source: str = SOURCE) -> Path:
+    monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(cache))
+    return cc.library_path(source)
+
+
+PLANTED = r"""
+#include <stdio.h>
+__attribute__((constructor)) static void planted(void) { FILE *f = fopen("%s", "w"); if (f) fclose(f); }
+void twice(float *out, const float *x) { for (long i = 0; i < 4; i++) out[i] = 1e22f * x[i]; }
+"""
+
+
+def plant(library: Path, marker: Path, record: bool = False) -> None:
+    """Another user's library at ``library``'s name, whose constructor creates ``marker`` (and,
+    with ``record``, a record of its hash beside it, as a forger would write)."""
+    library.parent.mkdir(parents=True, exist_ok=True)
+    c_file = library.parent / "planted.c"
+    c_file.write_text(PLANTED % marker)
+    subprocess.run([cc.compiler(), "-shared", "-fPIC", "-o", str(library), str(c_file)], check=True, timeout=120)
+    c_file.unlink()
+    if record:
+        digest = hashlib.sha256(library.read_bytes()).hexdigest()
+        library.with_suffix(".sha256").write_text(f"{digest}  {library.name}\n")
+
+
+@pytest.mark.parametrize("how", ["a library", "a link to one", "a FIFO"])
+def test_a_library_planted_at_the_cached_name_is_never_loaded(tmp_path, monkeypatch, how):
+    library, marker = cached_library(tmp_path, monkeypatch), tmp_path / "constructor-ran"
+    if how == "a library":
+        plant(library, marker)  # no record: minigrad did not build it
+    else:
+        plant(tmp_path / "elsewhere.so", marker, record=True)
+        library.parent.mkdir(mode=0o700, exist_ok=True)
+        if how == "a FIFO":  # reading it would block forever
+            os.mkfifo(library)
+        else:
+            library.symlink_to(tmp_path / "elsewhere.so")
+            library.with_suffix(".sha256").write_text(
+                (tmp_path / "elsewhere.sha256").read_text().replace("elsewhere.so", library.name))
+    done = build_in_a_new_process(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "[0.0, 2.0, 4.0, 6.0]" and not marker.exists()
+    assert library.with_suffix(".sha256").exists()  # rebuilt, and recorded this time
+
+
+@pytest.mark.parametrize("how", ["writable by others", "owned by another user"])
+def test_a_cache_directory_others_can_write_is_refused_with_its_libraries(tmp_path, monkeypatch, how):
+    library, marker = cached_library(tmp_path, monkeypatch), tmp_path / "constructor-ran"
+    plant(library, marker, record=True)  # a forged record that matches: only the directory tells
+    if how == "writable by others":
+        library.parent.chmod(0o777)
+        says = "writable by group or others"
+    else:
+        if os.getuid() != 0:
+            pytest.skip("giving a directory to another user needs root")
+        os.chown(library.parent, 4321, 4321)
+        says = "belongs to uid 4321"
+    done = build_in_a_new_process(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("unavailable: refusing the kernel cache") and says in done.stdout
+    assert not marker.exists()
+
+
+def test_a_library_owned_by_another_user_is_refused(tmp_path, monkeypatch):
+    if os.getuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    library, marker = cached_library(tmp_path, monkeypatch), tmp_path / "constructor-ran"
+    library.parent.mkdir(mode=0o700, parents=True)
+    plant(library, marker, record=True)
+    os.chown(library, 4321, 4321)
+    done = build_in_a_new_process(tmp_path)
+    assert "unavailable: refusing" in done.stdout and "belongs to uid 4321" in done.stdout
+    assert not marker.exists()
+
+
+def test_one_kernels_library_copied_over_anothers_name_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
+    build_in_a_new_process(tmp_path), build_in_a_new_process(tmp_path, source=SOURCE_THRICE)
+    shutil.copy(cc.library_path(SOURCE_THRICE), cc.library_path(SOURCE))
+    done = build_in_a_new_process(tmp_path)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[0.0, 2.0, 4.0, 6.0]", done.stdout + done.stderr
+    assert any(line.startswith("KernelWarning:") and "does not match the SHA-256" in line for line in lines)
+    assert build_in_a_new_process(tmp_path).stdout.splitlines() == ["[0.0, 2.0, 4.0, 6.0]"]  # once rebuilt, quiet
+
+
+@pytest.mark.parametrize("keep", [0, 4096, 0.5])
+def test_a_truncated_library_is_rebuilt_and_never_mapped(tmp_path, monkeypatch, keep):
+    monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
+    build_in_a_new_process(tmp_path)  # not here: truncating a library this process maps would kill it
+    library = cc.library_path(SOURCE)
+    size = library.stat().st_size
+    os.truncate(library, int(size * keep) if isinstance(keep, float) else keep)
+    done = build_in_a_new_process(tmp_path)
+    assert done.returncode == 0, f"killed by signal {-done.returncode}: {done.stderr}"  # SIGBUS was 7
+    assert done.stdout.splitlines()[0] == "[0.0, 2.0, 4.0, 6.0]"
+    assert library.stat().st_size == size
+
+
+def test_a_compiler_that_hangs_is_killed_after_the_timeout(tmp_path):
+    hanging = tmp_path / "cc"
+    hanging.write_text("#!/bin/sh\nsleep 100\nexit 1\n")
+    hanging.chmod(0o755)
+    done = build_in_a_new_process(tmp_path, {"CC": str(hanging)}, prelude="cc.COMPILE_TIMEOUT = 1")
+    assert done.stdout.startswith("unavailable: cc did not finish within 1 s"), done.stdout + done.stderr
+    assert not list((tmp_path / "kernels").glob("tmp*"))
+
+
+@pytest.mark.parametrize("where", ["cache is a file", "kernels is a file"])
+def test_a_cache_path_that_cannot_be_a_directory_falls_back_with_a_warning(tmp_path, monkeypatch, where):
+    root = tmp_path / "cache"
+    if where == "cache is a file":
+        root.write_text("")
+    else:
+        root.mkdir()
+        (root / "kernels").write_text("")
+    monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(root))
+    monkeypatch.setattr(cc, "_loaded", {})
+    monkeypatch.setattr(c, "_warned", set())
+    x = mg.randn(5, 3)
+    compiled = mg.compile(lambda a: (a * 3).tanh() + a, backend="c")
+    with mg.no_grad(), pytest.warns(c.KernelWarning, match="kernel cache .* cannot be used"):
+        compiled(x)  # the first call traces (and runs eagerly); the second runs the kernel
+        got = compiled(x)
+    np.testing.assert_allclose(got.numpy(), np.tanh(x.numpy() * 3) + x.numpy(), rtol=1e-6)
+
+
+FORKED = """
+import os, signal, sys
+import numpy as np
+import minigrad as mg
+from minigrad.data import DataLoader, Dataset
+from minigrad.graph.codegen import cpu
+
+n = 2 * cpu.PARALLEL_MIN_SIZE  # big enough that the kernel's loop is shared among OpenMP's threads
+f = mg.compile(lambda a: (a * 3).tanh() + a, backend="c")
+x = mg.randn(n)
+with mg.no_grad():
+    f(x)
+    want = f(x).numpy()  # the parent ran the threaded kernel: libgomp's pool now exists
+(kernel,) = [m.fn for g in f.graphs.values() for m in g if m.op == "fused"]
+assert "omp parallel" in kernel.source and kernel._fn not in (None, False), kernel
+
+
+class Compiled(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        with mg.no_grad():
+            return mg.tensor(float(np.abs(f(x).numpy() - want).max()))
+
+
+if sys.argv[1] == "fork":
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(60)  # a child stuck in libgomp dies instead of staying behind
+        with mg.no_grad():
+            os._exit(0 if np.abs(f(x).numpy() - want).max() < 1e-5 else 3)
+    _, status = os.waitpid(pid, 0)
+    print("signal %d" % os.WTERMSIG(status) if os.WIFSIGNALED(status) else "exit %d" % os.WEXITSTATUS(status))
+else:
+    errors = [float(b.max()) for b in DataLoader(Compiled(), batch_size=2, num_workers=2, timeout=60)]
+    print("exit 0" if max(errors) < 1e-5 else f"wrong {errors}")
+"""
+
+
+@pytest.mark.parametrize("how", ["fork", "DataLoader workers"])
+def test_a_child_forked_after_a_threaded_kernel_ran_runs_it_without_hanging(tmp_path, how):
+    env = {"MINIGRAD_CACHE_DIR": str(tmp_path), "PATH": os.environ["PATH"],
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", FORKED, how.split()[0]], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.stdout.strip() == "exit 0", done.stdout + done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("policy", [None, "ACTIVE"])

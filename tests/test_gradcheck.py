@@ -30,6 +30,7 @@ OPS = {
     "sigmoid": (lambda a: a.sigmoid(), lambda: (rand(5),)),
     "sin_cos": (lambda a: a.sin() * a.cos(), lambda: (rand(2, 2),)),
     "sum_dim": (lambda a: a.sum(1), lambda: (rand(2, 3),)),
+    "getitem_repeated": (lambda a: a[[0, 2, 0]] * a[1:].sum(0), lambda: (rand(3, 2),)),
     "reshape_broadcast": (lambda a: a.reshape(3, 1).broadcast_to((3, 4)) * 2, lambda: (rand(3),)),
     "scalar": (lambda a: (a * a).sum(), lambda: (rand(),)),
 }

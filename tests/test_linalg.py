@@ -190,3 +190,11 @@ def test_einsum_errors(eq, shapes, error, words):
         ops.einsum(eq, *[mg.ones(*s) for s in shapes])
     for w in words:
         assert w in str(info.value), str(info.value)
+
+
+def test_matmul_mm_bmm_take_torchs_keyword_names():  # pytorch/tutorials' polynomial_tensor calls matmul(input=, other=)
+    a, b = mg.randn(2, 3, 4), mg.randn(2, 4, 5)
+    expected = a.numpy() @ b.numpy()
+    np.testing.assert_allclose(mg.matmul(input=a, other=b).numpy(), expected, rtol=1e-5)
+    np.testing.assert_allclose(mg.bmm(input=a, mat2=b).numpy(), expected, rtol=1e-5)
+    np.testing.assert_allclose(mg.mm(input=a[0], mat2=b[0]).numpy(), expected[0], rtol=1e-5)

@@ -1,15 +1,22 @@
 """Memory-mapped loading (minigrad.mapped): native checkpoints with mmap=True, .safetensors both ways
-with PyTorch, and damaged files refused as eager loads refuse them."""
+with PyTorch, damaged files refused as eager loads refuse them, hostile safetensors headers (and a
+hypothesis sweep of them) refused with CheckpointError only, in bounded memory, and a mapped file
+truncated afterwards caught before its pages are read where minigrad reads them."""
 
+import json
 import mmap
+import os
 import struct
+import subprocess
+import sys
+import tracemalloc
 
 import numpy
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minigrad as mg
-from minigrad import nn
+from minigrad import mapped, nn
 from minigrad.serialization import CheckpointError
 
 
@@ -110,3 +117,151 @@ def test_safetensors_dtypes_minigrad_cannot_hold_are_named(tmp_path):
     path.write_bytes(_safetensors_file(b'{"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}', bytes(4)))
     with pytest.raises(TypeError, match="BF16"):
         mg.load(path)
+
+
+# -- hostile safetensors headers: the same strict schema as the native format -----------------------
+def _header(entries: dict) -> bytes:
+    return json.dumps(entries).encode()
+
+
+@pytest.mark.parametrize("header, match", [
+    (b"[" * 100_000 + b"]" * 100_000, "not valid JSON"),
+    (b'{"w": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_001, "not valid JSON"),
+    (_header({"w": {"dtype": "F32", "shape": [2.7], "data_offsets": [0, 8]}}), r"shape \[2.7\] is not a list"),
+    (_header({"w": {"dtype": "F32", "shape": "12", "data_offsets": [0, 8]}}), "shape 12 is not a list"),
+    (_header({"w": {"dtype": "F32", "shape": [True, 2], "data_offsets": [0, 8]}}), "is not a list"),
+    (_header({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}), "non-negative"),
+    (_header({"w": {"dtype": "F32", "shape": [1] * 65, "data_offsets": [0, 4]}}), "at most 64"),
+    (_header({"w": {"dtype": "F32", "shape": [0, 2 ** 62], "data_offsets": [0, 0]}}), "too large for any array"),
+    (_header({"w": {"dtype": "F32", "shape": [2 ** 40, 2 ** 40], "data_offsets": [0, 8]}}), "too large"),
+    (_header({"w": {"dtype": 5, "shape": [2], "data_offsets": [0, 8]}}), "dtype 5 is not a safetensors dtype"),
+    (_header({"w": {"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}}), "not a safetensors dtype"),
+    (_header({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": 1}}), "malformed entry"),
+    (_header({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}), "0 <= begin <= end"),
+    (_header({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0.0, 8]}}), "are not two integers"),
+    (_header({"w": [1, 2]}), "malformed entry"),
+    (_header({"__metadata__": {"a": 1}, "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}),
+     "__metadata__"),
+    (b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, '
+     b'"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', "names 'w' twice"),
+    (b'{"w": {"dtype": "F32", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 8]}}', "not valid JSON"),
+])
+def test_hostile_safetensors_headers_raise_checkpoint_error_only(tmp_path, header, match):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(_safetensors_file(header, bytes(8)))
+    for mmap in (False, True):
+        with pytest.raises(CheckpointError, match=match):
+            mg.load(path, mmap=mmap)
+
+
+def test_a_header_of_a_million_empty_tensors_is_refused_in_bounded_memory(tmp_path):
+    n = 1_000_000
+    header = ("{" + ",".join(f'"t{i}":{{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}' for i in range(n))
+              + "}").encode()
+    path = tmp_path / "many.safetensors"
+    path.write_bytes(_safetensors_file(header, b""))
+    del header
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match=f"more than {mapped.MAX_TENSORS} tensors"):
+            mg.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    size = path.stat().st_size
+    assert peak < 2 * size + (64 << 20), f"refusing a {size >> 20} MiB header took {peak >> 20} MiB"
+
+
+def test_many_empty_tensors_within_the_limit_load(tmp_path):
+    entries = {f"t{i}": {"dtype": "F32", "shape": [0, i], "data_offsets": [0, 0]} for i in range(100)}
+    entries["w"] = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+    path = tmp_path / "empty.safetensors"
+    path.write_bytes(_safetensors_file(_header(entries), numpy.array([1.5, -2], numpy.float32).tobytes()))
+    back = mg.load(path, mmap=True)
+    assert back["t7"].shape == (0, 7) and back["w"].tolist() == [1.5, -2]
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.floats() | st.text(max_size=4),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                     max_leaves=8)
+_dim = st.one_of(st.integers(0, 4), st.integers(-3, 2 ** 64), st.floats(0, 5), st.text("0123456789", max_size=3),
+                 st.booleans())
+_entry = st.one_of(
+    st.fixed_dictionaries({"dtype": st.sampled_from(sorted(mapped._ST_DTYPES) + ["BF16", "F33", "", 4]),
+                           "shape": st.one_of(st.lists(_dim, max_size=3), _json),
+                           "data_offsets": st.one_of(st.lists(st.integers(-4, 40), min_size=2, max_size=2), _json)},
+                          optional={"extra": _json}),
+    _json)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entries=st.dictionaries(st.sampled_from(["a", "b", "c", "__metadata__"]), _entry, max_size=3),
+       data=st.binary(max_size=40), raw=st.one_of(st.none(), _json))
+def test_any_safetensors_header_loads_exactly_what_it_says_or_raises_checkpoint_error(tmp_path_factory, entries,
+                                                                                        data, raw):
+    header = json.dumps(entries if raw is None else raw).encode()
+    path = tmp_path_factory.mktemp("st") / "fuzz.safetensors"
+    path.write_bytes(_safetensors_file(header, data))
+    for mmap in (False, True):
+        try:
+            back = mg.load(path, mmap=mmap)
+        except CheckpointError:
+            continue
+        except TypeError as e:  # DTypeError: a real safetensors dtype minigrad does not hold
+            assert "BF16" in str(e), e
+            continue
+        assert raw is None or isinstance(raw, dict)
+        for name, t in back.items():
+            entry = entries[name]
+            begin, end = entry["data_offsets"]
+            assert list(t.shape) == entry["shape"] and all(type(d) is int for d in entry["shape"])
+            assert t.numpy().tobytes() == data[begin:end]
+
+
+TRUNCATED = """
+import os, sys
+import numpy as np
+import minigrad as mg
+from minigrad import mapped, nn
+from minigrad.errors import CheckpointError
+
+path = sys.argv[1]
+model = nn.Linear(512, 512)
+mg.save(model.state_dict(), path)
+state = mg.load(path, mmap=True)
+os.truncate(path, os.path.getsize(path) // 2)  # as another process rewriting the file in place would
+for step in ("check_mapped", "load_state_dict", "load_state_dict(assign=True)"):
+    try:
+        if step == "check_mapped":
+            mapped.check_mapped(state)
+        else:
+            nn.Linear(512, 512).load_state_dict(state, assign="assign" in step)
+        print(step, "read the truncated map")
+    except CheckpointError as e:
+        print(step, "CheckpointError", "truncated" in str(e))
+"""
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_a_mapped_file_truncated_afterwards_is_a_checkpoint_error_before_its_pages_are_read(tmp_path, suffix):
+    if suffix == ".safetensors":
+        pytest.importorskip("safetensors")
+    done = subprocess.run([sys.executable, "-c", TRUNCATED, str(tmp_path / f"model{suffix}")], capture_output=True,
+                          text=True, timeout=120, env=os.environ | {"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    assert done.returncode == 0, f"killed by signal {-done.returncode} (7: SIGBUS) {done.stderr[-1000:]}"
+    assert done.stdout.split("\n")[:3] == ["check_mapped CheckpointError True", "load_state_dict CheckpointError True",
+                                           "load_state_dict(assign=True) CheckpointError True"]
+
+
+def test_load_refuses_a_file_that_changes_size_while_it_is_mapped(tmp_path, monkeypatch):
+    path = tmp_path / "w.pt"
+    mg.save({"w": mg.ones(1000)}, path)
+    real = mapped.Map
+
+    def shrinking(fd, length, **kwargs):  # another process truncates between the checks and the map
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) - 100)
+        return real(fd, length, **kwargs)
+    monkeypatch.setattr(mapped, "Map", shrinking)
+    with pytest.raises(CheckpointError, match="changed size while it was loaded"):
+        mg.load(path, mmap=True)

@@ -57,6 +57,9 @@ class Stream:
     def wait_event(self, event):
         self.log("wait", self.name, event.name)
 
+    def synchronize(self):
+        self.log("synchronize", self.name)
+
 
 class GPUArray(np.ndarray):
     """A numpy array that answers as a cupy array does: ``.data.ptr`` and ``.device.id``."""
@@ -165,8 +168,18 @@ def test_a_collective_launches_the_messages_posted_before_it_first(monkeypatch):
     calls = [entry[0] for entry in log]
     assert calls.index("groupEnd") < calls.index("broadcast")
     log.clear()
+    be.barrier()  # nothing posted is left to launch; the streams are drained before the ranks meet
+    assert log == [("synchronize", "compute"), ("synchronize", "comm"), ("Barrier",)]
+
+
+def test_barrier_waits_for_the_queued_gpu_work_before_meeting_the_other_ranks(monkeypatch):
+    log = fake_gpu(monkeypatch)
+    be = nccl_backend.NCCLBackend()
+    x = gpu([1, 2])
+    be.all_reduce(x, ReduceOp.SUM, async_op=True)  # queued on the GPU, not finished
+    log.clear()
     be.barrier()
-    assert log == [("Barrier",)]
+    assert log == [("synchronize", "compute"), ("synchronize", "comm"), ("Barrier",)]
 
 
 def test_dtypes_and_ops_map_to_nccls(monkeypatch):

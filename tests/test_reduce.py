@@ -258,3 +258,20 @@ def test_equal_and_allclose():
     assert mg.allclose(a, a + 1e-9) and not mg.allclose(a, a + 1e-3)
     nan = mg.tensor([float("nan")])
     assert not mg.allclose(nan, nan) and mg.allclose(nan, nan, equal_nan=True)
+
+
+def test_max_and_min_of_two_tensors_are_elementwise_as_in_torch():  # pytorch/examples vae: torch.max(mask, mask)
+    a, b = mg.tensor([0.2, 0.5, 0.7], requires_grad=True), mg.tensor([0.3, 0.3, 0.9], requires_grad=True)
+    np.testing.assert_allclose(mg.max(a, b).detach().numpy(), [0.3, 0.5, 0.9])
+    np.testing.assert_allclose(a.min(b).detach().numpy(), [0.2, 0.3, 0.7])
+    mg.max(a, b).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [0, 1, 0])
+    masks = mg.max(mg.le(a, 0.49), mg.gt(a, 0.51))
+    assert masks.dtype == mg.bool and masks.tolist() == [True, False, True]
+
+
+def test_comparisons_are_torch_functions_too():
+    a, b = mg.tensor([1, 2, 3]), mg.tensor([2, 2, 2])
+    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        assert getattr(mg, name)(a, b).tolist() == getattr(a, name)(b).tolist(), name
+    assert mg.logical_and(mg.gt(a, 1), mg.lt(a, 3)).tolist() == [False, True, False]

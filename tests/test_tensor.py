@@ -240,3 +240,12 @@ def test_data_is_a_detached_tensor_sharing_memory_as_in_torch():
     assert w.shape == (4,) and w.requires_grad
     with pytest.raises(TypeError, match="expected a Tensor"):
         w.data = np.zeros(4)
+
+
+def test_the_tensor_class_called_on_python_data_is_a_float_tensor_as_in_torch():
+    # torch.Tensor([0]) is a FloatTensor (the tutorials' `total_loss = torch.Tensor([0])`); tensor() infers
+    assert minigrad.Tensor([0]).dtype == minigrad.float32 and minigrad.Tensor([[1, 2]]).dtype == minigrad.float32
+    assert minigrad.tensor([0]).dtype == minigrad.int64 and minigrad.tensor([True]).dtype == minigrad.bool
+    total = minigrad.Tensor([0])
+    total += minigrad.tensor(1.5)
+    assert total.tolist() == [1.5]

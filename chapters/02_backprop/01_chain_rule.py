@@ -24,8 +24,9 @@
 #
 # **You will:** compute a forward and a backward pass by hand with the chain rule; check every
 # gradient against `loss.backward()`; read the graph autograd recorded; watch the engine visit
-# the nodes in topological order; see why a value used twice gets the sum of two gradients.
-# **Time:** about 11 minutes (11 reading, a few seconds running).
+# the nodes in topological order; see why a value used twice gets the sum of two gradients; then
+# backpropagate through a batched ReLU network yourself, with a check after every gradient.
+# **Time:** about 18 minutes (18 reading, 3 s running).
 
 # %%
 import numpy as np
@@ -177,3 +178,96 @@ print("2. AccumulateGrad(a) ran", len(visits), "time(s), receiving", visits, ": 
 z0 = minigrad.zeros(5, dtype=f64, requires_grad=True)
 (z0 + minigrad.tensor([-2.0, -1.0, 0.0, 1.0, 2.0], dtype=f64)).sigmoid().sum().backward()
 print("3. sigma'(z) at z = -2, -1, 0, 1, 2:", z0.grad.numpy().round(4), "(peak 1/4 at 0)")
+
+# %% [markdown]
+# ## Drill: backprop by hand, checked as you go
+# Now you do it, on a batch and with a ReLU. Five inputs of size 3 go through a hidden layer of 4
+# ReLU units to 2 outputs, with the mean squared error over the batch:
+#
+# $$Z_1 = X W_1 + b_1,\quad H = \operatorname{relu}(Z_1),\quad Y = H W_2 + b_2,\quad
+#   L = \tfrac{1}{2N}\textstyle\sum (Y - T)^2 .$$
+#
+# The forward pass is given; minigrad's autograd computes the reference gradients, which the check
+# compares with yours, in backward order, stopping at the first gradient that is missing or wrong
+# (it names it, gives the shape it must have and a hint).
+
+# %%
+rng = np.random.default_rng(0)
+N = 5
+X, T = rng.standard_normal((N, 3)), rng.standard_normal((N, 2))
+W1, b1 = rng.standard_normal((3, 4)), rng.standard_normal(4)
+W2, b2 = rng.standard_normal((4, 2)), rng.standard_normal(2)
+
+Z1 = X @ W1 + b1
+H = np.maximum(Z1, 0)
+Y = H @ W2 + b2
+L = 0.5 * ((Y - T) ** 2).sum() / N
+
+params = {name: minigrad.tensor(v, dtype=f64, requires_grad=True) for name, v in
+          [("W1", W1), ("b1", b1), ("W2", W2), ("b2", b2)]}
+Z1t = minigrad.tensor(X, dtype=f64) @ params["W1"] + params["b1"]
+Ht = Z1t.relu()
+Yt = Ht @ params["W2"] + params["b2"]
+for node in (Z1t, Ht, Yt):
+    node.retain_grad()  # keep the gradients of the intermediate tensors too, not only the leaves'
+(0.5 * ((Yt - minigrad.tensor(T, dtype=f64)) ** 2).sum() / N).backward()
+reference = {"dY": Yt.grad, "db2": params["b2"].grad, "dW2": params["W2"].grad, "dH": Ht.grad,
+             "dZ1": Z1t.grad, "db1": params["b1"].grad, "dW1": params["W1"].grad}
+HINTS = {
+    "dY": "differentiate 0.5 * (Y - T)**2 and keep the 1/N of the mean",
+    "db2": "b2 was broadcast over the N rows of the batch: sum dY over axis 0",
+    "dW2": "Y = H @ W2, so dW2 = H^T @ dY (the shapes allow one product only)",
+    "dH": "Y = H @ W2, so dH = dY @ W2^T",
+    "dZ1": "relu routes: dH where Z1 > 0, zero where it was cut",
+    "dW1": "Z1 = X @ W1, so dW1 = X^T @ dZ1",
+    "db1": "sum dZ1 over the batch, as for db2",
+}
+
+
+def check_drill(answers):
+    """Check the drill's gradients in backward order; stop at the first one that is missing or wrong."""
+    for name, hint in HINTS.items():
+        want, got = reference[name].numpy(), answers.get(name)
+        if got is None:
+            print(f"... {name} is not filled in yet: it has shape {want.shape}. Hint: {hint}")
+            return
+        got = np.asarray(got.numpy() if hasattr(got, "numpy") else got, dtype=np.float64)
+        if got.shape != want.shape:
+            print(f"WRONG {name}: shape {got.shape}, expected {want.shape}. Hint: {hint}")
+            return
+        if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
+            wrong = int((~np.isclose(got, want, rtol=1e-9, atol=1e-12)).sum())
+            print(f"WRONG {name}: shape {want.shape} is right, {wrong} of {want.size} entries are not. Hint: {hint}")
+            return
+        print(f"ok    {name} {want.shape}")
+    print("All seven gradients are right.")
+
+
+# %% [markdown]
+# Your cell. Every line ending in `# answer` is a solution: delete those lines (the first line sets
+# every gradient back to `None`) and write your own, one gradient at a time, running this cell and
+# the check after each. Use only numpy and the forward values `X, Z1, H, Y, T, W1, W2, N`.
+
+# %%
+# ==================== DRILL: your gradients (erase the lines marked "# answer") ====================
+dY = db2 = dW2 = dH = dZ1 = dW1 = db1 = None
+
+dY = (Y - T) / N                  # answer
+db2 = dY.sum(axis=0)              # answer
+dW2 = H.T @ dY                    # answer
+dH = dY @ W2.T                    # answer
+dZ1 = dH * (Z1 > 0)               # answer
+dW1 = X.T @ dZ1                   # answer
+db1 = dZ1.sum(axis=0)             # answer
+
+# %%
+check_drill({"dY": dY, "db2": db2, "dW2": dW2, "dH": dH, "dZ1": dZ1, "dW1": dW1, "db1": db1})
+
+# %% [markdown]
+# What the check says for two classic slips: a bias gradient left unsummed, and the ReLU mask
+# forgotten.
+
+# %%
+check_drill({"dY": dY, "db2": dY})
+print()
+check_drill({"dY": dY, "db2": db2, "dW2": dW2, "dH": dH, "dZ1": dH})

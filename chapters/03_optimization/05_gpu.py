@@ -198,7 +198,7 @@ overhead = {"numpy a + b": us_per_op(lambda: a_np + b_np),
 for name, us in overhead.items():
     print(f"{name:38} {us:6.2f} µs per op")
 plain, recording = (overhead[k] / overhead["numpy a + b"] for k in list(overhead)[1:])
-print(f"minigrad's call costs {plain:.0f}x numpy's, {recording:.0f}x when it records the graph")
+print(f"minigrad's call costs {plain:.1f}x numpy's, {recording:.1f}x when it records the graph")
 
 # %% [markdown]
 # numpy's own call costs around a microsecond (checking its arguments, resolving the loop for the

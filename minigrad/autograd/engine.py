@@ -19,13 +19,26 @@ from minigrad.autograd import function as F
 from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.autograd.grad_mode import set_grad_enabled
 from minigrad.autograd.mode import backward_pass, current_modes
+from minigrad.backend import selected
 from minigrad.errors import AutogradError, ShapeError
 from minigrad._tensor import Tensor, _wrap
 
 
 def topological_order(roots: Iterable[Function]) -> list[Function]:
     """Nodes reachable from ``roots``, each before every node it depends on (reverse post-order
-    of an iterative depth-first search)."""
+    of an iterative depth-first search).
+
+    ``roots`` are nodes (``t.grad_fn``, or a leaf's ``AccumulateGrad``). A node's inputs are its
+    ``next_functions``: one entry per argument of its forward, either ``(input_node, output_nr)``
+    or ``None`` (an argument that needs no gradient). Return a new list holding every node
+    reachable from the roots exactly once (a node reached along several paths, as ``h`` in
+    ``h * h + h``, is listed once), in which each node comes before every node of its
+    ``next_functions``; an unreachable node is never listed. What is checked: that order on
+    diamonds and shared subgraphs, roots that reach each other, and a chain of 100,000 nodes:
+    the walk must keep its own stack, since Python's recursion limit is about 1,000. Hint: a
+    depth-first search that appends a node once all its inputs are done (post-order), then the
+    list reversed.
+    """
     ### BEGIN SOLUTION chapter 01: topological order
     order: list[Function] = []
     visited: set[Function] = set()
@@ -105,7 +118,8 @@ def _root_grad(t: Tensor, g: Tensor | None) -> Tensor:
                 f"backward: grad can be implicitly created only for scalar outputs, got shape "
                 f"{tuple(t.shape)}; pass gradient= a tensor of that shape"
             )
-        return _wrap(t.device.xp.ones(t.shape, t.dtype), t.device)
+        with selected(t.device):  # on the output's GPU, where its backward runs
+            return _wrap(t.device.xp.ones(t.shape, t.dtype), t.device)
     if not isinstance(g, Tensor):
         g = Tensor(g, dtype=t.dtype, device=t.device)
     if g.shape != t.shape:
@@ -154,7 +168,32 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
 
 def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dict | None, captured: list,
           accumulate: bool, retain_graph: bool, create_graph: bool, shared: set[int]) -> None:
-    """Run every node in topological order: each has all its incoming gradients when reached."""
+    """Run every node in topological order: each has all its incoming gradients when reached.
+
+    ``order``: every node reachable from the roots, from ``topological_order``.
+    ``buffers``: node -> list with one slot per output of the node (``node._n_outputs``), each the
+    sum of the gradients that reached that output so far, or ``None``. ``_run`` filled the roots';
+    ``_call_backward`` adds into the slots of a node's inputs. Take a node's list out
+    (``buffers.pop``) when you reach it; a node no gradient reached is skipped.
+    ``needed``: ``None`` (every node runs), or the nodes from which a wanted input can be
+    reached (``grad(outputs, inputs)``): skip the others.
+    ``targets``: ``None``, or ``(node, output_nr) -> i`` for the ``inputs`` of ``grad`` /
+    ``backward(inputs=...)``; ``captured[i]`` then gets (adds up) the gradient reaching that slot.
+    ``accumulate``: True for ``backward`` (leaves' ``.grad`` grow), False for ``grad`` (nothing
+    is stored in any ``.grad``; the gradients come back in ``captured``).
+    ``retain_graph``: passed to ``_call_backward`` (False frees each node's saved tensors).
+    ``create_graph``: run the whole walk under ``set_grad_enabled(create_graph)``, so that the
+    backward rules are recorded for higher-order derivatives only when asked.
+    ``shared``: ids of gradients something else may also hold; pass it to ``_accumulate`` and
+    ``_call_backward``.
+
+    For each node: run its pre-hooks first (``node._pre_hooks.values()``, each called with the
+    list of gradients and returning a replacement list or ``None``); then capture targets; an
+    ``AccumulateGrad`` node (a leaf; the leaf is ``node.variable``) goes to ``_accumulate`` when
+    ``accumulate`` is true and the leaf is wanted (every leaf when ``targets`` is None), and has no
+    backward to call; with ``targets``, a node none of whose ``next_functions`` is needed is not
+    called either (its saved tensors stay); every other node goes to ``_call_backward``.
+    """
     ### BEGIN SOLUTION chapter 02: the backward engine: nodes in order
     with set_grad_enabled(create_graph):
         for node in order:
@@ -191,12 +230,31 @@ def _needed(order: list[Function], wanted: set[Function]) -> set[Function]:
 
 
 def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: bool, shared: set[int]) -> None:
+    """Call ``node``'s backward rule and add each input's gradient into ``buffers``.
+
+    ``grads`` has one entry per output of the node, ``None`` where no gradient arrived; a node of
+    several outputs gets zeros there instead (``node._output_meta`` gives each output's
+    ``(shape, dtype)``). Call the rule as ``type(node).backward(node, *grads)``: it returns one
+    gradient per entry of ``node.next_functions`` (a bare value counts as a 1-tuple; fewer than
+    that is an ``AutogradError`` that names the node and both counts). Tell each mode of
+    ``current_modes()`` with ``m.node_backward(node, out)``. Then for each input edge
+    ``(next_node, nr)`` whose gradient is not ``None`` (skip ``None`` edges): a gradient whose shape
+    differs from the input's (``node._input_meta``: ``(shape, dtype)`` per input) was broadcast in
+    forward, so ``_unbroadcast`` it; a gradient of another dtype is cast to the input's
+    (``g.to(dtype)``); add it into ``buffers[next_node][nr]`` (a new list of
+    ``next_node._n_outputs`` slots when missing), out of place (``a + b``), since another node may
+    hold the tensor. A gradient that is one of ``grads`` passed through, or that comes from a
+    user-defined Function (``not node.array_forward``), may be held elsewhere: add its id to
+    ``shared``. Last, unless ``retain_graph``, free the saved tensors: ``node._saved = F._FREED``
+    (a second backward through the node then says so).
+    """
     ### BEGIN SOLUTION chapter 02: the backward engine: one node, retain_graph
-    if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
-        xp = node.xp
-        grads = [g if g is not None else _wrap(xp.zeros(shape, dtype), node.device)
-                 for g, (shape, dtype) in zip(grads, node._output_meta)]
-    out = type(node).backward(node, *grads)
+    with selected(node.device):  # cupy computes on the current GPU: make it the node's
+        if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
+            xp = node.xp
+            grads = [g if g is not None else _wrap(xp.zeros(shape, dtype), node.device)
+                     for g, (shape, dtype) in zip(grads, node._output_meta)]
+        out = type(node).backward(node, *grads)
     if type(out) is not tuple:
         out = (out,)
     edges = node.next_functions
@@ -247,7 +305,22 @@ def _unbroadcast(node: Function, g: Tensor, shape: tuple) -> Tensor:
 
 def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> None:
     """Add ``g`` into a leaf's ``.grad`` (after the leaf's hooks). A gradient the engine made for
-    this leaf alone is stored as is; one that may be visible elsewhere is copied first."""
+    this leaf alone is stored as is; one that may be visible elsewhere is copied first.
+
+    First run the leaf's hooks (``t._hooks.values()``: each is called with ``g`` and returns a
+    replacement or ``None``); after a hook, ``g`` may be held by it, so its id goes into
+    ``shared``. If ``t.grad`` exists, the new ``.grad`` is ``t.grad + g`` (out of place: a new
+    tensor; for a sparse ``g``, ``g + t.grad``), and return: the lines after your code are for a
+    leaf's first gradient only. Otherwise ``g`` becomes ``t.grad``: itself under ``create_graph``
+    (the graph it carries is the point) or when sparse; a copy when something else may hold it
+    (``id(g) in shared``: a caller's gradient, a hook's, one passed through ``a + b`` to two
+    leaves at once) or when it is a view of another array (``g.array.base is not None``), since an
+    in-place change of one ``.grad`` (``zero_grad``, ``p.grad.mul_``) must not change another
+    tensor. A gradient stored without copying goes into ``shared``, so that the same tensor
+    reaching another leaf is copied there. What is checked: after ``a.grad.add_(1)`` in place, no
+    other leaf's ``.grad`` and no tensor the caller passed in has changed, and a second backward
+    adds to the first.
+    """
     ### BEGIN SOLUTION chapter 02: the backward engine: accumulating .grad
     if t._hooks:
         for hook in tuple(t._hooks.values()):
@@ -266,5 +339,7 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> N
         t.grad = g
         shared.add(id(g))
     ### END SOLUTION
-    for m in current_modes():  # the tracer binds the new .grad to the value it holds
+    # Reached after a leaf's first .grad only (the code above returns when it added to one):
+    # the modes hear of it, and the tracer binds the new .grad to the value it holds.
+    for m in current_modes():
         m.fresh_grad(t, t.grad, g)

@@ -28,6 +28,7 @@ profiler, the memory tracker, the tracer) see each op, before and after it runs.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
@@ -35,7 +36,7 @@ from typing import Any, Callable, Iterator
 from minigrad.autograd import grad_mode
 from minigrad.autograd.grad_mode import is_grad_enabled
 from minigrad.autograd.mode import current_modes
-from minigrad.backend import cpu
+from minigrad.backend import cpu, selected
 from minigrad.errors import AutogradError, DeviceError, ShapeError
 from minigrad.hooks import RemovableHandle, add_hook
 from minigrad._tensor import Tensor, _wrap
@@ -63,6 +64,20 @@ class Function:
 
     @staticmethod
     def backward(ctx: Function, *grad_outputs: Tensor) -> Any:
+        """The gradients of forward's arguments, given the gradient of each output: the contract
+        every backward rule follows (chapter 02).
+
+        ``grad_outputs``: one Tensor per output of forward, of that output's shape (d loss / d
+        output). Return one entry per argument of forward, in order (a tuple; a bare value when
+        forward took one argument): the gradient of that argument, a Tensor, or ``None`` for an
+        argument that is not a Tensor or whose ``ctx.needs_input_grad[i]`` is False. A gradient
+        may have the broadcast shape of forward's output: the engine sums it back to the input's
+        shape. What forward kept is in ``ctx.saved_tensors`` (Tensors, in ``save_for_backward``'s
+        order; arrays saved by an op's forward come back as Tensors) and in the attributes forward
+        set on ``ctx``. Build the gradient from minigrad ops on Tensors, never from ``.array``, so
+        the rule is differentiable in turn (``create_graph=True``, Hessians); a rule must not
+        change ``g`` or a saved tensor in place.
+        """
         raise NotImplementedError(f"{type(ctx).__name__} does not define backward")
 
     # -- what forward may call on ctx -----------------------------------------------------------
@@ -135,34 +150,38 @@ class Function:
         else:
             ctx.needs_input_grad = _NONE_NEEDED[len(args)] if len(args) < 8 else (False,) * len(args)
 
-        if cls.array_forward:
-            try:  # (a call without ** when there are no keywords: it costs a dict less)
-                out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
-            except ValueError as e:
-                shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
-                raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
-            ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
-            if type(out) is tuple:
-                outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
+        # cupy allocates and launches on the *current* GPU, which need not be the inputs' one:
+        # an op on cuda:1 selects cuda:1 for its forward (and the engine for its backward).
+        with selected(device) if device.type == "cuda" else _HOST:
+            if cls.array_forward:
+                try:  # (a call without ** when there are no keywords: it costs a dict less)
+                    out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
+                except ValueError as e:
+                    shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
+                    raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
+                ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
+                if type(out) is tuple:
+                    outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
+                else:
+                    outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
             else:
-                outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
-        else:
-            with grad_mode.no_grad():
-                outputs = out = cls.forward(ctx, *args, **kwargs)
-            if type(outputs) is tuple:
-                outputs = tuple([_fresh_output(o, args) for o in outputs])
-            else:
-                outputs = _fresh_output(outputs, args)
+                with grad_mode.no_grad():
+                    outputs = out = cls.forward(ctx, *args, **kwargs)
+                if type(outputs) is tuple:
+                    outputs = tuple([_fresh_output(o, args) for o in outputs])
+                else:
+                    outputs = _fresh_output(outputs, args)
 
-        if record:
-            _attach(ctx, args, arrays, outputs, out, stack)
-        if stack:
-            for m in stack:
-                m.after_op(ctx, args, kwargs, outputs)
+            if record:
+                _attach(ctx, args, arrays, outputs, out, stack)
+            if stack:
+                for m in stack:
+                    m.after_op(ctx, args, kwargs, outputs)
         return outputs
 
 
 _NONE_NEEDED = [(False,) * n for n in range(8)]
+_HOST = contextlib.nullcontext()  # no GPU to select on the cpu (a reusable context)
 
 
 class AccumulateGrad(Function):
@@ -203,7 +222,22 @@ def _accumulator(t: Tensor) -> AccumulateGrad:
 
 def _connect(ctx: Function, args: tuple) -> None:
     """Record the node's in-edges: for each input, the node that produced it (its grad_fn, or
-    its leaf's AccumulateGrad), plus its shape and dtype so gradients can be checked against them."""
+    its leaf's AccumulateGrad), plus its shape and dtype so gradients can be checked against them.
+
+    ``args`` are forward's arguments, Tensors or not (a dim, a shape, a Python number). Set three
+    tuples on ``ctx``, each with one entry per argument, in order:
+
+    - ``ctx.needs_input_grad``: ``a.requires_grad`` for a Tensor, False otherwise;
+    - ``ctx.next_functions``: the in-edges, ``(a.grad_fn, a._output_nr)`` for a Tensor an op made,
+      ``(_accumulator(a), 0)`` for a leaf that requires grad (one node per leaf, shared by all its
+      uses), ``None`` for a Tensor that needs no gradient and for every other argument;
+    - ``ctx._input_meta``: ``(a.array.shape, a.array.dtype)`` for a Tensor, ``None`` otherwise:
+      the engine sums a broadcast gradient back to that shape and casts it to that dtype.
+
+    The engine walks ``next_functions``, ``graph.viz`` draws them with ``_input_meta`` and the
+    backward rules read ``needs_input_grad``; all three are checked on tensors, leaves,
+    constants and non-tensor arguments.
+    """
     ### BEGIN SOLUTION chapter 01: Function.apply records the in-edges
     needs, edges, meta = [], [], []
     for a in args:

@@ -92,6 +92,17 @@ def gradgradcheck(fn: Callable[..., Any], inputs: Tensor | Sequence[Any],
 # The Jacobians are dicts {(input index, output index): array of shape (input numel, output numel)}:
 # entry [a, b] is d outputs[j].flat[b] / d inputs[i].flat[a], as in torch's gradcheck.
 def _numerical_jacobian(fn: Callable, inputs: tuple, wrt: list[int], outputs: tuple, eps: float) -> dict:
+    """The Jacobians by central differences, ``(f(x + eps e_a) - f(x - eps e_a)) / (2 eps)``.
+
+    ``inputs``: fn's arguments; ``wrt``: the indices of those to differentiate; ``outputs``:
+    fn's outputs at ``inputs`` (only the floating ones, ``_is_float``, are checked). Return the
+    dict described above, one zero-filled array per (input, checked output), of the output's
+    dtype, row ``a`` filled from the two evaluations of fn (``_evaluate(fn, inputs, checked)``)
+    with element ``a`` of the input (in ``_indices(x.shape)`` order) moved by +eps and -eps.
+    Move the element in ``x.array`` itself (an in-place op would be recorded and bump the
+    version counter) and put its exact old value back afterwards: the inputs must leave
+    unchanged.
+    """
     ### BEGIN SOLUTION chapter 02: gradcheck's central differences
     checked = [j for j, o in enumerate(outputs) if _is_float(o)]
     jac = {}

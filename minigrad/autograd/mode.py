@@ -5,7 +5,8 @@ PyTorch's dispatch modes are: entered with ``with``, kept on a stack of the curr
 told about each op by ``Function.apply`` (``before_op`` may rewrite its arguments, ``after_op``
 sees its outputs), about each backward rule by the engine (``node_backward``), and about the few
 things the core does besides running ops (a new array, an array saved for backward, an in-place
-write, a fresh ``.grad``, an optimizer about to read its Python numbers). With the stack empty an
+write, a fresh ``.grad``, an optimizer about to read its Python numbers, a tensor's values read
+out as Python data by ``.item()``, ``.numpy()`` or ``.tolist()``). With the stack empty an
 op pays one read of ``current_modes()``: modes cost nothing unless they are on. The thread's backward depth, which ``is_backward_running`` answers from, is
 kept here too. Both are context variables, which every thread has its own of (and which cost a
 third of a ``threading.local`` attribute to read).
@@ -69,6 +70,10 @@ class Mode:
         """A step is about to read ``owner``'s Python numbers (``owner.python_state()``: an
         optimizer's learning rate, Adam's step count), which no op sees."""
 
+    def reads_values(self, t: Any, how: str) -> None:
+        """``t``'s values leave the ops as Python data or a raw array (``how``: ``item()``,
+        ``numpy()``, ``tolist()``), which no op sees: what is computed from them is not recorded."""
+
 
 def push(mode: Mode) -> None:
     _stack.set(_stack.get() + (mode,))
@@ -119,6 +124,11 @@ def inplace_write(t: Any, result: Any) -> None:
 def reads_python_state(owner: Any) -> None:
     for m in _stack.get():
         m.reads_python_state(owner)
+
+
+def reads_values(t: Any, how: str) -> None:
+    for m in _stack.get():
+        m.reads_values(t, how)
 
 
 def sees_writes() -> bool:

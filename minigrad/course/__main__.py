@@ -1,7 +1,8 @@
 """``python -m minigrad.course``: the course's commands for students and instructors (chapters/README.md).
 
 Exit status: 0 when the command did its job (a grade of 0/10 included), 1 when ``verify`` finds a
-notebook whose solutions do not all pass or whose student version passes something, 2 when the
+notebook whose solutions do not all pass or whose student version passes something, when a
+mutant survives its chapter's tests or an emptied region does not fail them, 2 when the
 command could not run (a missing or malformed notebook, a kernel that does not start).
 """
 
@@ -11,14 +12,16 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import ModuleType
 
 import nbformat
 
 from minigrad.course.exercises import CourseError, read_notebook, tag_notebook
 from minigrad.course.grade import CELL_TIMEOUT, LIMIT, grade, verify, write_junit
 from minigrad.course.package import (
-    CHAPTER_TESTS, ROOT, check_chapter, find_regions, grade_repository, release_package,
+    CHAPTER_TESTS, ROOT, check_chapter, find_regions, find_stubs, grade_repository, release_package,
 )
 from minigrad.course.release import release, ship
 
@@ -40,9 +43,9 @@ def _parser() -> argparse.ArgumentParser:
                              "chapter's solutions/exercises.ipynb, from the notebook's metadata)")
             cmd.add_argument("--junit", metavar="XML", help="also write the result as JUnit XML")
         cmd.add_argument("--timeout", type=int, default=CELL_TIMEOUT, metavar="S",
-                         help=f"seconds a cell may run before it is interrupted and fails (default {CELL_TIMEOUT})")
+                         help=f"seconds one exercise's process may run before it is killed and fails (default {CELL_TIMEOUT})")
         cmd.add_argument("--limit", type=float, default=LIMIT, metavar="S",
-                         help=f"seconds the whole run may take before it is killed (default {LIMIT})")
+                         help=f"seconds the whole grading may take; exercises not started by then fail (default {LIMIT})")
         cmd.add_argument("--json", action="store_true", help="print the result as JSON")
     cmd = commands.add_parser("ship", help="write chapters/*/X.ipynb, the student versions of chapters/*/solutions/X.ipynb")
     cmd.add_argument("chapters", nargs="?", default="chapters")
@@ -52,10 +55,24 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("dest", help="an empty or new folder outside this repository")
     cmd.add_argument("--upto", type=int, default=0, metavar="K",
                      help="keep the regions of chapters 1..K written (default 0: every region empty)")
-    commands.add_parser("regions", help="list the package regions a student writes, with their line counts")
+    cmd.add_argument("--no-git", action="store_true", help="write the files only (default: a git repository "
+                     "with one commit)")
+    commands.add_parser("regions", help="list the package regions a student writes, with their line counts "
+                        "(in a student repository: those still to write)")
     cmd = commands.add_parser("check-order", help="for each chapter k (or those given), run chapter k's "
                               "tests in a student repository with chapters 1..k written")
     cmd.add_argument("chapters", nargs="*", type=int)
+    cmd.add_argument("--per-region", action="store_true",
+                     help="instead: empty each region of chapter k alone (the rest of 1..k written) and check "
+                          "that chapter k's tests for it fail, naming the region")
+    cmd.add_argument("--jobs", type=int, default=2, metavar="N", help="parallel workers for --per-region (default 2)")
+    cmd = commands.add_parser("mutants", help="apply each catalogued student mistake of chapter K (all chapters if "
+                              "omitted) and check that its region's tests, run without PyTorch, fail")
+    cmd.add_argument("chapters", nargs="*", type=int)
+    cmd.add_argument("--jobs", type=int, default=2, metavar="N", help="parallel workers (default 2)")
+    cmd.add_argument("--only", action="append", metavar="NAME", help="run only this mutant (repeatable)")
+    cmd.add_argument("--list", action="store_true",
+                     help="print the catalog (name, region, the mistake) and run nothing")
     cmd = commands.add_parser("test-chapter", help="run chapter K's tests here (your package regions of chapter K)")
     cmd.add_argument("chapter", type=int)
     cmd = commands.add_parser("tag", help="write each exercise cell's number and role into its metadata")
@@ -90,14 +107,26 @@ def _run(args: argparse.Namespace) -> int:
                   "FAILED: the solutions must pass every exercise and the student version none")
         return 0 if ok else 1
     if args.command == "release-package":
-        regions = release_package(args.dest, args.upto)
+        regions = release_package(args.dest, args.upto, git=not args.no_git)
         empty = [r for r in regions if r.chapter > args.upto]
-        print(f"wrote the student repository to {args.dest}: {len(empty)} of {len(regions)} regions to write")
+        print(f"wrote the student repository to {args.dest}: {len(empty)} of {len(regions)} regions to write"
+              + ("" if args.no_git else "; it is a git repository with one commit, push it where students clone from"))
         return 0
     if args.command == "regions":
-        for region in find_regions():
+        regions = find_regions()
+        for region in regions:
             print(f"{region.path.relative_to(ROOT)}:{region.begin}  {region.lines:>3} lines  {region.tag}")
+        if not regions:  # a student repository: its markers are gone, its empty regions raise
+            stubs = sorted(find_stubs(), key=lambda s: s.chapter)  # chapter by chapter, as students go
+            for stub in stubs:
+                print(f"{stub.path.relative_to(ROOT)}:{stub.begin}  {stub.tag}")
+            print(f"{len(stubs)} regions to write" if stubs else "every region is written")
         return 0
+    if args.command == "mutants" and args.list:
+        return _list_mutants(args.chapters)
+    if args.command == "mutants" or (args.command == "check-order" and args.per_region):
+        return _mutation_table(args.command, args.chapters or sorted(CHAPTER_TESTS), args.jobs,
+                               args.only if args.command == "mutants" else None)
     if args.command == "check-order":
         failed = [k for k in (args.chapters or sorted(CHAPTER_TESTS)) if check_chapter(k) != 0]
         print(f"FAILED: chapter {', '.join(map(str, failed))}" if failed else "OK: every chapter passes "
@@ -119,6 +148,58 @@ def _run(args: argparse.Namespace) -> int:
         exercises = tag_notebook(nb)
         nbformat.write(nb, path)
         print(f"tagged {len(exercises)} exercises in {path}")
+    return 0
+
+
+def _mutate_module() -> ModuleType:
+    """``minigrad.course.mutate``, which the student repository does not have (the catalog quotes the solutions)."""
+    try:
+        from minigrad.course import mutate
+    except ModuleNotFoundError as error:
+        if error.name not in ("minigrad.course.mutate", "minigrad.course.mutants"):
+            raise
+        raise CourseError("the mutant catalog is the instructor's and is not part of the student repository; "
+                          "use test-chapter K") from error
+    return mutate
+
+
+def _list_mutants(chapters: list[int]) -> int:
+    for m in _mutate_module().MUTANTS:
+        if not chapters or m.chapter in chapters:
+            print(f"{m.name:<30} {m.region:<55} {m.why}")
+    return 0
+
+
+def _mutation_table(command: str, chapters: list[int], jobs: int, only: list[str] | None = None) -> int:
+    """Print one row per mutant (or emptied region) as it finishes; 1 when any survives."""
+    mutate = _mutate_module()
+    unknown = [k for k in chapters if k not in CHAPTER_TESTS]
+    if unknown:
+        raise CourseError(f"no chapter {unknown[0]}: the chapters are {sorted(CHAPTER_TESTS)}")
+    what = "mutant" if command == "mutants" else "emptied region"
+    survivors, total, start = [], 0, time.perf_counter()
+    print(f"{'mutant':<30} {'region':<55} {'result':<9} {'seconds':>7}  by")
+
+    def row(o: mutate.Outcome) -> None:
+        result = "killed" if o.killed else "SURVIVED"
+        print(f"{o.name:<30} {o.region:<55} {result:<9} {o.seconds:7.1f}  {o.by}", flush=True)
+
+    for chapter in chapters:
+        outcomes = (mutate.run_mutants(chapter, workers=jobs, report=row, names=only) if command == "mutants"
+                    else mutate.run_regions(chapter, workers=jobs, report=row))
+        total += len(outcomes)
+        survivors += [o for o in outcomes if not o.killed]
+    seconds = time.perf_counter() - start
+    if command == "mutants":
+        ok, bad = "caught by their chapter's tests", "survived their chapter's tests"
+    else:
+        ok = "fail their chapter's tests, each naming its region,"
+        bad = "did not fail their chapter's tests naming the region"
+    if survivors:
+        print(f"FAILED: {len(survivors)} of {total} {what}s {bad} without PyTorch ({seconds:.0f} s): "
+              f"{', '.join(f'{o.name} ({o.region})' for o in survivors)}")
+        return 1
+    print(f"OK: all {total} {what}s of chapter {', '.join(map(str, chapters))} {ok} without PyTorch ({seconds:.0f} s)")
     return 0
 
 

@@ -54,6 +54,8 @@ def release_notebook(nb: Any) -> Any:
             meta: dict[str, Any] = {"exercise": exercise.number, "role": role}
             if role == "solution":
                 meta["title"] = exercise.title
+                if exercise.forbid:  # public (the exercise says so), and self-grading enforces it too
+                    meta["forbid"] = exercise.forbid
                 cell.source = strip_solutions(cell.source, exercise.number)
             cell.metadata[METADATA_KEY] = meta
     student.cells = [cell for index, cell in enumerate(student.cells) if index not in hidden]

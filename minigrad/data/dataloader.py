@@ -55,8 +55,15 @@ def default_collate(batch: Sequence) -> Any:
     Tensors and numpy arrays are stacked along a new first dimension (dtype kept: float64 arrays
     give a float64 batch); Python floats give float64, ints int64 and bools bool tensors (as
     torch); numpy scalars keep their dtype; strings stay a list; dicts, tuples and lists are
-    collated field by field (a tuple sample gives a list of batches, as in torch). Samples'
-    Tensors are stacked as data: the batch is a new leaf, detached from any graph.
+    collated field by field (a tuple sample gives a list of batches, as in torch; a namedtuple
+    gives the namedtuple; ``Pipeline.batch`` turns the list back into a tuple). Samples' Tensors
+    are stacked as data: the batch is a new leaf, detached from any graph.
+
+    Errors name the function and what differs: samples of different shapes (``ShapeError``,
+    ``_check_same_shape``), Tensors on different devices (``DeviceError``), sequences of
+    different lengths (``ShapeError``), a type it cannot collate (``TypeError``). The helpers
+    ``_from_numpy``, ``_collate_numbers``, ``_one_kind`` and ``_rebuild`` (above) do the
+    conversions; recurse with ``default_collate`` for the fields of dicts and sequences.
     """
     ### BEGIN SOLUTION chapter 01: collate
     elem = batch[0]

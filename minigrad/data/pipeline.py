@@ -83,6 +83,17 @@ class _ParallelMap:
 
 
 def _shuffle(source: Pipeline, buffer_size: int, rng: numpy.random.Generator) -> Iterator:
+    """Yield the elements of ``source`` shuffled through a buffer of ``buffer_size`` (a generator).
+
+    Fill the buffer with the first ``buffer_size`` elements, yielding nothing; then for each new
+    element, yield a random element of the buffer (``int(rng.integers(buffer_size))``) and put
+    the new one in its place; when ``source`` runs out, yield what is left in the buffer, in
+    random order (``rng.integers(len(buffer))`` each time). Draw only from ``rng``, so that a seed
+    gives one order. What is checked: the output is a permutation of the input; no element comes
+    out before it could have been read (element k never before position k - buffer_size + 1);
+    ``buffer_size=1`` keeps the order, a larger one changes it, and a buffer of the data set's
+    size mixes it evenly; an endless ``source`` works, read only as far as needed.
+    """
     ### BEGIN SOLUTION chapter 01: the shuffle buffer
     buffer: list = []
     for element in source:
@@ -101,6 +112,16 @@ def _shuffle(source: Pipeline, buffer_size: int, rng: numpy.random.Generator) ->
 
 
 def _batches(source: Pipeline, batch_size: int, drop_remainder: bool) -> Iterator:
+    """Yield batches of ``batch_size`` consecutive elements of ``source`` (a generator).
+
+    Read ``source`` lazily, ``batch_size`` elements at a time (``itertools.islice``), and stack
+    each group with ``default_collate``. The last batch may be smaller, unless
+    ``drop_remainder``: then it is dropped. A Pipeline keeps its elements' structure: when the
+    elements are tuples (``from_tensor_slices((x, y))``), each batch is a **tuple** of batched
+    Tensors, although ``default_collate`` returns a list for tuple samples (as torch's
+    DataLoader does): convert it. Other elements (a Tensor, a dict) give what
+    ``default_collate`` gives. An endless source must still yield batches.
+    """
     ### BEGIN SOLUTION chapter 01: batching
     it = iter(source)
     while True:

@@ -124,6 +124,19 @@ class DistributedDataParallel(Module):
 
     # -- the reducer ----------------------------------------------------------------------------
     def _on_gradient(self, p: Parameter, g: Tensor) -> Tensor | None:
+        """The hook on parameter ``p``'s gradient ``g``, called by the engine before ``p.grad`` is set.
+
+        Outside synchronised backward (``not self._sync``: ``no_sync``), return ``None``: the
+        engine accumulates as usual. Otherwise copy ``(p.grad + g) / world_size`` (just ``g``
+        when ``p.grad`` is None) into p's slot of its bucket (``bucket, i = self._where[id(p)]``,
+        ``bucket.slot(i)``), count it (``bucket.pending``, ``self._arrived``), and start every
+        bucket that is now full (``self._launch_ready()``: an asynchronous all-reduce, in bucket
+        order). The first gradient of a step starts ``self.timeline``. Until the last gradient,
+        return ``None`` after giving MPI a chance to progress (``work.is_completed()`` on the
+        launched buckets). At the last one, ``self._finish()`` waits and writes the averages into
+        every ``.grad``; return p's average (taking it out of ``p.grad``), which the engine then
+        stores.
+        """
         ### BEGIN SOLUTION chapter 04: DDP's bucket hooks
         if not self._sync:
             return None  # inside no_sync: the engine accumulates into .grad as usual

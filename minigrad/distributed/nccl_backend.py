@@ -202,7 +202,12 @@ class NCCLBackend(Backend):
         return work
 
     def barrier(self) -> None:
+        """Every rank gets here with its GPU work done: an MPI barrier alone meets the processes
+        while their kernels and collectives may still be queued, so this rank's streams are
+        drained first (the compute stream, then NCCL's, which waits on it)."""
         self._flush(self._group)
+        self._cupy.cuda.get_current_stream().synchronize()
+        self.stream.synchronize()
         self._world.Barrier()
 
     def abort(self, code: int) -> None:

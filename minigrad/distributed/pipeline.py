@@ -116,6 +116,22 @@ class ScheduleGPipe:
         return list(t.split(t.shape[0] // m))
 
     def step(self, *args: Tensor, target: Tensor | None = None, losses: list | None = None) -> Tensor | None:
+        """One GPipe step on this stage: the forwards of all micro-batches, then all backwards.
+
+        The first stage takes the batch (``args[0]``), the last ``target=``; each is split into
+        ``m`` micro-batches (``inputs``, ``targets``). The region fills what the code after it
+        reads: ``sends`` (the ``Work`` of every ``_send``, waited for after), ``results`` (the last
+        stage's detached outputs, concatenated and returned) and ``events`` (``("F" or "B", i,
+        start, end)`` in seconds since ``t0``, one per micro-batch and direction). Forward i: the
+        first stage reads ``inputs[i]``, the others ``_recv`` an activation from ``prev``
+        (``ACTIVATION_TAG``) and make it require grad; run ``st.submodule``; the last stage
+        computes ``self.loss_fn(out, targets[i])``, the others ``_send`` the detached output to
+        ``nxt``. Backward i, in the same order: the last stage backpropagates its loss, times
+        1/m when ``self.scale_grads`` (appending the detached loss to ``losses`` when given);
+        the others ``_recv`` the output's gradient (``GRADIENT_TAG``) and call
+        ``out.backward(grad)``; every stage but the first sends its input's ``.grad`` back to
+        ``prev``. Drop each micro-batch's graph when its backward is done.
+        """
         st, be, m = self.stage, self.stage.backend, self.n_microbatches
         if st.is_first and len(args) != 1:
             raise ValueError(f"ScheduleGPipe.step: the first stage takes the batch, got {len(args)} arguments")

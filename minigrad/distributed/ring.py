@@ -24,7 +24,18 @@ _COMBINE = {ReduceOp.SUM: "add", ReduceOp.AVG: "add", ReduceOp.PRODUCT: "multipl
 
 
 def ring_all_reduce(tensor: Tensor, op: ReduceOp = ReduceOp.SUM) -> int:
-    """``all_reduce`` done by hand around a ring, in place; returns the bytes this rank sent."""
+    """``all_reduce`` done by hand around a ring, in place; returns the bytes this rank sent.
+
+    Every rank calls it with a tensor of the same shape and dtype (``check_same``); afterwards
+    each holds ``op`` over all ranks' tensors (``AVG``: the sum divided by n, floating only).
+    Split the flat buffer (``_buffer(tensor)`` gives it and ``done``, to call at the end) into n
+    chunks whose sizes differ by at most one element. Reduce-scatter: n - 1 steps, each
+    sending one chunk to the right neighbour and combining the chunk arriving from the left
+    into one's own, so that rank r ends holding chunk r + 1 complete; then
+    all-gather: n - 1 steps passing the completed chunks around. Post each step's ``recv``
+    before its ``send`` (``async_op=True``, tag ``RING_TAG``) and wait for both. Each rank sends
+    about 2 (n - 1) / n of the tensor's bytes: return the bytes it sent.
+    """
     ### BEGIN SOLUTION chapter 04: the ring all-reduce
     pg = group()
     check_same("ring_all_reduce", tensor, pg)

@@ -49,6 +49,15 @@ class DistributedSampler(Sampler):
         self.total_size = self.num_samples * num_replicas
 
     def __iter__(self) -> Iterator[int]:
+        """This rank's indices: ``self.num_samples`` of them, disjoint from every other rank's.
+
+        Start from ``range(len(dataset))``, permuted by ``numpy.random.default_rng(self.seed +
+        self.epoch)`` when shuffling (so every rank draws the same permutation and
+        ``set_epoch`` changes it). Without ``drop_last``, pad the list by repeating its start
+        until it is ``self.total_size`` long; with it, cut it to that length. Then take every
+        ``num_replicas``-th index starting at ``rank``. Together the ranks cover every index
+        (each once, except the padding).
+        """
         ### BEGIN SOLUTION chapter 04: DistributedSampler
         n = len(self.dataset)
         if self.shuffle:

@@ -53,7 +53,8 @@ def compile(fn: Callable[..., Any] | None = None, *, passes: list | None = None,
     numbers (learning rate, Adam's step count), which no op sees, are part of the signature: a new
     learning rate traces again, and numbers that change on two calls in a row make the signature
     run eagerly, since a replay would freeze them. A signature runs eagerly, with a ``CompileWarning``
-    naming the ops, when op arguments hold traced values as raw arrays, when a write cannot be
+    naming the ops, when op arguments hold traced values as raw arrays, when the function reads a
+    traced value out as Python data (``.item()``, ``.numpy()``, ``.tolist()``), when a write cannot be
     replayed, or when outputs require grad outside a traced backward (a replay records no autograd
     graph: compile the whole training step, or run inference under ``no_grad``).
     """

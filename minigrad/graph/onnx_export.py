@@ -56,11 +56,17 @@ def export_onnx(graph_or_module: Module | Graph | TracedFunction | Callable, exa
     ``dynamic_axes`` as ``torch.onnx.export`` takes it (``{"x": {0: "batch"}}``): the model is
     traced again with each one longer, and reshapes that follow it compute their targets at run
     time (``minigrad.graph.onnx_dynamic``). Parameters and constants become initializers.
+    A forward that reads a value computed from its input out as Python data (``.item()``,
+    ``.numpy()``, ``.tolist()``) is refused with an ``OnnxExporterError`` naming the call: the
+    graph would hold the example's values as a constant (PyTorch's tracer only warns).
     """
     onnx = _import_onnx()
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
         raise ValueError(f"export_onnx: opset must be between {MIN_OPSET} and {onnx.defs.onnx_opset_version()} "
                          f"(the newest this onnx knows), got {opset}")
+    if not (isinstance(example_input, (Tensor, list, tuple))):
+        raise TypeError(f"export_onnx: example_input must be a Tensor or a tuple of Tensors, the input(s) to trace "
+                        f"the model on, got {type(example_input).__name__}")
     inputs = (example_input,) if isinstance(example_input, Tensor) else tuple(example_input)
     graph, named, default_names, title = _prepare(graph_or_module, inputs)
     in_names = _names(input_names, default_names, "input_names", len(graph.placeholders))
@@ -167,10 +173,16 @@ def _graph_of(obj: Any, inputs: tuple) -> tuple[Graph, dict, list[str], str]:
         obj.eval()
     try:
         with grad_mode.no_grad():
-            graph = trace(obj, *inputs).graph
+            traced = trace(obj, *inputs)
     finally:
         if was_training:
             obj.train()
+    for how, node in traced.values_read:
+        if any(n.op == "placeholder" for n in reaching([node])):  # a parameter is a constant of the export
+            raise OnnxExporterError(f"export_onnx: forward calls {how} on {node.name} ({node.op}), a value computed from "
+                                    "the input; the exported graph would hold the example input's values as a "
+                                    "constant. Compute with tensor ops instead")
+    graph = traced.graph
     weights = chain(obj.named_parameters(), obj.named_buffers()) if is_module else ()
     names = {id(t.array): name for name, t in weights}
     fn = obj.forward if is_module else obj

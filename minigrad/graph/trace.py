@@ -37,7 +37,8 @@ def trace(fn: Callable[..., Any], *example_inputs: Tensor) -> TracedFunction:
 
     A branch taken at trace time is baked in. What a trace cannot capture: Python values read from
     tensors (``if x.sum() > 0``, ``loss.item()``) or kept outside them (Adam's step count and bias
-    corrections), which are baked in as constants; arrays computed outside ops (random masks drawn
+    corrections), which are baked in as constants (``.item()``, ``.numpy()`` and ``.tolist()`` of a
+    value computed from the inputs or parameters warn, naming the call); arrays computed outside ops (random masks drawn
     with the device RNG, arrays built from ``tensor.array`` and passed to an op), which become
     constants; writes that bypass ops (``t[i] = v`` under ``no_grad``, ``fill_``/``zero_``) and
     writes through a view whose base is read again (or is an input), which raise ``TraceError``
@@ -59,8 +60,10 @@ def trace(fn: Callable[..., Any], *example_inputs: Tensor) -> TracedFunction:
     with tracer:
         result = fn(*example_inputs)
     spec = tracer.finish(result)
-    return TracedFunction(tracer.graph, spec, [(x.shape, x.dtype, x.device) for x in example_inputs],
-                          getattr(fn, "__name__", "fn"))
+    traced = TracedFunction(tracer.graph, spec, [(x.shape, x.dtype, x.device) for x in example_inputs],
+                            getattr(fn, "__name__", "fn"))
+    traced.values_read = tracer.values_read
+    return traced
 
 
 class TracedFunction:
@@ -69,6 +72,7 @@ class TracedFunction:
 
     def __init__(self, graph: Graph, spec: Any, signature: list[tuple], name: str) -> None:
         self.graph, self._spec, self._signature, self.__name__ = graph, spec, signature, name
+        self.values_read: list[tuple[str, Node]] = []  # (``item()``..., the node read) during the trace
 
     def __call__(self, *inputs: Tensor) -> Any:
         self._check(inputs)
@@ -115,7 +119,9 @@ class Tracer(Mode):
       (``t.detach()``, ``t.data``) take the written value at once;
     - arrays an op saved for its backward (a ReLU mask) become ``saved`` nodes of that op.
 
-    ``frozen`` lists (op name, message) for each op argument that froze a traced value;
+    ``frozen`` lists (op name, message) for each op argument that froze a traced value, and
+    (``item()``/``numpy()``/``tolist()``, message) for each traced value read out as Python data,
+    which ``values_read`` also lists with the node read;
     ``fresh_grads`` counts the ``.grad``s the engine set (a backward pass ran); ``python_states``
     lists (owner, its ``python_state()`` then) for each optimizer whose step read its Python numbers;
     ``refused`` says why the graph cannot stand in for the function (a write it cannot replay),
@@ -127,6 +133,7 @@ class Tracer(Mode):
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.frozen: list[tuple[str, str]] = []
+        self.values_read: list[tuple[str, Node]] = []
         self.fresh_grads = 0
         self.python_states: list[tuple[Any, Any]] = []
         self.refused: str | None = None
@@ -185,6 +192,27 @@ class Tracer(Mode):
         if grad is not value:
             self._alive.append(grad)
             self._bind(grad, self.node_of(value))
+
+    def reads_values(self, t: Tensor, how: str) -> None:
+        """A value computed from the inputs or parameters read out as Python data: the graph
+        holds what follows as constants of this trace (``values_read``; compile runs eagerly)."""
+        if id(t) not in self._bound:  # never an op's input or output: a constant of the function
+            return
+        node = self.node_of(t)
+        seen, stack = {node}, [node]  # computed from constants only, it is the same at every call
+        while stack:
+            n = stack.pop()
+            if not n.inputs and n.op != "constant":
+                break
+            stack += [i for i in n.inputs if i not in seen]
+            seen.update(n.inputs)
+        else:
+            return
+        self.values_read.append((how, node))
+        message = (f"trace: {how} reads the value of {node.name} ({node.op}) as Python data; the graph freezes "
+                   "what is computed from it, so replays reuse its value from trace time")
+        self.frozen.append((how, message))
+        warnings.warn(message, TraceWarning, stacklevel=4)  # points at the caller of .item()
 
     def reads_python_state(self, owner: Any) -> None:
         if not any(o is owner for o, _ in self.python_states):

@@ -150,7 +150,11 @@ class _HostCounter:
                 t.activation_peak = t.activations
 
     def grow(self, nbytes: int) -> None:
-        """Add ``nbytes`` (negative when a buffer is freed) to the total, noting new peaks."""
+        """Add ``nbytes`` (negative when a buffer is freed) to the total, noting new peaks.
+
+        ``self.current`` is the live total; every tracker open now (``self.trackers``) keeps its
+        own ``peak``, the largest total seen while it was open, which a freeing never lowers.
+        """
         ### BEGIN SOLUTION chapter 03: the memory tracker's peak
         self.current += nbytes
         for t in self.trackers:

@@ -14,15 +14,23 @@ from minigrad.nn import functional, init, utils  # noqa: F401
 from minigrad.nn.activation import (  # noqa: F401
     GELU, Hardswish, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh,
 )
-from minigrad.nn.dropout import Dropout  # noqa: F401
+from minigrad.nn.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d  # noqa: F401
 from minigrad.nn.linear import Embedding, Flatten, Identity, Linear  # noqa: F401
-from minigrad.nn.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss  # noqa: F401
+from minigrad.nn.loss import (  # noqa: F401
+    BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss,
+)
 from minigrad.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm  # noqa: F401
 
 # -- convolution, pooling, recurrent and attention layers ------------------------------------------
 from minigrad.nn.attention import MultiheadAttention, TransformerEncoderLayer  # noqa: F401
-from minigrad.nn.conv import AdaptiveAvgPool2d, AvgPool2d, Conv2d, MaxPool2d  # noqa: F401
+from minigrad.nn.conv import (  # noqa: F401
+    AdaptiveAvgPool2d, AvgPool2d, Conv2d, ConvTranspose1d, ConvTranspose2d, MaxPool2d,
+)
 from minigrad.nn.rnn import LSTM, LSTMCell  # noqa: F401
+from minigrad.nn.recurrent import GRU, GRUCell, RNN, RNNCell  # noqa: F401  (one-state recurrences)
+from minigrad.nn.transformer import (  # noqa: F401
+    Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+)
 from minigrad.unsupported import module_getattr as _module_getattr
 
 

@@ -14,23 +14,24 @@ import math
 import warnings
 from typing import Any, Sequence
 
-from minigrad import ops as _ops
+from minigrad import ops as _ops, value_checks
 from minigrad.autograd.grad_mode import no_grad
+from minigrad.creation import ones
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.meta import has_values
 from minigrad.ops.indexing import check_range
-from minigrad.ops.conv import conv1d, conv2d, conv_transpose2d  # noqa: F401  (they live with the ops)
+from minigrad.ops.conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d  # noqa: F401  (with the ops)
 from minigrad.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
 from minigrad.ops.normalize import Standardize
 from minigrad.ops.sparse import embedding as sparse_embedding
 from minigrad._tensor import Tensor, _wrap
 
 __all__ = [
-    "adaptive_avg_pool2d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose2d", "max_pool2d",
+    "adaptive_avg_pool2d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool2d",
     "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
-    "dropout", "embedding", "gelu", "hardswish", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax",
-    "mse_loss", "nll_loss", "one_hot", "pad", "relu", "scaled_dot_product_attention", "sigmoid", "silu", "softmax",
-    "tanh",
+    "dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "gelu", "hardswish", "huber_loss", "l1_loss",
+    "layer_norm", "leaky_relu", "linear", "log_softmax", "mse_loss", "nll_loss", "one_hot", "pad", "relu",
+    "scaled_dot_product_attention", "sigmoid", "silu", "smooth_l1_loss", "softmax", "tanh",
 ]
 
 
@@ -103,6 +104,45 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     return _ops.inplace(input, _ops.dropout, p) if inplace else _ops.dropout(input, p)
 
 
+def _feature_dropout(op: str, input: Tensor, p: float, training: bool, inplace: bool, batched: int) -> Tensor:
+    """Zero whole channels (dim 1 of a batched input of ``batched`` dims, dim 0 of an unbatched
+    one) with probability ``p`` and scale the rest by 1 / (1 - p): neighbouring pixels of a
+    feature map are correlated, so dropping single elements would barely regularise."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if input.ndim not in (batched - 1, batched):
+        raise ShapeError(f"{op}: expected a {batched - 1}-D (unbatched) or {batched}-D (batched) input, "
+                         f"got shape {tuple(input.shape)}")
+    if not training or p == 0.0:
+        return input
+    lead = tuple(input.shape[:2]) if input.ndim == batched else tuple(input.shape[:1])
+    # the dropout op draws the mask (one value per channel) inside its forward, so a traced or
+    # compiled step draws a fresh one on every replay, as with element dropout
+    mask = _ops.dropout(ones(*lead, *(1,) * (input.ndim - len(lead)), dtype=input.dtype, device=input.device), p)
+    return input.mul_(mask) if inplace else input * mask
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Channel dropout of (N, C, L) or (C, L)."""
+    return _feature_dropout("dropout1d", input, p, training, inplace, 3)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Channel dropout of (N, C, H, W) or (C, H, W). Other shapes are deprecated in torch but
+    still taken, with a warning, as torch takes them: each (dim 0, dim 1) entry is dropped whole,
+    so a 2-D (N, C) input gets element dropout (pytorch/examples mnist_rnn feeds it one)."""
+    if input.ndim not in (3, 4) and input.ndim >= 2:
+        warnings.warn(f"dropout2d: received a {input.ndim}-D input, which PyTorch deprecates; each entry of its "
+                      f"first two dims is dropped whole (use dropout for element dropout)", stacklevel=2)
+        return _feature_dropout("dropout2d", input, p, training, inplace, input.ndim)
+    return _feature_dropout("dropout2d", input, p, training, inplace, 4)
+
+
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Channel dropout of (N, C, D, H, W) or (C, D, H, W)."""
+    return _feature_dropout("dropout3d", input, p, training, inplace, 5)
+
+
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
               norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
     """Rows of ``weight`` picked by the integer ``input``; ``padding_idx``'s row gets no gradient."""
@@ -138,12 +178,12 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     if tensor.dtype.kind not in "iu":
         raise DTypeError(f"one_hot: expected an integer tensor, got {tensor.dtype}")
     xp = tensor.device.xp
-    if num_classes == -1:
+    if num_classes == -1:  # the output's shape depends on a value: the host must read it (as in torch)
         num_classes = int(tensor.array.max()) + 1 if tensor.numel() else 0
-    if tensor.numel() and has_values(tensor.array) and (int(tensor.array.min()) < 0
-                                                        or int(tensor.array.max()) >= num_classes):
-        raise ValueError(f"one_hot: class values must be in [0, {num_classes}), got "
-                         f"[{int(tensor.array.min())}, {int(tensor.array.max())}]")
+    if tensor.numel() and has_values(tensor.array):  # a given num_classes: checked without waiting for a GPU
+        lo, hi = tensor.array.min(), tensor.array.max()
+        value_checks.check(xp, (lo < 0) | (hi >= num_classes), ValueError,
+                           lambda: f"one_hot: class values must be in [0, {num_classes}), got [{int(lo)}, {int(hi)}]")
     classes = _wrap(xp.arange(num_classes), tensor.device)
     return _ops.cast(_ops.eq(tensor.unsqueeze(-1), classes), "int64")  # ops, so tracing sees the input
 
@@ -162,13 +202,17 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     """Normalise each channel (dim 1) over the batch and spatial dims.
 
     Training uses the batch's mean and biased variance and blends them into the running stats
-    (the unbiased variance, as PyTorch does); evaluation uses the running stats.
+    (the unbiased variance, as PyTorch does); evaluation uses the running stats. An empty batch
+    gives an empty output and leaves the running stats as they were, as in PyTorch.
     """
     if input.ndim < 2:
         raise ShapeError(f"batch_norm: expected an input of at least 2 dims (N, C, ...), "
                          f"got shape {tuple(input.shape)}")
     c = input.shape[1]
     shape = (1, c) + (1,) * (input.ndim - 2)
+    if training and input.numel() == 0:  # as PyTorch: an empty output, running stats left as they were
+        out = input.clone() if weight is None else input * weight.reshape(shape)
+        return out if bias is None else out + bias.reshape(shape)
     if training:
         n = input.numel() // c
         if n <= 1:
@@ -248,6 +292,34 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce((input - target).abs(), reduction)
 
 
+def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    """Squared error below ``beta``, absolute error above: ``0.5 d**2 / beta`` where ``|d| < beta``,
+    else ``|d| - 0.5 beta`` (Fast R-CNN's box loss; ``beta=0`` is ``l1_loss``)."""
+    _check_reduction(reduction)
+    _check_same_shape("smooth_l1_loss", input, target)
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+    diff = input - target
+    if beta == 0.0:
+        return _reduce(diff.abs(), reduction)
+    ad = diff.abs()
+    return _reduce(_ops.where(ad < beta, 0.5 * diff * diff / beta, ad - 0.5 * beta), reduction)
+
+
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,
+               weight: Tensor | None = None) -> Tensor:
+    """``0.5 d**2`` where ``|d| < delta``, else ``delta (|d| - 0.5 delta)``: ``delta`` times
+    ``smooth_l1_loss`` with ``beta=delta``; ``weight`` scales each element's loss."""
+    _check_reduction(reduction)
+    _check_same_shape("huber_loss", input, target)
+    if delta <= 0:
+        raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+    diff = input - target
+    ad = diff.abs()
+    loss = _ops.where(ad < delta, 0.5 * diff * diff, delta * (ad - 0.5 * delta))
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Softmax cross-entropy of logits (N, C, ...) against class indices (N, ...) or class
@@ -269,10 +341,11 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     if tuple(input.shape) != tuple(target.shape):
         raise ShapeError(f"binary_cross_entropy: target shape {tuple(target.shape)} must equal the input "
                          f"shape {tuple(input.shape)}")
-    if input.numel() and has_values(input.array) and (float(input.array.min()) < 0.0
-                                                      or float(input.array.max()) > 1.0):
-        raise ValueError("binary_cross_entropy: all elements of input should be between 0 and 1, got values in "
-                         f"[{float(input.array.min())}, {float(input.array.max())}]")
+    if input.numel() and has_values(input.array):  # on a GPU read at the next host read (value_checks)
+        lo, hi = input.array.min(), input.array.max()
+        value_checks.check(input.device.xp, (lo < 0.0) | (hi > 1.0), ValueError, lambda: (
+            "binary_cross_entropy: all elements of input should be between 0 and 1, got values in "
+            f"[{float(lo)}, {float(hi)}]"))
     loss = -(target * input.log().clamp(min=-100) + (1 - target) * (1 - input).log().clamp(min=-100))
     if weight is not None:
         loss = loss * weight

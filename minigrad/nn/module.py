@@ -14,7 +14,7 @@ import itertools
 from collections import OrderedDict, namedtuple
 from typing import Any, Callable, Iterator
 
-from minigrad import backend, creation
+from minigrad import backend, creation, mapped
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.backend import Device
 from minigrad.errors import DTypeError
@@ -98,6 +98,19 @@ class Module:
 
     # -- registration -------------------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
+        """``self.name = value``, registering what the value is, as PyTorch's Module does.
+
+        A ``Parameter`` goes into ``self._parameters`` (``register_parameter``, after
+        ``self._forget(name)`` drops the name from the other stores; a name already there keeps
+        its place, so ``parameters()`` and ``state_dict()`` keep their order); a ``Module`` into
+        ``self._modules`` (a new child last, a replaced one in its place); assigning to a name
+        already held as a parameter, child or buffer must give the right kind or ``None``
+        (``TypeError`` naming the name and the type given otherwise: a plain Tensor may not
+        replace a Parameter); anything else is a plain attribute (``object.__setattr__``).
+        Assigning a Parameter or Module before ``Module.__init__`` ran (no ``_parameters`` in
+        ``self.__dict__`` yet) is an ``AttributeError`` that says so. ``parameters()``,
+        ``named_parameters()``, ``state_dict()`` and ``to()`` all read these stores.
+        """
         ### BEGIN SOLUTION chapter 02: Module registers its parameters
         d = self.__dict__
         params = d.get("_parameters")
@@ -330,6 +343,7 @@ class Module:
                 pending.append((target, value))
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
+        mapped.check_mapped([value for _, value in pending])  # a truncated file's map would crash the copy
         with no_grad():
             for target, value in pending:
                 if assign:

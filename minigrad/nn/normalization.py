@@ -70,7 +70,8 @@ class _BatchNorm(Module):
         if self.training and self.track_running_stats:
             self.num_batches_tracked.add_(1)
             if self.momentum is None:  # a cumulative moving average: the mean of all batches so far
-                momentum = 1.0 / int(self.num_batches_tracked.item())
+                # a tensor of the statistics' dtype: the count stays on its device, no host read
+                momentum = 1.0 / self.num_batches_tracked.to(self.running_mean.dtype)
         # without running stats there is nothing to evaluate with, so batch statistics are used
         use_batch_stats = self.training or self.running_mean is None
         track = not self.training or self.track_running_stats

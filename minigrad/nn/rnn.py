@@ -121,6 +121,9 @@ class LSTM(Module):
         names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh") if self.bias else ("weight_ih", "weight_hh")
         return tuple(getattr(self, f"{name}_l{layer}{suffix}") for name in names)
 
+    def flatten_parameters(self) -> None:
+        """Nothing to do: torch packs cuDNN's weights into one buffer here; minigrad keeps them apart."""
+
     def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         if input.ndim not in (2, 3) or input.shape[-1] != self.input_size:
             layout = "(N, L, input_size)" if self.batch_first else "(L, N, input_size)"

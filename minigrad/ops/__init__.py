@@ -8,10 +8,14 @@ its class, its wrapper function, and one row of ``tests/op_table.py``.
 from minigrad.ops.op import Op, all_ops  # noqa: F401
 
 from minigrad.ops.elementwise import *  # noqa: F401,F403
+from minigrad.ops.elementwise import absolute as abs, power as pow  # noqa: F401  (builtins' names: not in the module)
 from minigrad.ops.compare import *  # noqa: F401,F403
 from minigrad.ops.activation import *  # noqa: F401,F403
 from minigrad.ops.movement import *  # noqa: F401,F403
 from minigrad.ops.reduce import *  # noqa: F401,F403
+from minigrad.ops.reduce import (  # noqa: F401  (builtins' names: reduce.py keeps Python's for its backward rules)
+    reduce_all as all, reduce_any as any, reduce_max as max, reduce_min as min, reduce_sum as sum,
+)
 from minigrad.ops.softmax import *  # noqa: F401,F403
 from minigrad.ops.linalg import *  # noqa: F401,F403
 from minigrad.ops.indexing import *  # noqa: F401,F403

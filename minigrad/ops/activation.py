@@ -30,6 +30,9 @@ class Relu(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """Forward saved the mask ``a > 0``: the gradient passes where it holds, 0 elsewhere
+        (also at exactly 0, as PyTorch). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Relu.backward
         return g * ctx.saved_tensors[0]
         ### END SOLUTION
@@ -105,7 +108,7 @@ class Hardswish(Op):
 
     kind = "elementwise"
     cpu = "add({0}, 3, out={o}); clip({o}, 0, 6, out={o}); multiply({0}, {o}, out={o}); divide({o}, 6, out={o})"
-    cuda = "{0} * ({0} + ({T})3 < ({T})0 ? ({T})0 : {0} + ({T})3 > ({T})6 ? ({T})6 : {0} + ({T})3) / ({T})6"
+    cuda = "{0} * ({0} + ({T})3 < ({T})0 ? ({T})0 : {0} + ({T})3 > ({T})6 ? ({T})6 : ({T})({0} + ({T})3)) / ({T})6"
 
     @staticmethod
     def forward(ctx, a):

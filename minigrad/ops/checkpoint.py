@@ -42,6 +42,19 @@ class CheckpointFunction(Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs: Tensor) -> tuple:
+        """Recompute the segment with grad enabled, then backpropagate ``grad_outputs`` through it.
+
+        ``ctx.segment`` holds ``call`` (run the segment on a list of inputs), ``rng_states`` and
+        ``modules`` (replay the random numbers and keep BatchNorm's buffers: ``_replayed_rng``,
+        ``_buffers_kept``), ``reentrant`` and ``params`` (the tensors it reads besides its
+        inputs). Replay under ``recomputation()`` and ``enable_grad()`` with inputs made by
+        ``_replay_input``; ``create_graph`` is whether grad mode is on now (refused with
+        ``use_reentrant=True``). Reentrant: a nested ``engine.backward`` from each output that
+        requires grad, returning the replayed inputs' ``.grad``. Otherwise ``engine.grad`` with
+        respect to the replayed inputs and ``params`` that require grad
+        (``_check_no_outside_nodes`` first). Return ``None`` for the segment, then one gradient
+        (or ``None``) per input of forward, in order.
+        """
         ### BEGIN SOLUTION chapter 03: checkpoint as a Function
         seg = ctx.segment
         create_graph = is_grad_enabled()  # the engine records backward only for create_graph=True

@@ -23,7 +23,7 @@ from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.layout import is_channels_last
 from minigrad._tensor import Tensor
 
-__all__ = ["conv2d", "conv1d", "conv_transpose2d"]
+__all__ = ["conv2d", "conv1d", "conv_transpose1d", "conv_transpose2d"]
 
 IntPair = int | Sequence[int]
 
@@ -320,3 +320,20 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
     if bias is not None:
         y = y + bias.reshape(1, -1, 1, 1)
     return y.reshape(y.shape[1:]) if unbatched else y
+
+
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int = 1,
+                     padding: int = 0, output_padding: int = 0, groups: int = 1, dilation: int = 1) -> Tensor:
+    """The transpose of conv1d: (N, C_in, L) with ``weight`` (C_in, C_out/groups, K), as
+    conv_transpose2d over images of height 1."""
+    for name, t, dims in (("input", input, (2, 3)), ("weight", weight, (3,))):
+        if not isinstance(t, Tensor) or t.ndim not in dims:
+            raise ShapeError(f"conv_transpose1d: expected a {' or '.join(f'{d}-D' for d in dims)} {name}, "
+                             f"got shape {tuple(getattr(t, 'shape', ()))}")
+
+    def row(v, fill):  # a 1-D argument as the (height, width) pair of a height-1 image
+        return (fill, v if isinstance(v, int) else v[0])
+
+    y = conv_transpose2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias, row(stride, 1), row(padding, 0),
+                         row(output_padding, 0), groups, row(dilation, 1))
+    return y.squeeze(-2)

@@ -4,11 +4,12 @@ Each op is a ``Function`` whose forward computes on ``xp`` arrays and whose back
 of minigrad ops per input (chapter 02's table of derivatives). Broadcasting is undone once, by the
 engine, so ``Add.backward`` just returns ``g, g``. ``_binary`` applies PyTorch's dtype rules
 before an op runs: Python scalars never widen a tensor's dtype, and int with float gives float.
+``power`` and ``absolute`` are exported by ``minigrad.ops`` as ``pow`` and ``abs``, so that in this
+module, where students write backward rules, ``pow`` and ``abs`` stay Python's builtins.
 """
 
 from __future__ import annotations
 
-import builtins
 import math
 from typing import Any
 
@@ -19,8 +20,8 @@ from minigrad.ops.op import GRADIENT_OP, Op, same_value
 from minigrad._tensor import Tensor, _wrap
 
 __all__ = [
-    "Op", "abs", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "exp", "log",
-    "maximum", "minimum", "mul", "neg", "pow", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "sub",
+    "Op", "add", "cast", "clamp", "clip", "clone", "contiguous", "cos", "div", "exp", "log",
+    "maximum", "minimum", "mul", "neg", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "sub",
     "tanh", "to_device", "where",
 ]
 
@@ -72,6 +73,10 @@ class Mul(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """d(a*b) = b da + a db. Forward saved ``(a, b)`` by ``_save_other``: ``b`` only when a
+        needs a gradient and ``a`` only when b does, the other slot ``None`` (either may be a Python
+        number). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Mul.backward
         a, b = ctx.saved_tensors
         return (g * b if b is not None else None), (g * a if a is not None else None)
@@ -92,6 +97,9 @@ class Div(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """d(a/b) = da / b - a db / b^2. Forward saved ``(a, b)``, ``a`` only when b needs a
+        gradient (else ``None``). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Div.backward
         a, b = ctx.saved_tensors
         return (g / b if ctx.needs_input_grad[0] else None), (-g * a / (b * b) if a is not None else None)
@@ -128,6 +136,10 @@ class Pow(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """d(a^b) = b a^(b-1) da + a^b ln(a) db. Forward saved ``(a, b, out)``, ``out`` only when
+        ``b`` needs a gradient; ``a`` may be a Python number (``2 ** x``: use ``math.log`` for it), and
+        either gradient is computed only when ``ctx.needs_input_grad`` asks for it. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Pow.backward
         a, b, out = ctx.saved_tensors
         ga = g * b * a ** (b - 1) if ctx.needs_input_grad[0] else None
@@ -153,6 +165,7 @@ class Exp(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """d exp(a) = exp(a) da; forward saved its output. The contract of every rule: ``minigrad.autograd.Function.backward``."""
         ### BEGIN SOLUTION chapter 02: Exp.backward
         return g * ctx.saved_tensors[0]
         ### END SOLUTION
@@ -172,6 +185,7 @@ class Log(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """d log(a) = da / a; forward saved ``a``. The contract of every rule: ``minigrad.autograd.Function.backward``."""
         ### BEGIN SOLUTION chapter 02: Log.backward
         return g / ctx.saved_tensors[0]
         ### END SOLUTION
@@ -302,6 +316,10 @@ class TanhBackward(Op):
 
     @staticmethod
     def backward(ctx, gg):
+        """Second derivatives of tanh: this op computes ``g * (1 - y*y)`` from its two inputs
+        ``(g, y)`` (both saved); return the gradients of both, d/dg and d/dy of that expression times
+        ``gg``. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: TanhBackward.backward
         g, y = ctx.saved_tensors
         return gg * (1 - y * y), -2 * gg * g * y
@@ -340,6 +358,9 @@ class SigmoidBackward(Op):
 
     @staticmethod
     def backward(ctx, gg):
+        """Second derivatives of sigmoid: this op computes ``g * y * (1 - y)`` from ``(g, y)`` (both
+        saved); return d/dg and d/dy of that expression times ``gg``. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: SigmoidBackward.backward
         g, y = ctx.saved_tensors
         return gg * y * (1 - y), gg * g * (1 - 2 * y)
@@ -383,6 +404,11 @@ class Maximum(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """Forward saved one tensor, ``w``: a's share of the gradient (1 where a is larger, 0 where
+        b is, 0.5 on ties, as PyTorch splits ties); b's share is ``1 - w``. Read the share from the
+        saved tensor and nothing else: ``Minimum`` saves its own share the same way and reuses this
+        rule. Compute only the gradients ``ctx.needs_input_grad`` asks for. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Maximum.backward
         w = ctx.saved_tensors[0]
         need_a, need_b = ctx.needs_input_grad
@@ -401,11 +427,9 @@ class Minimum(Op):
         ctx.save_for_backward((a < b) + 0.5 * (a == b))
         return ctx.xp.minimum(a, b)
 
-    @staticmethod
-    def backward(ctx, g):
-        w = ctx.saved_tensors[0]
-        need_a, need_b = ctx.needs_input_grad
-        return (g * w if need_a else None), (g * (1 - w) if need_b else None)
+    # Maximum's rule, unchanged: forward saved a's share of the gradient as Maximum's does (1 where
+    # a is the smaller, 0.5 on ties), so the same backward gives Minimum's gradient
+    backward = staticmethod(Maximum.backward)
 
 
 class Where(Op):
@@ -423,6 +447,10 @@ class Where(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """``where(cond, a, b)``: the gradient goes to ``a`` where the saved ``cond`` holds and to
+        ``b`` elsewhere (zeros in the other places); ``cond`` gets ``None``. Either of ``a``, ``b``
+        may be a Python number, and may have been broadcast. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Where.backward
         cond = ctx.saved_tensors[0]
         _, need_a, need_b = ctx.needs_input_grad
@@ -557,15 +585,15 @@ def _not_bool(v: Any, op: str) -> Any:
     return v
 
 
-def pow(a, b):
-    """``a ** b``; a bool base with an integer exponent counts as int64, as in PyTorch."""
+def power(a, b):
+    """``minigrad.pow``, ``a ** b``; a bool base with an integer exponent counts as int64, as in PyTorch."""
     if _is_bool(a) and _is_bool(b):
         raise DTypeError("pow: not supported for bool tensors")
     if isinstance(a, Tensor) and a.dtype.kind == "b" and type(b) is int:
         a = cast(a, backend.int64)
     if isinstance(b, Tensor) and b.dtype.kind == "b" and type(a) is int:
         b = cast(b, backend.int64)
-    if isinstance(a, Tensor) and a.dtype == backend.float16 and type(b) in (int, float) and builtins.abs(b) > 65504:
+    if isinstance(a, Tensor) and a.dtype == backend.float16 and type(b) in (int, float) and abs(b) > 65504:
         raise DTypeError(f"pow: exponent {b} cannot be converted to float16 without overflow")
     return _binary(Pow, a, b)
 
@@ -589,7 +617,7 @@ def exp(x): return Exp.apply(_floating(x, "exp"))
 def log(x): return Log.apply(_floating(x, "log"))
 def sqrt(x): return Sqrt.apply(_floating(x, "sqrt"))
 def rsqrt(x): return Rsqrt.apply(_floating(x, "rsqrt"))
-def abs(x): return Abs.apply(_not_bool(x, "abs"))
+def absolute(x): return Abs.apply(_not_bool(x, "abs"))
 def sign(x): return Sign.apply(x)
 def sin(x): return Sin.apply(_floating(x, "sin"))
 def cos(x): return Cos.apply(_floating(x, "cos"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from minigrad import backend
+from minigrad import backend, value_checks
 from minigrad.autograd import grad_mode
 from minigrad.errors import DeviceError, ShapeError
 from minigrad.meta import has_values
@@ -65,6 +65,11 @@ class GetItem(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """The gradient of ``a[index]`` has a's shape (``ctx.shape``): zeros, with ``g`` added at the
+        positions ``ctx.index`` read (the ``(basic, advanced)`` pair of ``_normalize``). A position read
+        twice (``x[[0, 0]]``) receives both gradients added, not the last one. The index gets ``None``.
+        The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: GetItem.backward
         return ScatterIndex.apply(g, ctx.shape, ctx.index), None
         ### END SOLUTION
@@ -102,7 +107,7 @@ class GetItem(Op):
 
 
 class ScatterIndex(Op):
-    """zeros(shape) with ``g`` added at ``index``: GetItem's backward (and GetItem is its own)."""
+    """zeros(shape) with ``g`` added at ``index``, a repeated position getting the sum (a scatter-add)."""
 
     kind = "movement"
     onnx_refused = GRADIENT_OP
@@ -115,7 +120,15 @@ class ScatterIndex(Op):
         return out
 
     @staticmethod
-    def backward(ctx, g): return GetItem.apply(g, ctx.index), None, None
+    def backward(ctx, g):
+        """Forward took ``(g, shape, index)`` and kept ``ctx.index``; ``shape`` and ``index`` get
+        ``None``. Each element of forward's ``g`` went to one position of the output, so its
+        gradient is the incoming gradient at that position. The contract of every rule:
+        ``minigrad.autograd.Function.backward``.
+        """
+        ### BEGIN SOLUTION chapter 02: ScatterIndex.backward
+        return GetItem.apply(g, ctx.index), None, None
+        ### END SOLUTION
 
 
 class IndexPut(Op):
@@ -133,6 +146,11 @@ class IndexPut(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """``out = a`` with ``v`` written at ``ctx.index``. The gradient of ``a`` is ``g`` with zeros at
+        the overwritten positions (their old values did not reach the output); that of ``v`` is ``g``
+        read at the index (the engine sums it to v's shape when v was broadcast); the index gets
+        ``None``. Compute only what ``ctx.needs_input_grad`` asks for. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: IndexPut.backward
         need_a, _, need_v = ctx.needs_input_grad
         ga = IndexPut.apply(g, ctx.index, 0) if need_a else None  # overwritten elements get no gradient
@@ -175,13 +193,15 @@ def check_range(arr: Any, size: int, dim: int, op: str, index: Any, shape: tuple
     with ``negative``, below 0 without), the one check every op that looks rows up runs."""
     if arr.size == 0 or not has_values(arr):
         return
-    lo, hi = int(arr.min()), int(arr.max())
-    if hi >= size or lo < (-size if negative else 0):
-        bad = hi if hi >= size else lo
-        raise IndexError(
-            f"{op}: index {bad} is out of range for dimension {dim} of size {size} "
-            f"(index {_describe(index)}, tensor shape {tuple(shape)})"
-        )
+    lo, hi = arr.min(), arr.max()  # on a GPU these stay there: the check is read at the next host read
+
+    def message() -> str:
+        bad = int(hi) if hi >= size else int(lo)
+        return (f"{op}: index {bad} is out of range for dimension {dim} of size {size} "
+                f"(index {_describe(index)}, tensor shape {tuple(shape)})")
+
+    xp = backend.device_of(arr).xp
+    value_checks.check(xp, (hi >= size) | (lo < (-size if negative else 0)), IndexError, message)
 
 
 def _normalize(x: Tensor, index: Any, op: str) -> tuple[tuple, tuple | None]:

@@ -9,6 +9,7 @@ with the other operands into that operand's subscripts.
 
 from __future__ import annotations
 
+import math
 import string
 from typing import Any
 
@@ -42,20 +43,34 @@ class Linear(Op):
     def forward(ctx, x, w, b):
         need_x, need_w = ctx.needs_input_grad[:2]
         ctx.save_for_backward(x if need_w else None, w if need_x else None)
-        y = x.reshape(-1, x.shape[-1]) @ w.T
+        y = x.reshape(_rows(x.shape), x.shape[-1]) @ w.T  # not -1, which numpy cannot infer for 0 features
         if b is not None:
             y += b
         return y.reshape(x.shape[:-1] + w.shape[:1])
 
     @staticmethod
     def backward(ctx, g):
+        """``y = x @ w.T + b`` with x (..., in), w (out, in), b (out,) or ``None``; g is (..., out).
+        Forward saved ``(x, w)`` (each only when the other needs a gradient). The weight's
+        gradient has w's shape, summed over every row of the batch (fold the batch dims into
+        rows, as forward does, for one matrix product); the bias's is g summed over the rows.
+        Compute only what ``ctx.needs_input_grad`` asks for. The contract of every rule:
+        ``minigrad.autograd.Function.backward``.
+        """
+        ### BEGIN SOLUTION chapter 02: Linear.backward
         x, w = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
-        rows = reshape(g, (-1, g.shape[-1]))
+        rows = reshape(g, (_rows(g.shape), g.shape[-1]))
         gx = g @ w if need_x else None
-        gw = rows.mT @ reshape(x, (-1, x.shape[-1])) if need_w else None
+        gw = rows.mT @ reshape(x, (_rows(x.shape), x.shape[-1])) if need_w else None
         gb = rows.sum(0) if need_b else None
         return gx, gw, gb
+        ### END SOLUTION
+
+
+def _rows(shape: tuple) -> int:
+    """The rows a (..., features) array folds into: the product of its batch dims."""
+    return math.prod(shape[:-1])
 
 
 def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
@@ -94,6 +109,12 @@ class Matmul(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """For 2-D ``a @ b``: ``da = g @ b^T`` and ``db = a^T @ g`` (``.mT`` transposes the last two
+        dims). Forward saved ``(a, b)`` (each only when the other needs a gradient) and
+        ``ctx.ndims``: a 1-D ``a`` acted as a row ``(1, k)``, a 1-D ``b`` as a column ``(k, 1)``, and
+        both 1-D is a dot product with a 0-D ``g``; batched operands broadcast over their leading
+        dims (the engine sums a gradient back to a smaller batch shape). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Matmul.backward
         a, b = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad
@@ -150,10 +171,10 @@ def _batch_broadcast(sa: tuple, sb: tuple) -> bool:
     return True
 
 
-def matmul(a: Tensor, b: Tensor) -> Tensor:
+def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002  (torch's names, as keywords too)
     """``a @ b`` with PyTorch's rules: 1-D @ 1-D is a dot product, a 1-D operand is treated as a
     row (left) or column (right) vector and that dim is dropped, leading dims broadcast."""
-    a, b = _operand(a, b, "matmul"), _operand(b, a, "matmul")
+    a, b = _operand(input, other, "matmul"), _operand(other, input, "matmul")
     sa, sb = tuple(a.shape), tuple(b.shape)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: both arguments need at least 1 dimension, got shapes {sa} and {sb}")
@@ -168,17 +189,17 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     return Matmul.apply(*_promote(a, b))
 
 
-def mm(a: Tensor, b: Tensor) -> Tensor:
+def mm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002  (torch's names, as keywords too)
     """Matrix product of two 2-D tensors."""
-    a, b = _operand(a, b, "mm"), _operand(b, a, "mm")
+    a, b = _operand(input, mat2, "mm"), _operand(mat2, input, "mm")
     if a.ndim != 2 or b.ndim != 2:
         raise ShapeError(f"mm: expected two 2-D tensors, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
     return matmul(a, b)
 
 
-def bmm(a: Tensor, b: Tensor) -> Tensor:
+def bmm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002  (torch's names, as keywords too)
     """Batched matrix product of (B, n, k) and (B, k, m) tensors (no broadcasting)."""
-    a, b = _operand(a, b, "bmm"), _operand(b, a, "bmm")
+    a, b = _operand(input, mat2, "bmm"), _operand(mat2, input, "bmm")
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0]:
         raise ShapeError(
             f"bmm: expected (B, n, k) and (B, k, m) tensors with the same B, got shapes "

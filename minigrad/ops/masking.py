@@ -13,9 +13,9 @@ import math
 from typing import Any, NamedTuple, Sequence
 
 from minigrad.errors import DTypeError, ShapeError
-from minigrad.ops.elementwise import Op, abs, cast, pow, where
+from minigrad.ops.elementwise import Op, absolute as abs, cast, power as pow, where
 from minigrad.ops.indexing import gather
-from minigrad.ops.reduce import amax, amin, sum
+from minigrad.ops.reduce import amax, amin, reduce_sum as sum
 from minigrad._tensor import Tensor, _dim, _wrap
 
 __all__ = ["masked_fill", "norm", "topk", "tril", "triu"]

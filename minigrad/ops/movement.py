@@ -44,6 +44,9 @@ class Reshape(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """The gradient of a reshape is ``g`` reshaped back to the input's shape, ``ctx.shape``.
+        The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Reshape.backward
         return reshape(g, ctx.shape), None
         ### END SOLUTION
@@ -65,6 +68,10 @@ class BroadcastTo(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """Broadcasting copies each input element to many places, so its gradient is the sum of
+        ``g`` over those places: ``g`` summed down to the input's shape ``ctx.shape`` (chapter 02's
+        ``sum_to``). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: BroadcastTo.backward
         from minigrad.ops.reduce import sum_to  # reduce builds on this module
 
@@ -92,6 +99,10 @@ class Permute(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """Forward moved input axis ``ctx.dims[i]`` to output axis ``i``; the gradient is ``g``
+        permuted by the inverse permutation, which puts each axis back (for a 2-D transpose the
+        permutation is its own inverse; for 3 or more axes it is generally not). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Permute.backward (transpose)
         inverse = [0] * len(ctx.dims)
         for i, d in enumerate(ctx.dims):
@@ -113,6 +124,10 @@ class Cat(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """``cat(tensors, dim)``: forward took ``(dim, *arrays)`` and saved ``ctx.dim`` and
+        ``ctx.sizes``, each input's length along dim. Return ``None`` for ``dim``, then for each input
+        its slice of ``g`` along dim (``narrow``), or ``None`` when it needs no gradient. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Cat.backward
         grads, start = [], 0
         for n, need in zip(ctx.sizes, ctx.needs_input_grad[1:]):

@@ -5,6 +5,10 @@ the keepdim shape, then broadcast it to the input's shape) and weights it by how
 element contributed: 1 for sum, 1/n for mean, the product of the others for prod, an even share
 of the ties for max. ``sum_to``, the inverse of broadcasting, is what the engine uses to undo
 broadcasting in every op (chapter 02).
+
+The functions that torch calls ``sum``, ``max``, ``min``, ``all`` and ``any`` are named
+``reduce_sum``... here, and ``minigrad.ops`` gives them their public names: in this module, where
+students write backward rules, ``sum``, ``max`` and ``any`` stay Python's builtins.
 """
 
 from __future__ import annotations
@@ -14,14 +18,16 @@ from typing import NamedTuple
 
 from minigrad import backend
 from minigrad.errors import DeviceError, DTypeError, ShapeError
-from minigrad.ops.elementwise import Op, _floating, _not_bool, cast, exp, sqrt, where
+from minigrad.ops.elementwise import Op, _floating, _not_bool, cast, exp, maximum, minimum, sqrt, where
 from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.movement import broadcast_to, reshape
 from minigrad._tensor import Tensor, _dim, _wrap
 
+# (reduce_sum, reduce_max, reduce_min, reduce_all and reduce_any are exported by minigrad.ops as
+# sum, max, min, all and any)
 __all__ = [
-    "ValuesIndices", "all", "allclose", "amax", "amin", "any", "argmax", "argmin", "cumsum", "equal",
-    "logsumexp", "max", "mean", "min", "prod", "std", "sum", "sum_to", "var",
+    "ValuesIndices", "allclose", "amax", "amin", "argmax", "argmin", "cumsum", "equal",
+    "logsumexp", "mean", "prod", "std", "sum_to", "var",
 ]
 
 
@@ -107,6 +113,11 @@ class Sum(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """Each input element contributed once: spread ``g`` back over the reduced axes
+        (``_spread(g, ctx)``: reshape to the keepdim shape, broadcast to ``ctx.shape``). Forward set
+        ``ctx.shape``, ``ctx.dims`` (``None``: all axes) and ``ctx.keepdim``. ``dims`` and ``keepdim``
+        get ``None``. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Sum.backward
         return _spread(g, ctx), None, None
         ### END SOLUTION
@@ -118,11 +129,17 @@ class SumTo(Op):
 
     @staticmethod
     def forward(ctx, a, shape):
+        """The array ``a`` summed down to ``shape``, which broadcasts to a's shape (``sum_to``
+        checked it): sum over every axis broadcasting added or stretched, in one
+        ``a.sum(axis=axes, keepdims=True)`` call (one reduction, so the result's rounding is
+        numpy's), then reshape to ``shape``."""
         ctx.shape = a.shape
+        ### BEGIN SOLUTION chapter 02: undoing broadcasting: the sum
         lead = a.ndim - len(shape)
         axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1)
         out = a.sum(axis=axes, keepdims=True) if axes else a
         return out.reshape(shape)
+        ### END SOLUTION
 
     @staticmethod
     def backward(ctx, g): return broadcast_to(g, ctx.shape), None
@@ -146,6 +163,9 @@ class Mean(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """As ``Sum.backward``, each element weighted by 1/n, n the number of elements each output
+        averaged (``_count(ctx.shape, ctx.dims)``; an empty reduction must not divide by zero). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Mean.backward
         return _spread(g, ctx) * (1 / builtins.max(_count(ctx.shape, ctx.dims), 1)), None, None
         ### END SOLUTION
@@ -181,8 +201,8 @@ def _prod_of_others(x: Tensor, dims: tuple | None) -> Tensor:
     zero = x == 0
     nonzero = where(zero, 1.0, x)
     p = prod(nonzero, dims, keepdim=True)
-    zeros = sum(zero, dims, keepdim=True)
-    zsum = sum(where(zero, x, 0.0), dims, keepdim=True)
+    zeros = reduce_sum(zero, dims, keepdim=True)
+    zsum = reduce_sum(where(zero, x, 0.0), dims, keepdim=True)
     one = where(zero, p, zsum * p / nonzero)
     two = where(zero, (zsum - x) * p, 0.0)
     return where(zeros == 0, p / nonzero, where(zeros == 1, one, where(zeros == 2, two, 0.0)))
@@ -202,16 +222,22 @@ class Cumsum(Op):
     @staticmethod
     def backward(ctx, g):
         # the reversed cumulative sum, sum(g) - cumsum(g) + g, keeps to ops that have a backward
-        return sum(g, ctx.dim, keepdim=True) - Cumsum.apply(g, ctx.dim) + g, None
+        return reduce_sum(g, ctx.dim, keepdim=True) - Cumsum.apply(g, ctx.dim) + g, None
 
 
-def sum(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """Sum over ``dim`` (None: every axis). Integer and bool tensors sum to int64, as in PyTorch."""
+def reduce_sum(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """``minigrad.sum``: sum over ``dim`` (None: every axis). Integer and bool tensors sum to int64, as in PyTorch."""
     return Sum.apply(x, _axes(x, dim, "sum"), keepdim)
 
 
 def sum_to(x: Tensor, shape: tuple) -> Tensor:
-    """Sum ``x`` down to ``shape`` (the shape it was broadcast from)."""
+    """Sum ``x`` down to ``shape`` (the shape it was broadcast from).
+
+    ``shape`` may be any sequence of ints. Return ``x`` itself when the shapes are equal. Else
+    ``shape`` must broadcast to x's shape, by numpy's rule read from the right: fewer or equally
+    many axes, each axis of ``shape`` 1 or equal to x's. Otherwise raise ``ShapeError`` naming
+    both shapes. The sum itself is the ``SumTo`` op, whose backward broadcasts back.
+    """
     ### BEGIN SOLUTION chapter 02: undoing broadcasting
     shape = tuple(shape)
     if x.shape == shape:
@@ -316,6 +342,12 @@ class MaxDim(Op):
 
     @staticmethod
     def backward(ctx, g, _):
+        """``max(x, dim)`` returns ``(values, indices)``; only ``values`` has a gradient (the second
+        argument, the indices' gradient, is ignored). Forward saved the picked ``index`` (keepdim form)
+        and set ``ctx.shape``, ``ctx.dims == (dim,)`` and ``ctx.keepdim``. The gradient is ``g`` at the
+        picked position along ``dim`` and 0 elsewhere (a one-hot mask built from the index array, then
+        ``where``); when not keepdim, ``g`` lacks the reduced axis. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: MaxDim.backward
         (index,) = ctx.saved_tensors
         xp, dim = ctx.xp, ctx.dims[0]
@@ -368,13 +400,19 @@ def _extreme(x: Tensor, dim, keepdim: bool, op: str, whole: type, along: type):
     return ValuesIndices(*along.apply(x, axes[0], keepdim))
 
 
-def max(x: Tensor, dim: int | None = None, keepdim: bool = False):
-    """``max(x)``: the largest element (0-D). ``max(x, dim)``: ``(values, indices)`` along dim."""
+def reduce_max(x: Tensor, dim: int | Tensor | None = None, keepdim: bool = False):
+    """``minigrad.max``. ``max(x)``: the largest element (0-D). ``max(x, dim)``: ``(values, indices)`` along dim.
+    ``max(x, other)`` with a tensor ``other`` is ``maximum(x, other)``, as in PyTorch."""
+    if isinstance(dim, Tensor):
+        return maximum(x, dim)
     return _extreme(x, dim, keepdim, "max", Amax, MaxDim)
 
 
-def min(x: Tensor, dim: int | None = None, keepdim: bool = False):
-    """``min(x)``: the smallest element (0-D). ``min(x, dim)``: ``(values, indices)`` along dim."""
+def reduce_min(x: Tensor, dim: int | Tensor | None = None, keepdim: bool = False):
+    """``minigrad.min``. ``min(x)``: the smallest element (0-D). ``min(x, dim)``: ``(values, indices)`` along dim.
+    ``min(x, other)`` with a tensor ``other`` is ``minimum(x, other)``, as in PyTorch."""
+    if isinstance(dim, Tensor):
+        return minimum(x, dim)
     return _extreme(x, dim, keepdim, "min", Amin, MinDim)
 
 
@@ -413,21 +451,21 @@ class Any(Op):
     def forward(ctx, a, dims, keepdim): return ctx.xp.any(a, axis=dims, keepdims=keepdim)
 
 
-def all(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """Whether every element (along ``dim``) is nonzero: a bool tensor (uint8 for uint8, as in PyTorch)."""
+def reduce_all(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """``minigrad.all``: whether every element (along ``dim``) is nonzero: a bool tensor (uint8 for uint8, as in PyTorch)."""
     out = All.apply(x, _dims(dim, x.ndim, "all"), keepdim)
     return cast(out, x.dtype) if x.dtype == backend.uint8 else out
 
 
-def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """Whether some element (along ``dim``) is nonzero: a bool tensor (uint8 for uint8, as in PyTorch)."""
+def reduce_any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """``minigrad.any``: whether some element (along ``dim``) is nonzero: a bool tensor (uint8 for uint8, as in PyTorch)."""
     out = Any.apply(x, _dims(dim, x.ndim, "any"), keepdim)
     return cast(out, x.dtype) if x.dtype == backend.uint8 else out
 
 
 def equal(a: Tensor, b: Tensor) -> bool:
     """True when both have the same shape and the same elements (``torch.equal``)."""
-    return a.shape == b.shape and bool(all(a == b))
+    return a.shape == b.shape and bool(reduce_all(a == b))
 
 
 def allclose(a: Tensor, b: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
@@ -471,6 +509,11 @@ class Var(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """d var / d a_i = 2 (a_i - mean) / (n - correction): forward saved ``a`` and set
+        ``ctx.scale = 2 / (n - correction)`` (nan when that is not positive), with ``ctx.shape``,
+        ``ctx.dims``, ``ctx.keepdim`` as for ``Sum``. Return ``None`` for dims, correction and keepdim.
+        The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Var.backward
         (a,) = ctx.saved_tensors
         centred = a - mean(a, ctx.dims, keepdim=True)
@@ -511,6 +554,10 @@ class Logsumexp(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """d logsumexp(a) / d a = softmax(a) = exp(a - out). Forward saved ``(a, out)`` (``out``
+        without the reduced axes unless keepdim) and set ``ctx.shape``, ``ctx.dims``, ``ctx.keepdim``.
+        The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Logsumexp.backward
         a, out = ctx.saved_tensors
         if not ctx.keepdim:

@@ -7,7 +7,7 @@ given as ``generator=`` (``minigrad.backend``).
 
 from __future__ import annotations
 
-from minigrad import backend
+from minigrad import backend, value_checks
 from minigrad.errors import DTypeError, ShapeError
 from minigrad._tensor import Tensor, _wrap
 
@@ -26,11 +26,13 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,
         raise ShapeError(f"multinomial: expected a 1-D or 2-D tensor of weights, got shape {tuple(input.shape)}")
     xp, dev = input.device.xp, input.device
     w = input.array.reshape(-1, input.shape[-1]).astype("float64")
-    if bool((w < 0).any()) or not bool(xp.isfinite(w).all()) or bool((w.sum(-1) <= 0).any()):
-        raise ValueError("multinomial: weights must be finite, non-negative and have a positive sum in every row")
-    if not replacement and num_samples > int((w > 0).sum(-1).min()):
-        raise ValueError(f"multinomial: cannot draw {num_samples} samples without replacement from a row "
-                         f"with fewer categories of non-zero weight")
+    # Checked where the weights are: on a GPU read at the next host read (minigrad.value_checks).
+    value_checks.check(xp, (w < 0).any() | ~xp.isfinite(w).all() | (w.sum(-1) <= 0).any(), ValueError,
+                       lambda: "multinomial: weights must be finite, non-negative and have a positive sum in every row")
+    if not replacement:
+        value_checks.check(xp, (w > 0).sum(-1).min() < num_samples, ValueError, lambda: (
+            f"multinomial: cannot draw {num_samples} samples without replacement from a row "
+            f"with fewer categories of non-zero weight"))
     rng = backend.rng_of(dev, generator)
     with backend.selected(dev):
         if replacement:

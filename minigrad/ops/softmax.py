@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from minigrad import backend
+from minigrad import backend, value_checks
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.meta import has_values
 from minigrad.ops.compare import ne
 from minigrad.ops.elementwise import Op, cast, exp, where
 from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.movement import broadcast_to, reshape
-from minigrad.ops.reduce import _axes, sum
+# Here ``sum`` is minigrad's, ``sum(x, dim, keepdim=False)`` on tensors: every sum in this module, the
+# backward rules' included, reduces a tensor along the softmax's dim (Python's is builtins.sum).
+from minigrad.ops.reduce import _axes, reduce_sum as sum
 from minigrad._tensor import Tensor
 
 __all__ = ["cross_entropy", "log_softmax", "nll_loss", "softmax"]
@@ -28,6 +30,8 @@ def _shifted(xp, a, dim):
     """``a - max(a, dim)`` in at least float32 (float16 exponents lose too much)."""
     if a.dtype.itemsize == 2:
         a = a.astype("float32")
+    if a.size == 0:  # no max of an empty row; nothing to shift either
+        return a.copy()
     return a - a.max(axis=dim, keepdims=True)
 
 
@@ -50,6 +54,10 @@ class Softmax(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """With ``y = softmax(a)`` saved: ``da = y * (g - sum(g * y, dim))``, the sum kept as a
+        size-1 axis (in this module ``sum`` is minigrad's: ``sum(x, dim, keepdim=True)``). ``ctx.dim``
+        is the softmax's axis. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Softmax.backward
         (y,) = ctx.saved_tensors
         return y * (g - sum(g * y, ctx.dim, keepdim=True)), None
@@ -76,6 +84,9 @@ class LogSoftmax(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """With ``y = log_softmax(a)`` saved: ``da = g - exp(y) * sum(g, dim)``, the sum kept as a
+        size-1 axis (minigrad's ``sum(x, dim, keepdim=True)``). ``ctx.dim`` is the axis. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: LogSoftmax.backward
         (y,) = ctx.saved_tensors
         return g - exp(y) * sum(g, ctx.dim, keepdim=True), None
@@ -122,13 +133,17 @@ class Pick(Op):
 
     @staticmethod
     def backward(ctx, g):
+        """The gradient of ``x`` has x's shape ``(N, C, ...)`` (``ctx.classes`` is C): zeros, with
+        ``g[n, ...]`` at class ``t[n, ...]`` along dim 1 (forward saved the targets ``t``). The targets
+        get ``None``. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
         ### BEGIN SOLUTION chapter 02: Pick.backward (cross-entropy's gather)
         return Place.apply(g, ctx.saved_tensors[0], ctx.classes), None
         ### END SOLUTION
 
 
 class Place(Op):
-    """The adjoint of ``Pick``: zeros of shape (N, C, ...) holding ``g[n, ...]`` at class ``t[n, ...]``."""
+    """Zeros of shape (N, C, ...) holding ``g[n, ...]`` at class ``t[n, ...]`` along dim 1."""
 
     kind = "movement"
     onnx_refused = GRADIENT_OP
@@ -141,7 +156,14 @@ class Place(Op):
         return out
 
     @staticmethod
-    def backward(ctx, gg): return Pick.apply(gg, ctx.saved_tensors[0]), None, None
+    def backward(ctx, gg):
+        """Forward took ``(g, t, classes)`` and saved the targets ``t``; ``t`` and ``classes`` get
+        ``None``. Each element of ``g`` went to one place of the output, so its gradient is
+        ``gg`` at that place. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        """
+        ### BEGIN SOLUTION chapter 02: Place.backward
+        return Pick.apply(gg, ctx.saved_tensors[0]), None, None
+        ### END SOLUTION
 
 
 def _class_weights(weight: Any, x: Tensor, op: str) -> Tensor | None:
@@ -175,11 +197,10 @@ def _index_targets(x: Tensor, target: Tensor, ignore_index: int, op: str) -> tup
     counts = t != ignore_index
     classes = x.shape[1]
     bad = counts & ((t < 0) | (t >= classes))
-    if has_values(t) and bad.any():
-        raise IndexError(
+    if has_values(t):  # on a GPU the check is read at the next host read (minigrad.value_checks)
+        value_checks.check(target.device.xp, bad.any(), IndexError, lambda: (
             f"{op}: target {int(t[bad].ravel()[0])} is out of range for {classes} classes "
-            f"(expected 0 <= target < {classes}, or ignore_index={ignore_index})"
-        )
+            f"(expected 0 <= target < {classes}, or ignore_index={ignore_index})"))
     keep = ne(target, ignore_index)
     return cast(where(keep, target, 0), backend.int64), keep
 

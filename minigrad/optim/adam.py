@@ -34,6 +34,20 @@ class Adam(Optimizer):
 
     @no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
+        """One Adam step on every parameter that has a gradient (the formulas: this module's docstring).
+
+        Returns ``self._evaluate(closure)``, called first. Per group: ``lr``, ``betas``, ``eps``,
+        ``weight_decay``, ``amsgrad``, ``maximize`` (negate the gradient). Per parameter
+        (``self._params_with_grad(group)``), ``self.state[p]`` is a dict with PyTorch's keys, which
+        ``state_dict()`` saves and the tests read: ``"exp_avg"`` (m) and ``"exp_avg_sq"`` (v),
+        tensors of p's shape starting at zeros, ``"max_exp_avg_sq"`` with ``amsgrad``, and
+        ``"step"``, set to 0 in a new state and counted by ``t = self._count_step(state, p)``
+        (t is 1 at the first step). Weight decay: ``self.decoupled_weight_decay`` (AdamW) shrinks
+        p by ``1 - lr * weight_decay``, else ``weight_decay * p`` joins the gradient. Update m, v
+        and p in place (``mul_``, ``add_(..., alpha=)``, ``copy_``, ``sub_``): the tensors in
+        ``state`` must stay the same objects. Both bias corrections apply from the first step;
+        ``eps`` is added after the square root.
+        """
         ### BEGIN SOLUTION chapter 02: Adam
         loss = self._evaluate(closure)
         for group in self.param_groups:

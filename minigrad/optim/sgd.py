@@ -30,6 +30,17 @@ class SGD(Optimizer):
 
     @no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
+        """One SGD step on every parameter that has a gradient (the formulas: this module's docstring).
+
+        Returns ``self._evaluate(closure)``, called first. Per group: ``lr``, ``momentum`` (mu),
+        ``dampening``, ``weight_decay``, ``nesterov``, ``maximize`` (negate the gradient). Per
+        parameter (``self._params_with_grad(group)``; a sparse gradient goes to
+        ``self._sparse_step(p, group)``): ``g = grad + weight_decay * p``; with momentum, the
+        buffer ``self.state[p]["momentum_buffer"]`` (PyTorch's key, saved by ``state_dict()``) is
+        a copy of g at the first step and ``buf = mu * buf + (1 - dampening) * g`` after, in
+        place; the step direction is ``buf``, or ``g + mu * buf`` with ``nesterov``. Then
+        ``p -= lr * direction``, in place. The momentum is a running sum, not an average.
+        """
         ### BEGIN SOLUTION chapter 02: SGD with momentum
         loss = self._evaluate(closure)
         for group in self.param_groups:

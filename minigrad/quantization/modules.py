@@ -20,7 +20,7 @@ from minigrad.nn import functional as F
 from minigrad.ops.conv import Geometry, _conv_padding
 from minigrad.quantization.fuse import ConvReLU2d, LinearReLU
 from minigrad.quantization.observer import (HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver,
-                                            PerChannelMinMaxObserver, QParams)
+                                            PerChannelMinMaxObserver, QParams, check_finite)
 from minigrad.quantization.ops import DynamicInt8Linear, Int8Conv2d, Int8Linear, fake_quantize, quantize
 from minigrad._tensor import Tensor
 
@@ -193,7 +193,7 @@ class DynamicQuantizedLinear(Module):
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
 
     def forward(self, x: Tensor) -> Tensor:
-        return DynamicInt8Linear.apply(x, self.weight, self.weight_scale, self.bias)
+        return _dynamic_int8_linear(x, self.weight, self.weight_scale, self.bias)
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, dtype=qint8"
@@ -227,7 +227,14 @@ class DynamicQuantizedLSTM(LSTM):
 
     @staticmethod
     def _linear(x: Tensor, w: _Int8Weight, b: Tensor | None) -> Tensor:
-        return DynamicInt8Linear.apply(x, w.weight, w.scale, b)
+        return _dynamic_int8_linear(x, w.weight, w.scale, b)
+
+
+def _dynamic_int8_linear(x: Tensor, w_q: Tensor, w_scale: Tensor, bias: Tensor | None) -> Tensor:
+    """``DynamicInt8Linear``, whose grid comes from ``x``'s range: a NaN or an infinity in ``x``
+    would make it meaningless, so it is named instead."""
+    check_finite("DynamicInt8Linear", "the input", x.array, x.device.xp)
+    return DynamicInt8Linear.apply(x, w_q, w_scale, bias)
 
 
 def is_quantizable(m: Any) -> bool:

@@ -10,6 +10,11 @@ few clipped outliers for a finer grid. Activations use ``quint8`` (0..255, any z
 weights ``qint8`` symmetric (zero point 0) in -63..63 by default (``reduce_range``): x86 CPUs without
 VNNI add pairs of uint8 x int8 products in int16, which saturates with full-range weights, so
 onnxruntime's own quantizer makes the same choice there.
+
+A grid is only as good as its range: one ``inf`` seen in calibration makes the scale infinite and
+every output NaN, and a NaN makes the range NaN. So observers refuse non-finite values as they
+see them (``ArgumentError`` naming the first one and where it is), and an integer range whose
+``quant_min`` is not below ``quant_max`` (one integer holds no range) when they are made.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ from typing import Any, NamedTuple
 
 from minigrad import backend
 from minigrad.autograd.grad_mode import no_grad
+from minigrad.errors import ArgumentError
 from minigrad.nn.module import Module
 from minigrad._tensor import Tensor
 
 __all__ = ["HistogramObserver", "MinMaxObserver", "MovingAverageMinMaxObserver", "PerChannelMinMaxObserver",
-           "QParams", "calculate_qparams"]
+           "QParams", "calculate_qparams", "check_finite", "check_range"]
 
 RANGES = {"quint8": (0, 255), "qint8": (-127, 127)}
 
@@ -40,11 +46,30 @@ class QParams(NamedTuple):
     dtype: str
 
 
+def check_finite(who: str, what: str, a: Any, xp: Any) -> None:
+    """Raise ArgumentError naming the first NaN or infinity in array ``a`` (``what`` of ``who``), if any."""
+    finite = xp.isfinite(a)
+    if not bool(finite.all()):
+        where = tuple(int(i) for i in xp.argwhere(~finite)[0]) if a.ndim else ()
+        value = float(a[where])
+        raise ArgumentError(f"{who}: {what} holds {value} at index {where}; a quantization grid needs finite values")
+
+
+def check_range(who: str, quant_min: int, quant_max: int, strict: bool = True) -> None:
+    """Raise ArgumentError unless ``quant_min < quant_max`` (``<=`` when not ``strict``)."""
+    if not (quant_min < quant_max if strict else quant_min <= quant_max):
+        raise ArgumentError(f"{who}: expected quant_min {'<' if strict else '<='} quant_max, got "
+                            f"quant_min={quant_min}, quant_max={quant_max}")
+
+
 def calculate_qparams(xp: Any, lo: Any, hi: Any, dtype: str = "quint8", symmetric: bool = False,
                       axis: int | None = None, quant_min: int | None = None, quant_max: int | None = None) -> QParams:
     """The grid that covers ``[lo, hi]`` (widened to hold 0, so zero padding and ReLU's zeros are exact)."""
     qmin, qmax = RANGES[dtype]
     qmin, qmax = (qmin if quant_min is None else quant_min), (qmax if quant_max is None else quant_max)
+    check_range("calculate_qparams", qmin, qmax)
+    check_finite("calculate_qparams", "the range's low end", xp.asarray(lo), xp)
+    check_finite("calculate_qparams", "the range's high end", xp.asarray(hi), xp)
     lo = xp.minimum(xp.asarray(lo, dtype="float64"), 0.0)
     hi = xp.maximum(xp.asarray(hi, dtype="float64"), 0.0)
     tiny = float(backend.numpy.finfo("float32").eps)
@@ -71,6 +96,7 @@ class _Observer(Module):
         self.dtype, self.symmetric = dtype, symmetric
         self.quant_min = lo if quant_min is None else quant_min
         self.quant_max = hi if quant_max is None else quant_max
+        check_range(type(self).__name__, self.quant_min, self.quant_max)
         self.register_buffer("min_val", Tensor(backend.numpy.asarray(math.inf, "float32")))
         self.register_buffer("max_val", Tensor(backend.numpy.asarray(-math.inf, "float32")))
 
@@ -78,16 +104,23 @@ class _Observer(Module):
         if self.min_val.device != x.device:  # made on the cpu by prepare(); the model may be elsewhere
             self.to(x.device)
         with no_grad():
-            self._observe(x.array.astype("float32"), x.device.xp)
+            values = x.array.astype("float32")
+            check_finite(type(self).__name__, "the tensor observed", values, x.device.xp)
+            self._observe(values, x.device.xp)
         return x
 
     def _observe(self, x: Any, xp: Any) -> None:
         self._set(xp.minimum(self.min_val.array, x.min()), xp.maximum(self.max_val.array, x.max()))
 
     def _set(self, lo: Any, hi: Any) -> None:
-        self.min_val.array, self.max_val.array = lo.astype("float32"), hi.astype("float32")
+        xp = self.min_val.device.xp  # asarray: a reduction of 0-d arrays gives a numpy scalar, not an array
+        self.min_val.array, self.max_val.array = xp.asarray(lo, dtype="float32"), xp.asarray(hi, dtype="float32")
 
     def calculate_qparams(self, axis: int | None = None) -> QParams:
+        xp = self.min_val.device.xp
+        for name in ("min_val", "max_val"):  # a state loaded from a file, say: forward never lets NaN in
+            if bool(xp.isnan(getattr(self, name).array).any()):
+                check_finite(type(self).__name__, name, getattr(self, name).array, xp)
         if not bool((self.min_val.array <= self.max_val.array).all()):
             raise RuntimeError(f"{type(self).__name__}: no values observed yet; run calibration batches first")
         return calculate_qparams(self.min_val.device.xp, *self._range(), self.dtype, self.symmetric, axis,
@@ -149,10 +182,10 @@ class HistogramObserver(_Observer):
 
     def _observe(self, x: Any, xp: Any) -> None:
         old_lo, old_hi = self.min_val.array, self.max_val.array
-        lo, hi = xp.minimum(old_lo, x.min()), xp.maximum(old_hi, x.max())
-        if float(hi) == float(lo):
-            hi = lo + 1e-6
-        hist = xp.histogram(x, bins=self.bins, range=(float(lo), float(hi)))[0].astype("float64")
+        lo, hi = float(xp.minimum(old_lo, x.min())), float(xp.maximum(old_hi, x.max()))
+        if hi == lo:  # one value seen: a range around it, wide enough for float64 bins (float32 ones were not)
+            hi = lo + max(1e-6, abs(lo) * 1e-6)
+        hist = xp.histogram(x.astype("float64"), bins=self.bins, range=(lo, hi))[0].astype("float64")
         if bool(old_lo <= old_hi):  # move the old counts to the new bins, by their centres
             step = (old_hi - old_lo) / self.bins
             centres = old_lo + (xp.arange(self.bins) + 0.5) * step

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from minigrad.errors import ArgumentError
 from minigrad.ops.conv import Geometry, _im2col
 from minigrad.ops.op import Op
+from minigrad.quantization.observer import check_finite, check_range
 from minigrad._tensor import Tensor
 
 __all__ = ["DynamicInt8Linear", "FakeQuant", "Int8Conv2d", "Int8Linear", "fake_quantize", "int_matmul", "quantize"]
@@ -74,7 +76,11 @@ def fake_quantize(x: Tensor, scale: Any, zero_point: Any, qmin: int, qmax: int, 
     """``FakeQuant`` with numbers or arrays for the grid (PyTorch: ``fake_quantize_per_tensor_affine``
     and ``fake_quantize_per_channel_affine``)."""
     xp = x.device.xp
+    check_range("fake_quantize", qmin, qmax, strict=False)
     scale = xp.asarray(scale, dtype="float32")
+    check_finite("fake_quantize", "scale", scale, xp)
+    if not bool((scale > 0).all()):
+        raise ArgumentError(f"fake_quantize: scale must be positive, got {scale.min().item()}")
     zero_point = xp.asarray(zero_point, dtype="uint8" if qmin >= 0 else "int8")
     return FakeQuant.apply(x, scale, zero_point, qmin, qmax, axis)
 

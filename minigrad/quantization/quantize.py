@@ -16,6 +16,7 @@ import itertools
 from typing import Callable, Iterable
 
 from minigrad.nn import LSTM, Identity, Linear, Module
+from minigrad.quantization.observer import check_finite
 from minigrad.quantization.modules import (DeQuantStub, DynamicQuantizedLinear, DynamicQuantizedLSTM, QConfig,
                                            Quantize, QuantizedConv2d, QuantizedLinear, QuantStub, QuantWrapper,
                                            default_qat_qconfig, default_qconfig, is_quantizable)
@@ -83,6 +84,11 @@ def quantize_dynamic(model: Module, qconfig_spec: Iterable[type] = (Linear, LSTM
     unsupported = [k.__name__ for k in kinds if k not in dynamic]
     if unsupported:
         raise ValueError(f"quantize_dynamic: supports Linear and LSTM, got {unsupported}")
+    for name, m in model.named_modules():  # before any is swapped: a NaN weight names its layer
+        if type(m) in kinds:
+            for pname, p in m.named_parameters(recurse=False):
+                if pname.startswith("weight"):
+                    check_finite("quantize_dynamic", f"{name or type(m).__name__}.{pname}", p.array, p.device.xp)
     model = model if inplace else copy.deepcopy(model)
     if type(model) in kinds:
         return dynamic[type(model)](model).eval()

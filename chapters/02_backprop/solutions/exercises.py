@@ -27,6 +27,7 @@ import minigrad
 from minigrad import nn
 from minigrad.autograd import Function, gradcheck, gradgradcheck
 from minigrad.autograd.functional import hessian, hvp
+from minigrad.course import answer
 
 f64 = minigrad.float64
 minigrad.manual_seed(0)
@@ -62,7 +63,7 @@ ts = {k: minigrad.tensor(v, dtype=f64, requires_grad=k not in ("X", "T")) for k,
 H_ = (ts["X"] @ ts["W1"].T + ts["b1"]).sigmoid()
 loss_ = 0.5 * ((H_ @ ts["W2"].T + ts["b2"] - ts["T"]) ** 2).sum() / 5
 loss_.backward()
-yours = mlp_gradients(**arrays)
+yours = answer(mlp_gradients(**arrays))
 for name, g in zip(("W1", "b1", "W2", "b2"), yours):
     expected = ts[name].grad.numpy()
     assert np.shape(g) == expected.shape, f"d{name}: expected shape {expected.shape}, got {np.shape(g)}"
@@ -95,7 +96,7 @@ def unbroadcast(g: minigrad.Tensor, shape: tuple) -> minigrad.Tensor:
 minigrad.manual_seed(2)
 g = minigrad.randn(2, 4, 3, 5)
 for shape in [(2, 4, 3, 5), (5,), (3, 1), (4, 1, 5), (1, 4, 1, 1), (1,), ()]:
-    got, expected = unbroadcast(g, shape), minigrad.ops.sum_to(g, shape)
+    got, expected = answer(unbroadcast(g, shape)), minigrad.ops.sum_to(g, shape)
     assert tuple(got.shape) == shape, f"unbroadcast to {shape}: got shape {tuple(got.shape)}"
     assert np.allclose(got.numpy(), expected.numpy(), atol=1e-5), f"unbroadcast to {shape}: wrong values"
 print("Check 2 passed")
@@ -104,15 +105,15 @@ print("Check 2 passed")
 # Hidden check 2
 _g = minigrad.randn(3, 1, 4, 6)
 for _shape in [(1, 6), (3, 1, 1, 1), (4, 1)]:
-    assert np.allclose(unbroadcast(_g, _shape).numpy(), minigrad.ops.sum_to(_g, _shape).numpy(), atol=1e-5)
+    assert np.allclose(answer(unbroadcast(_g, _shape)).numpy(), minigrad.ops.sum_to(_g, _shape).numpy(), atol=1e-5)
 
 
 # %% [markdown]
 # ## Exercise 3: sigmoid as a custom `Function`
 # The forward pass is given and saves its output $y = \sigma(a)$. Write the backward pass: given
 # the gradient `g` of the output, return the gradient of the input, using $\sigma' = y (1 - y)$.
-# Write it with minigrad ops, so that it can itself be differentiated (the check runs
-# `gradgradcheck` too).
+# Write it with minigrad ops, so that it can itself be differentiated (the check takes second
+# derivatives through it too).
 
 # %% minigrad={"forbid": ["minigrad.ops.elementwise.sigmoid"]}
 # Exercise 3: Sigmoid's backward
@@ -132,10 +133,19 @@ class Sigmoid(Function):
 
 # %%
 # Check 3
+def derivatives(f, z, g, u):
+    """f(z), the gradient of sum(g * f(z)), and the gradient of sum(u * that gradient): first and second order."""
+    (first,) = minigrad.grad((f(z) * g).sum(), z, create_graph=True)
+    (second,) = minigrad.grad((first * u).sum(), z)
+    return f(z).detach().numpy(), first.detach().numpy(), second.numpy()
+
+
 z = minigrad.tensor([-3.0, -0.5, 0.0, 0.7, 4.0], dtype=f64, requires_grad=True)
-assert np.allclose(Sigmoid.apply(z).detach().numpy(), z.sigmoid().detach().numpy())
-assert gradcheck(Sigmoid.apply, (z,)), "gradcheck failed"
-assert gradgradcheck(Sigmoid.apply, (z,)), "gradgradcheck failed"
+g3, u3 = minigrad.tensor([0.5, -1.0, 2.0, 1.5, -0.3], dtype=f64), minigrad.tensor([1.0, 0.2, -0.7, 0.4, 2.0], dtype=f64)
+got = answer(derivatives(Sigmoid.apply, z, g3, u3))
+for name, mine, theirs in zip(("sigmoid", "its gradient", "its second derivative"), got,
+                              derivatives(lambda t: t.sigmoid(), z, g3, u3)):
+    assert np.allclose(mine, theirs), f"{name}: expected {theirs}, got {mine}"
 print("Check 3 passed")
 
 # %% [markdown]
@@ -166,18 +176,19 @@ def make_model():
 
 minigrad.manual_seed(40)
 x4, y4 = minigrad.randn(16, 6), minigrad.randint(0, 3, (16,))
-theirs, their_opt = make_model()
 ours, our_opt = make_model()
-for step in range(3):
-    loss = train_step(ours, our_opt, x4, y4)
+losses = answer([train_step(ours, our_opt, x4, y4) for step in range(3)])
+trained = answer({name: p.detach().numpy() for name, p in ours.named_parameters()})
+theirs, their_opt = make_model()
+for step, loss in enumerate(losses):
     expected = nn.functional.cross_entropy(theirs(x4), y4)
     their_opt.zero_grad()
     expected.backward()
     their_opt.step()
     assert isinstance(loss, float), f"train_step should return a float, got {type(loss).__name__}"
     assert math.isclose(loss, expected.item(), rel_tol=1e-5), f"step {step}: loss {loss}, expected {expected.item()}"
-for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
-    assert np.allclose(p.detach().numpy(), q.detach().numpy(), atol=1e-6), f"after 3 steps, {name} differs"
+for name, q in theirs.named_parameters():
+    assert np.allclose(trained[name], q.detach().numpy(), atol=1e-6), f"after 3 steps, {name} differs"
 print("Check 4 passed")
 
 # %% [markdown]
@@ -199,16 +210,20 @@ def xavier_uniform(weight: minigrad.Tensor, gain: float = 1.0) -> minigrad.Tenso
 
 # %%
 # Check 5
-for shape, gain in [((256, 512), 1.0), ((64, 32, 3, 3), 5 / 3)]:
+def filled(init, shape, gain):
     w = minigrad.empty(*shape)
-    xavier_uniform(w, gain)
-    ref = nn.init.xavier_uniform_(minigrad.empty(*shape), gain)
-    a = np.abs(ref.numpy()).max()
-    got = w.numpy()
+    init(w, gain)
+    return w.numpy()
+
+
+for shape, gain in [((256, 512), 1.0), ((64, 32, 3, 3), 5 / 3)]:
+    got = answer(filled(xavier_uniform, shape, gain))
+    ref = filled(nn.init.xavier_uniform_, shape, gain)
+    a = np.abs(ref).max()
     assert np.abs(got).max() <= a * 1.001 and np.abs(got).max() > 0.99 * a, \
         f"shape {shape}: samples should fill [-{a:.4f}, {a:.4f}], got max |w| = {np.abs(got).max():.4f}"
-    assert abs(got.var() / ref.numpy().var() - 1) < 0.05, \
-        f"shape {shape}: variance {got.var():.3g}, expected about {ref.numpy().var():.3g}"
+    assert abs(got.var() / ref.var() - 1) < 0.05, \
+        f"shape {shape}: variance {got.var():.3g}, expected about {ref.var():.3g}"
 print("Check 5 passed")
 
 # %% [markdown]
@@ -240,10 +255,10 @@ for max_norm in (0.5, 100.0):
         (m(x6) ** 2).sum().backward()
     mine.bias.grad = None
     ref.bias.grad = None
-    total = clip_by_global_norm(mine.parameters(), max_norm)
+    total, clipped = answer((clip_by_global_norm(mine.parameters(), max_norm), mine.weight.grad.numpy()))
     expected = nn.utils.clip_grad_norm_(ref.parameters(), max_norm).item()
     assert math.isclose(total, expected, rel_tol=1e-5), f"total norm {total}, expected {expected}"
-    assert np.allclose(mine.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-4), \
+    assert np.allclose(clipped, ref.weight.grad.numpy(), rtol=1e-4), \
         f"max_norm={max_norm}: the clipped gradient differs from clip_grad_norm_'s"
 print("Check 6 passed")
 
@@ -266,17 +281,20 @@ def log_softmax(x: minigrad.Tensor, dim: int) -> minigrad.Tensor:
 minigrad.manual_seed(7)
 for logits in (minigrad.randn(4, 6), minigrad.randn(4, 6) * 1000, minigrad.tensor([[1e4, 0.0, -1e4]])):
     for dim in (0, 1, -1):
-        got, expected = log_softmax(logits, dim).numpy(), nn.functional.log_softmax(logits, dim=dim).numpy()
+        got = answer(log_softmax(logits, dim).numpy())
+        expected = nn.functional.log_softmax(logits, dim=dim).numpy()
         assert np.isfinite(got).all(), f"non-finite values for logits of scale {np.abs(logits.numpy()).max():.0f}"
         assert np.allclose(got, expected, rtol=1e-5, atol=1e-4), f"dim={dim}: expected\n{expected}\ngot\n{got}"
-x7 = minigrad.randn(3, 4, dtype=f64, requires_grad=True)
-assert gradcheck(lambda t: log_softmax(t, 1), (x7,)), "gradcheck failed"
+x7, w7 = minigrad.randn(3, 4, dtype=f64, requires_grad=True), minigrad.randn(3, 4, dtype=f64)
+(grad7,) = answer(minigrad.grad((log_softmax(x7, 1) * w7).sum(), x7))
+(expected7,) = minigrad.grad((nn.functional.log_softmax(x7, dim=1) * w7).sum(), x7)
+assert np.allclose(grad7.numpy(), expected7.numpy()), f"the gradient: expected\n{expected7.numpy()}\ngot\n{grad7.numpy()}"
 print("Check 7 passed")
 
 # %%
 # Hidden check 7
 _big = minigrad.tensor([[-1e4, -1e4 + 1.0, -1e4 + 2.0]])
-assert np.allclose(log_softmax(_big, 1).numpy(), nn.functional.log_softmax(_big, dim=1).numpy(), atol=1e-4)
+assert np.allclose(answer(log_softmax(_big, 1).numpy()), nn.functional.log_softmax(_big, dim=1).numpy(), atol=1e-4)
 
 
 # %% [markdown]
@@ -299,7 +317,7 @@ def hessian_vector_product(f, x: minigrad.Tensor, v: minigrad.Tensor) -> minigra
 # Check 8
 A = minigrad.tensor([[3.0, 1.0, 0.0], [1.0, 2.0, 0.5], [0.0, 0.5, 1.0]], dtype=f64)
 x8, v8 = minigrad.tensor([0.3, -1.2, 2.0], dtype=f64), minigrad.tensor([1.0, -2.0, 0.5], dtype=f64)
-got = hessian_vector_product(lambda x: 0.5 * (x * (A @ x)).sum(), x8, v8).detach().numpy()
+got = answer(hessian_vector_product(lambda x: 0.5 * (x * (A @ x)).sum(), x8, v8).detach().numpy())
 assert np.allclose(got, A.numpy() @ v8.numpy()), f"quadratic: expected A v = {A.numpy() @ v8.numpy()}, got {got}"
 
 
@@ -307,7 +325,7 @@ def bumpy(x):
     return (x[0] * x[1]).sin() + x.exp().sum() * x[2] + (x ** 4).sum()
 
 
-got = hessian_vector_product(bumpy, x8, v8).detach().numpy()
+got = answer(hessian_vector_product(bumpy, x8, v8).detach().numpy())
 expected = hvp(bumpy, x8, v8)[1].numpy()
 assert np.allclose(got, expected), f"expected {expected}, got {got}"
 print("Check 8 passed")
@@ -333,13 +351,13 @@ def newton_step(f, x: minigrad.Tensor) -> minigrad.Tensor:
 A = np.array([[4.0, 1.0], [1.0, 3.0]])
 b = np.array([1.0, 2.0])
 At, bt = minigrad.tensor(A, dtype=f64), minigrad.tensor(b, dtype=f64)
-x9 = newton_step(lambda x: 0.5 * (x * (At @ x)).sum() - (bt * x).sum(), minigrad.tensor([5.0, -7.0], dtype=f64))
+x9 = answer(newton_step(lambda x: 0.5 * (x * (At @ x)).sum() - (bt * x).sum(), minigrad.tensor([5.0, -7.0], dtype=f64)))
 x9 = x9.detach()
 assert np.allclose(x9.numpy(), np.linalg.solve(A, b)), \
     f"on a quadratic one step reaches the minimum {np.linalg.solve(A, b)}, got {x9.numpy()}"
 c = np.array([2.0, 0.5, 1.0])
 x0 = np.array([0.0, 1.0, -1.0])
-x9 = newton_step(lambda x: (x.exp() - minigrad.tensor(c, dtype=f64) * x).sum(), minigrad.tensor(x0, dtype=f64)).detach()
+x9 = answer(newton_step(lambda x: (x.exp() - minigrad.tensor(c, dtype=f64) * x).sum(), minigrad.tensor(x0, dtype=f64))).detach()
 expected = x0 - (np.exp(x0) - c) / np.exp(x0)  # separable: H = diag(exp(x))
 assert np.allclose(x9.numpy(), expected), f"expected {expected}, got {x9.numpy()}"
 print("Check 9 passed")

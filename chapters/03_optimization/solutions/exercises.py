@@ -30,6 +30,7 @@ import minigrad
 import minigrad.nn.functional as F
 from minigrad import memory, nn, optim
 from minigrad.autograd import Function
+from minigrad.course import answer
 from minigrad.profiler import Event, profile
 
 minigrad.manual_seed(0)
@@ -60,7 +61,7 @@ def bytes_kept_per_layer(model: nn.Sequential, x: minigrad.Tensor) -> list[int]:
 # Check 1
 minigrad.manual_seed(1)
 mlp = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 8), nn.Tanh(), nn.Flatten(), nn.Linear(8, 4))
-got = bytes_kept_per_layer(mlp, minigrad.randn(10, 16))
+got = answer(bytes_kept_per_layer(mlp, minigrad.randn(10, 16)))
 expected = [10 * 32 * 4, 0, 10 * 8 * 4, 0, 0, 10 * 4 * 4]  # tanh frees the Linear output it replaces
 assert got == expected, f"expected {expected}, got {got}"
 print("Check 1 passed")
@@ -113,17 +114,25 @@ w1, w2 = minigrad.randn(32, 32, requires_grad=True), minigrad.randn(32, 32, requ
 segment(x2, w1, w2).sum().backward()
 expected = [w1.grad.numpy().copy(), w2.grad.numpy().copy()]
 w1.grad = w2.grad = None
-gc.collect()
-with memory.track() as mem:
-    out = CheckpointedSegment.apply(segment, x2, w1, w2)
-    held = mem.current - mem.start
-calls[0] = 0
-out.sum().backward()
+
+
+def run_checkpointed(function):
+    """The bytes the forward keeps, how often backward runs the segment, and the gradients it gives."""
+    gc.collect()
+    with memory.track() as mem:
+        out = function.apply(segment, x2, w1, w2)
+        held = mem.current - mem.start
+    calls[0] = 0
+    out.sum().backward()
+    return held, calls[0], [None if w.grad is None else w.grad.numpy() for w in (w1, w2)]
+
+
+held, ran, grads = answer(run_checkpointed(CheckpointedSegment))
 assert held == 64 * 32 * 4, f"after forward only the output (8,192 bytes) should be new, got {held:,} bytes"
-assert calls[0] == 1, f"backward should run the segment once, it ran {calls[0]} times"
-for name, w, e in (("w1", w1, expected[0]), ("w2", w2, expected[1])):
-    assert w.grad is not None, f"{name} got no gradient"
-    assert np.allclose(w.grad.numpy(), e, rtol=1e-5, atol=1e-5), f"{name}: wrong gradient"
+assert ran == 1, f"backward should run the segment once, it ran {ran} times"
+for name, g, e in (("w1", grads[0], expected[0]), ("w2", grads[1], expected[1])):
+    assert g is not None, f"{name} got no gradient"
+    assert np.allclose(g, e, rtol=1e-5, atol=1e-5), f"{name}: wrong gradient"
 print("Check 2 passed")
 
 # %% [markdown]
@@ -150,11 +159,11 @@ def float_limits(e: int, f: int) -> dict[str, float]:
 # %%
 # Check 3
 for dtype, bits in ((np.float16, (5, 10)), (np.float32, (8, 23)), (np.float64, (11, 52))):
-    fi, got = np.finfo(dtype), float_limits(*bits)
+    fi, got = np.finfo(dtype), answer(float_limits(*bits))
     for key in ("max", "smallest_normal", "smallest_subnormal", "eps"):
         want = float(getattr(fi, key))
         assert got[key] == want, f"{fi.dtype} {key}: expected {want}, got {got[key]}"
-bf16 = float_limits(8, 7)  # bfloat16: float32's range, 3 significant digits fewer
+bf16 = answer(float_limits(8, 7))  # bfloat16: float32's range, 3 significant digits fewer
 assert bf16["max"] == 3.3895313892515355e38 and bf16["eps"] == 0.0078125, f"bfloat16: got {bf16}"
 print("Check 3 passed")
 
@@ -203,14 +212,14 @@ z1_reference, loss_reference = mlp4_forward()  # float32, no autocast
 loss_reference.backward()
 r4 = np.abs(z1_reference.grad.numpy().astype(np.float64))
 ks = list(range(17))
-shares = [underflow_share(2.0**k) for k in ks]
+shares = answer([underflow_share(2.0**k) for k in ks])
 for k, share in zip(ks, shares):
     expected = np.mean(r4 * 2.0**k < 2.0**-14)  # what float32's values would give, cast to float16
     assert abs(share - expected) < 0.05, f"scale 2**{k}: measured {share:.1%}, expected about {expected:.1%}"
     print(f"loss x 2**{k:2d}: {share:6.1%} of the first layer's gradients zero or subnormal")
 assert all(a >= b for a, b in zip(shares, shares[1:])), f"a larger scale cannot underflow more: {shares}"
 needed = next(k for k, share in zip(ks, shares) if share < 0.01)
-print(f"measured: 2**{needed} is the smallest scale under 1%; you predicted 2**{PREDICTED_K}")
+print(f"measured: 2**{needed} is the smallest scale under 1%; you predicted 2**{answer(PREDICTED_K)}")
 
 # %% [markdown]
 # ## Exercise 5: the scaler's update rule
@@ -236,17 +245,26 @@ def update_scale(scale: float, count: int, found_inf: bool, growth_factor: float
 
 # %%
 # Check 5
+def scales(update, flags, init_scale, **kw):
+    """The scale after each step, by the rule ``update``."""
+    scale, count, out = init_scale, 0, []
+    for bad in flags:
+        scale, count = update(scale, count, bad, **kw)
+        out.append(scale)
+    return out
+
+
 def compare(flags, init_scale, **kw):
     p = nn.Parameter(minigrad.zeros(1))
     opt = optim.SGD([p], lr=0.0)
     scaler = minigrad.GradScaler(init_scale=init_scale, **kw)
     scaler.scale(minigrad.tensor(1.0))  # the first scale() starts the scaler
-    scale, count = init_scale, 0
-    for i, bad in enumerate(flags):
+    got = answer(scales(update_scale, flags, init_scale, **kw))
+    assert len(got) == len(flags), f"expected {len(flags)} scales, got {len(got)}"
+    for i, (bad, scale) in enumerate(zip(flags, got)):
         p.grad = minigrad.tensor([math.inf if bad else 1.0])
         scaler.step(opt)
         scaler.update()
-        scale, count = update_scale(scale, count, bad, **kw)
         want = scaler.get_scale()
         assert scale == want, f"after flags {flags[:i + 1]}: expected scale {want}, got {scale}"
 
@@ -290,24 +308,34 @@ def loss_of(w):
         return F.mse_loss((x6 @ w).float(), t6) * 1e-8
 
 
-mine, ref = nn.Parameter(minigrad.zeros(4, 1)), nn.Parameter(minigrad.zeros(4, 1))
+def run_steps(step):
+    """Five finite steps, then one that overflows: whether each was taken, the weights after 5 and after 6."""
+    mine = nn.Parameter(minigrad.zeros(4, 1))
+    taken = []
+    for _ in range(5):
+        mine.grad = None
+        taken.append(step([mine], loss_of(mine), 2.0**16, 1e7))
+    after = mine.detach().numpy().copy()
+    mine.grad = None
+    with np.errstate(over="ignore", invalid="ignore"):
+        taken.append(step([mine], loss_of(mine) * 1e12, 2.0**16, 1e7))  # overflows in float16
+    return taken, after, mine.detach().numpy()
+
+
+taken, got, final = answer(run_steps(scaled_sgd_step))
+ref = nn.Parameter(minigrad.zeros(4, 1))
 opt = optim.SGD([ref], lr=1e7)
 scaler = minigrad.GradScaler(init_scale=2.0**16, growth_interval=10**6)
-for _ in range(5):
-    mine.grad = None
-    assert scaled_sgd_step([mine], loss_of(mine), 2.0**16, 1e7) is True, "a finite step must be taken"
+for step in range(5):
+    assert taken[step] is True, "a finite step must be taken"
     opt.zero_grad()
     scaler.scale(loss_of(ref)).backward()
     scaler.step(opt)
     scaler.update()
-assert mine.detach().numpy().any(), "the weights did not move: were the gradients scaled?"
-got, expected = mine.detach().numpy(), ref.detach().numpy()
+assert got.any(), "the weights did not move: were the gradients scaled?"
+expected = ref.detach().numpy()
 assert np.allclose(got, expected, rtol=1e-6), f"expected\n{expected}\ngot\n{got}"
-before = mine.detach().numpy().copy()
-mine.grad = None
-with np.errstate(over="ignore", invalid="ignore"):
-    taken = scaled_sgd_step([mine], loss_of(mine) * 1e12, 2.0**16, 1e7)  # overflows in float16
-assert taken is False and np.array_equal(mine.detach().numpy(), before), "an overflowing step must be skipped"
+assert taken[5] is False and np.array_equal(final, got), "an overflowing step must be skipped"
 print("Check 6 passed")
 
 # %% [markdown]
@@ -336,15 +364,21 @@ def event(i, name, phase, self_ns, duration_ns=None, parent=1):
 made_up = [event(1, "step", "forward", 10, duration_ns=205, parent=None),  # contains the others
            event(2, "Matmul", "forward", 50), event(3, "Add", "forward", 30), event(4, "Add", "forward", 30),
            event(5, "Matmul", "backward", 40), event(6, "Add", "backward", 20), event(7, "Matmul", "backward", 25)]
-got = most_expensive(made_up)
+got = answer(most_expensive(made_up))
 assert got == ("Matmul", "backward", 65), f"expected ('Matmul', 'backward', 65), got {got}"
 minigrad.manual_seed(7)
 model7 = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
 with profile() as prof:
     F.cross_entropy(model7(minigrad.randn(128, 64)), minigrad.randint(0, 10, (128,))).backward()
-top = max(prof.key_averages(), key=lambda a: a.self_ns)
-got = most_expensive(prof.events)
-assert got == (top.key, top.phase, top.self_ns), f"expected {(top.key, top.phase, top.self_ns)}, got {got}"
+# the profile is measured where your code runs: its events cross with your answer, and the check sums them
+events = answer([(e.name, e.phase, e.self_ns) for e in prof.events])
+got = answer(most_expensive(prof.events))
+totals = {}
+for name, phase, ns in events:
+    totals[name, phase] = totals.get((name, phase), 0) + ns
+top = max(totals.items(), key=lambda kv: kv[1])
+assert len(totals) > 3, f"a profile of a two-layer model's step records more than 3 kinds of op, got {totals}"
+assert tuple(got) == (*top[0], top[1]), f"expected {(*top[0], top[1])}, got {got}"
 print("Check 7 passed")
 
 # %% [markdown]
@@ -369,16 +403,21 @@ def pairwise_sq_dists(a: minigrad.Tensor, b: minigrad.Tensor) -> minigrad.Tensor
 # Check 8
 minigrad.manual_seed(8)
 a8, b8 = minigrad.randn(50, 3, requires_grad=True), minigrad.randn(20, 3)
-with profile() as prof:
-    got = pairwise_sq_dists(a8, b8)
+def measured(fn):
+    """fn(a8, b8), the ops the profiler counts in it, and the gradient of its sum with respect to a8."""
+    with profile() as prof:
+        out = fn(a8, b8)
+    (grad,) = minigrad.grad(out.sum(), a8)
+    return out.detach().numpy(), len([e for e in prof.events if e.depth == 0]), grad.numpy()
+
+
+got, n_ops, g_got = answer(measured(pairwise_sq_dists))
 expected = pairwise_sq_dists_loop(a8, b8)
 assert tuple(got.shape) == (50, 20), f"expected shape (50, 20), got {tuple(got.shape)}"
-assert np.allclose(got.detach().numpy(), expected.detach().numpy(), atol=1e-5), "wrong distances"
-n_ops = len([e for e in prof.events if e.depth == 0])
+assert np.allclose(got, expected.detach().numpy(), atol=1e-5), "wrong distances"
 assert n_ops <= 6, f"expected at most 6 ops, the profiler counted {n_ops}"
-(g_got,) = minigrad.grad(got.sum(), a8)
 (g_expected,) = minigrad.grad(expected.sum(), a8)
-assert np.allclose(g_got.numpy(), g_expected.numpy(), atol=1e-4), "wrong gradient"
+assert np.allclose(g_got, g_expected.numpy(), atol=1e-4), "wrong gradient"
 print("Check 8 passed")
 
 # %% [markdown]
@@ -426,15 +465,23 @@ def op_calls(model: nn.Module, batch: int) -> int:
 # %%
 # Check 9
 batches = [4, 8, 16, 32]
+
+
+def counts(fn, model):
+    """fn's count at each batch size, then once more at batch 8."""
+    return [fn(model, b) for b in batches], fn(model, 8)
+
+
+predicted = answer(PREDICTED_PER_IMAGE)
 for model in (PerSampleMLP9(), BatchedMLP9()):
-    calls = [op_calls(model, b) for b in batches]
+    calls, again = answer(counts(op_calls, model))
     model.zero_grad()
     with profile() as prof:
         F.cross_entropy(model(X9[:8]), Y9[:8]).backward()
     assert calls[1] == len(prof.events), f"batch 8: the profiler records {len(prof.events)} calls, got {calls[1]}"
-    assert op_calls(model, 8) == calls[1], "the count must not depend on earlier calls: reset the gradients"
+    assert again == calls[1], "the count must not depend on earlier calls: reset the gradients"
     slopes = {(cb - ca) / (b - a) for a, b, ca, cb in zip(batches, batches[1:], calls, calls[1:])}
     assert len(slopes) == 1, f"{type(model).__name__}: the counts {calls} should grow by the same amount per image"
     name = type(model).__name__
     print(f"{name:14s} op calls at batch {batches}: {calls}; {slopes.pop():g} per extra image "
-          f"(you predicted {PREDICTED_PER_IMAGE[name]})")
+          f"(you predicted {predicted[name]})")

@@ -28,6 +28,7 @@ import numpy as np
 
 import minigrad
 from minigrad import nn
+from minigrad.course import answer
 from minigrad.distributed import DistributedSampler, gpipe_bubble
 from minigrad.distributed.ddp import _make_buckets
 
@@ -66,7 +67,7 @@ full1 = gradients(model1, x1, y1)
 for sizes in ([25, 25], [20, 20, 10], [1, 30, 19], [50]):
     bounds = np.cumsum([0] + sizes)
     shards = [gradients(model1, x1[a:b], y1[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
-    got = combine_shard_gradients(shards, sizes)
+    got = answer(combine_shard_gradients(shards, sizes))
     assert len(got) == len(full1), f"expected {len(full1)} gradients (one per parameter), got {len(got)}"
     for j, (g, f) in enumerate(zip(got, full1)):
         assert np.allclose(g, f, atol=1e-6), f"shards {sizes}, parameter {j}: expected\n{f}\ngot\n{g}"
@@ -113,8 +114,8 @@ for n in (10, 11, 16, 7, 2):
                                                      seed=3, drop_last=drop_last)
                         sampler.set_epoch(epoch)
                         want = list(sampler)
-                        got = shard_indices(n, replicas, rank, shuffle=shuffle, seed=3, epoch=epoch,
-                                            drop_last=drop_last)
+                        got = answer(list(shard_indices(n, replicas, rank, shuffle=shuffle, seed=3, epoch=epoch,
+                                                        drop_last=drop_last)))
                         assert list(got) == want, (f"n={n}, num_replicas={replicas}, rank={rank}, shuffle={shuffle}, "
                                                    f"drop_last={drop_last}, epoch={epoch}: expected {want}, got {got}")
 print("Check 2 passed")
@@ -163,7 +164,7 @@ def replay(rounds, vectors):
 rng3 = np.random.default_rng(3)
 for N in range(1, 10):
     vectors = [rng3.standard_normal(5) for _ in range(N)]
-    rounds = tree_all_reduce_schedule(N)
+    rounds = answer(tree_all_reduce_schedule(N))
     want_rounds = 2 * math.ceil(math.log2(N))
     assert len(rounds) == want_rounds, f"N={N}: expected 2 ceil(log2 N) = {want_rounds} rounds, got {len(rounds)}"
     half = replay(rounds[:want_rounds // 2], vectors)
@@ -204,8 +205,8 @@ rng4 = np.random.default_rng(4)
 for N, n in [(1, 5), (2, 6), (3, 7), (4, 4), (4, 10), (5, 23), (3, 2)]:
     vectors = [rng4.standard_normal(n) for _ in range(N)]
     before = [v.copy() for v in vectors]
-    got = ring_reduce_scatter(vectors)
-    assert all(np.array_equal(a, b) for a, b in zip(vectors, before)), "the input vectors were changed"
+    got, kept = answer((ring_reduce_scatter(vectors), [np.array_equal(a, b) for a, b in zip(vectors, before)]))
+    assert all(kept), "the input vectors were changed"
     assert len(got) == N and all(g.shape == (n,) for g in got), f"expected {N} vectors of {n} elements"
     edges = [c * n // N for c in range(N + 1)]
     for r in range(N):
@@ -252,7 +253,7 @@ for N, n in [(1, 5), (2, 6), (3, 7), (4, 10), (5, 23), (6, 6)]:
         c = (r + 1) % N
         v[edges[c]:edges[c + 1]] = total[edges[c]:edges[c + 1]]
         stale.append(v)
-    got = ring_all_gather(stale)
+    got = answer(ring_all_gather(stale))
     assert len(got) == N, f"expected {N} vectors, got {len(got)}"
     for r, v in enumerate(got):
         assert np.allclose(v, total), f"N={N}, n={n}: rank {r} ends with\n{v}\nexpected\n{total}"
@@ -280,10 +281,10 @@ def ring_bytes_sent(numel, world_size, itemsize=4):
 known = {(7, 3, 4): [36, 36, 40], (2**20, 2, 4): [2**22, 2**22], (4000, 4, 4): [24000] * 4, (10, 4, 8): [120] * 4,
          (1000, 1, 4): [0], (5, 2, 4): [20, 20]}
 for (numel, N, itemsize), want in known.items():
-    got = ring_bytes_sent(numel, N, itemsize)
+    got = answer(ring_bytes_sent(numel, N, itemsize))
     assert list(got) == want, f"numel={numel}, world_size={N}, itemsize={itemsize}: expected {want}, got {got}"
 for numel, N in [(1001, 3), (17, 5), (2**16 + 1, 8)]:
-    got = ring_bytes_sent(numel, N)
+    got = answer(ring_bytes_sent(numel, N))
     assert sum(got) == 2 * (N - 1) * numel * 4, \
         f"numel={numel}, N={N}: the ranks together send 2(N-1) x the tensor, {2 * (N - 1) * numel * 4} bytes; got {sum(got)}"
 print("Check 6 passed")
@@ -322,7 +323,7 @@ for model in models7:
     names = {id(p): n for n, p in named}
     for cap in (25 * 2**20, 2**20, 2**16, 1000, 1):
         want = [[names[id(p)] for p in b.params] for b in _make_buckets([p for _, p in reversed(named)], cap)]
-        got = assign_buckets([(n, p.nbytes) for n, p in named], cap)
+        got = answer(assign_buckets([(n, p.nbytes) for n, p in named], cap))
         assert got == want, f"cap {cap} bytes: expected {want}, got {got}"
 print("Check 7 passed")
 
@@ -362,12 +363,12 @@ def bubble_of(times, P, M):
 
 
 for P, M in [(1, 3), (2, 1), (2, 4), (4, 4), (3, 5), (4, 8)]:
-    times = gpipe_schedule([1.0] * P, [2.0] * P, M)
+    times = answer(gpipe_schedule([1.0] * P, [2.0] * P, M))
     assert len(times) == 2 * P * M, f"P={P}, M={M}: expected {2 * P * M} ops, got {len(times)}"
     assert times[(P - 1, "F", 0)] == (P - 1, P), f"P={P}: F0 reaches the last stage at {P - 1}, got {times[(P - 1, 'F', 0)]}"
     got = bubble_of(times, P, M)
     assert math.isclose(got, gpipe_bubble(P, M)), f"P={P}, M={M}: bubble {got}, expected {gpipe_bubble(P, M)}"
-unequal = gpipe_schedule([1.0, 2.0], [2.0, 4.0], 2)
+unequal = answer(gpipe_schedule([1.0, 2.0], [2.0, 4.0], 2))
 want = {(0, "F", 0): (0, 1), (0, "F", 1): (1, 2), (1, "F", 0): (1, 3), (1, "F", 1): (3, 5),
         (1, "B", 0): (5, 9), (1, "B", 1): (9, 13), (0, "B", 0): (9, 11), (0, "B", 1): (13, 15)}
 for key, value in want.items():
@@ -405,16 +406,25 @@ nn.functional.linear(x9, layer.weight, layer.bias).pow(2).sum().backward()
 want_grads = [t.grad.numpy().copy() for t in (x9, layer.weight, layer.bias)]
 for t in (x9, layer.weight, layer.bias):
     t.grad = None
-partials, y9 = row_parallel_linear(x9, layer.weight, layer.bias, 3)
+
+
+def run_row_parallel(fn):
+    """fn's partial products and output, and the gradients that flow back from the output's squares."""
+    partials, y = fn(x9, layer.weight, layer.bias, 3)
+    y.pow(2).sum().backward()
+    return ([p.detach().numpy() for p in partials], y.detach().numpy(),
+            [None if t.grad is None else t.grad.numpy() for t in (x9, layer.weight, layer.bias)])
+
+
+partials, y9, grads = answer(run_row_parallel(row_parallel_linear))
 assert len(partials) == 3, f"expected 3 partial products, got {len(partials)}"
 X, Wn = x9.detach().numpy(), layer.weight.detach().numpy()
 for r, p in enumerate(partials):
     assert tuple(p.shape) == (4, 5), f"partial {r}: expected shape (4, 5), got {tuple(p.shape)}"
-    assert np.allclose(p.detach().numpy(), X[:, 4 * r:4 * r + 4] @ Wn[:, 4 * r:4 * r + 4].T, atol=1e-5), \
+    assert np.allclose(p, X[:, 4 * r:4 * r + 4] @ Wn[:, 4 * r:4 * r + 4].T, atol=1e-5), \
         f"partial {r} is not x[:, {4 * r}:{4 * r + 4}] @ weight[:, {4 * r}:{4 * r + 4}].T"
-assert np.allclose(y9.detach().numpy(), layer(x9).detach().numpy(), atol=1e-5), "the output differs from the full layer's"
-y9.pow(2).sum().backward()
-for name, t, want in zip(("x", "weight", "bias"), (x9, layer.weight, layer.bias), want_grads):
-    assert t.grad is not None and np.allclose(t.grad.numpy(), want, atol=1e-4), \
+assert np.allclose(y9, layer(x9).detach().numpy(), atol=1e-5), "the output differs from the full layer's"
+for name, grad, want in zip(("x", "weight", "bias"), grads, want_grads):
+    assert grad is not None and np.allclose(grad, want, atol=1e-4), \
         f"the gradient of {name} differs from the full layer's: use minigrad ops so that it flows back"
 print("Check 9 passed")

@@ -26,12 +26,20 @@ Groups ending in any other reduction, dtypes C does not share with numpy (float1
 ops without a ``c`` declaration keep the blocked numpy kernel (``unsupported`` says why). The
 library is built on the first call (``codegen.cc``); where no compiler is found or it fails,
 the numpy kernel runs instead and a ``KernelWarning`` says why, once.
+
+OpenMP does not survive ``fork``: libgomp keeps its pool of threads after a parallel loop, and a
+forked child (a ``DataLoader`` worker) inherits the pool's bookkeeping but not its threads, so its
+first parallel loop waits for them forever. An at-fork handler therefore marks the child of a
+process that loaded a kernel sharing loops among threads; there those kernels run as blocked
+numpy (single-threaded, as PyTorch's workers run), the others as C. ``graph.overlap.helper``
+does the same for its thread.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
+import os
 import re
 import warnings
 from typing import Any
@@ -51,10 +59,17 @@ CHUNKS = 32  # pieces a parallel loop is cut into
 # glibc's vector math functions: declared ``simd`` here, as -ffast-math would (codegen.cc says why not it)
 _VECTOR_MATH = ("exp", "log", "sin", "cos", "tanh", "pow", "erf", "log1p")
 _warned: set[str] = set()
+_threads = {"loaded": False, "forked": False}  # a threaded kernel was loaded; this process is a fork since
 
 
-class KernelWarning(UserWarning):
-    """A compiled C kernel could not be built; the blocked numpy kernel runs instead."""
+def _after_fork_in_child() -> None:
+    _threads["forked"] = _threads["forked"] or _threads["loaded"]
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+KernelWarning = cc.KernelWarning  # a kernel could not be built or loaded: the blocked numpy kernel runs instead
 
 
 class CKernel:
@@ -69,12 +84,13 @@ class CKernel:
         self._types = [str(prog.inputs[k].dtype) for k in leaves] + (
             [str(prog.anchor.dtype)] if prog.anchor is not None else [])
         self._shape, self._dtype = tuple(prog.root.shape), xp.dtype(str(prog.root.dtype))
+        self.threaded = "omp parallel" in source  # its loop starts OpenMP's threads (unsafe after fork)
         self._fn: Any = None
 
     def __call__(self, *arrays: Any, out: Any = None) -> Any:
         if self._fn is None:
             self._fn = self._load()
-        if self._fn is False:
+        if self._fn is False or (self.threaded and _threads["forked"]):
             return self.fallback(*arrays, out=out)
         ins = [arrays[k] for k in self._leaves]
         if self._anchor is not None:
@@ -109,6 +125,7 @@ class CKernel:
             return False
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p] * (1 + len(self._types))
+        _threads["loaded"] = _threads["loaded"] or self.threaded
         return fn
 
     def __repr__(self) -> str:

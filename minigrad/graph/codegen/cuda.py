@@ -11,9 +11,9 @@ writes the CUDA source: cupy is imported when a kernel first runs, and compiles 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from minigrad.backend import cpu, selected
 from minigrad.graph.codegen.program import Dialect, Program, expression, program
 from minigrad.graph.codegen.cpu import NodeForward
 from minigrad.graph.ir import Graph, GraphError, Node, op_kind
@@ -50,6 +50,7 @@ class CudaKernel:
         self._anchor = NodeForward(prog.anchor) if prog.anchor is not None else None
         self._reduce = NodeForward(prog.reduction) if prog.reduction is not None else None
         self._kernel: Any = None
+        self._device = prog.root.meta.get("device") or cpu  # the GPU the group's values live on
         args = ",\n".join(f"    {k}={_quote(v)}" for k, v in params.items())
         self.source = f"cupy.{kind}(\n{args},\n)\n"
 
@@ -58,6 +59,10 @@ class CudaKernel:
 
         if self._kernel is None:
             self._kernel = getattr(cupy, self.kind)(**self.params)
+        with selected(self._device):  # cupy allocates and launches on the current GPU: the group's
+            return self._run(cupy, arrays)
+
+    def _run(self, cupy: Any, arrays: tuple) -> Any:
         prog = self._prog
         leaves = [arrays[k] for k in self._leaves]
         if self._anchor is not None:  # the product first; the kernel is its epilogue
@@ -88,10 +93,13 @@ def generate(group: Graph) -> CudaKernel:
     in_params = ", ".join(f"{_dtype(p)} {names[p]}" for p in params_of)
     lines = []
     value = dict(names)
-    for n in prog.ops:
-        value[n] = "v" + re.sub(r"\W", "_", n.name.lstrip("%")) if n is not prog.ops[-1] else "y"
+    # Values are named by their place in the recipe, never after the graph's nodes: cupy caches
+    # compiled kernels by their source, so the same chain traced twice (another layer, another
+    # step) must be the same text to be compiled once.
+    for k, n in enumerate(prog.ops):
+        value[n] = f"v{k}" if n is not prog.ops[-1] else "y"
         decl = "" if value[n] == "y" else _ctype(n) + " "
-        lines.append(f"{decl}{value[n]} = {expression(n, value, _CUDA)};  // {n.name} {n.op}")
+        lines.append(f"{decl}{value[n]} = {expression(n, value, _CUDA)};  // {n.op}")
     red = prog.reduction
     ctype = _ctype(prog.ops[-1])
     pieces = getattr(red.fn, "cuda_reduce", None) if red is not None else None

@@ -22,7 +22,18 @@ __all__ = ["fold_constants", "frozen_parameters"]
 
 def fold_constants(graph: Graph, freeze: bool = False) -> Graph:
     """A new graph in which every value computable from constants alone (and from parameters,
-    with ``freeze=True``) is a ``constant`` node. The input graph is not changed."""
+    with ``freeze=True``) is a ``constant`` node. The input graph is not changed.
+
+    A node is foldable (``_foldable``) when it is pure and all its inputs are constants, frozen
+    parameters (``frozen_parameters(graph)``) or foldable; compute the foldable nodes' values in
+    topological order (``run_node``), and in the new graph replace each foldable node that a
+    non-foldable node (or the output) reads by one ``constant`` node holding its value; keep a
+    node that a ``saved`` node reads (a backward reads the op's saved arrays, ``saved_value``)
+    as it is. Build it with ``rewrite(graph, visit)`` (``passes/rewrite.py``): ``visit(node, rw)`` is called
+    once per node in topological order and returns ``None`` to copy the node as it is, ``DROP`` to
+    leave it out, or a node of the new graph (``rw.copy(node)``, ``rw.constant(...)``, an earlier
+    one) to stand for it.
+    """
     ### BEGIN SOLUTION chapter 03: constant folding
     frozen = frozen_parameters(graph) if freeze else set()
     foldable: set[Node] = set()

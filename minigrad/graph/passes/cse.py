@@ -21,7 +21,16 @@ _SMALL = 64  # constant arrays up to this many elements are compared by value, l
 
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
-    """A new graph in which each distinct (op, inputs, attributes) is computed by one node."""
+    """A new graph in which each distinct (op, inputs, attributes) is computed by one node.
+
+    ``_key(node, rw)`` says what makes two nodes' values equal (``None``: the node never merges,
+    e.g. a random op); the first node of each key is copied, the later ones stand for it, except
+    that two nodes both returned by the function (``_returned``) stay apart, since merging them
+    would make the caller's two tensors share memory. Build it with ``rewrite(graph, visit)`` (``passes/rewrite.py``): ``visit(node, rw)`` is called
+    once per node in topological order and returns ``None`` to copy the node as it is, ``DROP`` to
+    leave it out, or a node of the new graph (``rw.copy(node)``, ``rw.constant(...)``, an earlier
+    one) to stand for it.
+    """
     ### BEGIN SOLUTION chapter 03: common-subexpression elimination
     seen: dict[Hashable, tuple[Node, Node]] = {}  # key -> (first old node, its new node)
 

@@ -16,7 +16,14 @@ __all__ = ["eliminate_dead_code"]
 
 
 def eliminate_dead_code(graph: Graph) -> Graph:
-    """A new graph without the nodes whose results reach no output or side effect."""
+    """A new graph without the nodes whose results reach no output or side effect.
+
+    ``live_nodes(graph)`` gives the live nodes (the module docstring says which). Build it with ``rewrite(graph, visit)`` (``passes/rewrite.py``): ``visit(node, rw)`` is called
+    once per node in topological order and returns ``None`` to copy the node as it is, ``DROP`` to
+    leave it out, or a node of the new graph (``rw.copy(node)``, ``rw.constant(...)``, an earlier
+    one) to stand for it.
+    The input graph is not changed.
+    """
     ### BEGIN SOLUTION chapter 03: dead-code elimination
     live = live_nodes(graph)
 

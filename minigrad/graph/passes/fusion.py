@@ -72,7 +72,15 @@ class _Group:
 
 def fusion_groups(graph: Graph, max_group_size: int = MAX_GROUP_SIZE) -> list[list[Node]]:
     """The groups fusion would make, each in topological order with its root (the node whose
-    value leaves the group) last. Single nodes are not groups."""
+    value leaves the group) last. Single nodes are not groups.
+
+    Walk the nodes consumers first (reversed topological order). A node joins the group of its
+    users only when all of them are in one group and that group ``accepts`` it (role from
+    ``_role``: ``None`` never fuses; an ``"anchor"`` (a matmul, a conv) may end a group as the
+    first node of its epilogue but never starts one); otherwise it starts its own group. Groups
+    of one node are dropped. A node read outside its group would have to be written to memory
+    anyway, which is why all users must share the group.
+    """
     ### BEGIN SOLUTION chapter 03: fusion grouping
     group_of: dict[Node, _Group] = {}
     groups: list[_Group] = []
