@@ -13,12 +13,13 @@ BENCH_ENV := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 # JupyterLab refuses to start as root unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help venv graphviz gcc lab chapters test course-check torch onnx check-install bench cuda-toolchain cuda-kernels clean
+.PHONY: help venv graphviz gcc lab chapters chapters-portability test course-check torch onnx check-install bench cuda-toolchain cuda-kernels clean
 
 help:
 	@echo "make lab       set up .venv and graphviz, then open JupyterLab on chapters/"
 	@echo "make chapters  run every chapter notebook headless and compare its outputs (nbval)"
 	@echo "make test      run the test suite and the chapter notebooks (PyTorch cross-checks skip unless 'make torch')"
+	@echo "make chapters-portability  the notebooks again under two other OpenBLAS kernels and thread counts"
 	@echo "make course-check  student exercises = release of the solutions (100% / 0%); chapter order of the package regions;"
 	@echo "                   each region's absence and every catalogued student mistake fail its chapter's tests"
 	@echo "make torch     install PyTorch 2.13.0 (CPU) into .venv for cross-checks and benchmarks"
@@ -79,6 +80,19 @@ chapters: venv graphviz
 test: venv graphviz
 	$(PY) -m pytest
 	@$(MAKE) --no-print-directory chapters
+
+# What nbval compares must not be one machine's rounding: the chapters again under two OpenBLAS
+# kernels other than the ones current x86 CPUs pick (Haswell, Zen, SkylakeX), with one thread and
+# with two (these override the notebooks' own default of one), the second also with numpy's AVX2
+# loops off (its other exp, log and tanh). `make chapters` covers the machine's own settings.
+PORTABILITY_RUNS := "OPENBLAS_CORETYPE=Prescott OPENBLAS_NUM_THREADS=1" \
+	"OPENBLAS_CORETYPE=Sandybridge OPENBLAS_NUM_THREADS=2 NPY_DISABLE_CPU_FEATURES=X86_V3"
+chapters-portability: venv graphviz
+	$(PY) -c "import matplotlib.pyplot"
+	@status=0; for run in $(PORTABILITY_RUNS); do \
+		echo "== nbval with $$run"; \
+		env $$run $(PY) -m pytest -p no:randomly -q --nbval chapters --nbval-sanitize-with chapters/nbval_sanitize.cfg || status=1; \
+	done; exit $$status
 
 # The course: chapters/*/exercises.ipynb must be exactly the release of chapters/*/solutions/,
 # grading must give the solutions every exercise and the student versions none, and each chapter's

@@ -105,7 +105,8 @@ print(f"largest eigenvalue of the full Hessian:          {np.linalg.eigvalsh(H.n
 # ## 3. Newton's method vs gradient descent
 # Gradient descent steps along $-\nabla f$ with a step size that must suit the sharpest direction,
 # so it crawls along flat ones. Newton's method minimises the local quadratic model:
-# $w \leftarrow w - H^{-1} \nabla f$. The test function (Boyd & Vandenberghe's example 9.3.2) is
+# $w \leftarrow w - H^{-1} \nabla f$. The test function, the logarithm of Boyd & Vandenberghe's
+# example 9.3.2 (theirs is the sum of the three exponentials; the log has the same minimiser), is
 # smooth, convex and not quadratic:
 # $f(x, y) = \log\left(e^{x + 3y - 0.1} + e^{x - 3y - 0.1} + e^{-x - 0.1}\right)$, with minimum
 # $f^\star = \log(2\sqrt 2) - 0.1$ at $(-\tfrac12 \log 2, 0)$.

@@ -108,7 +108,9 @@ print(slow_prof.table(row_limit=12))
 #   the ops nested inside them; **Self**: the same without the nested ops, so the Self column adds
 #   up to the step. **Mean**: Total / Calls. **Self %**: the share of the step's self time.
 # - **Bytes**: what the op's outputs allocated (a view such as `reshape` allocates nothing).
-# - **Phase**: `backward` for the ops that the engine's backward rules ran.
+# - **Phase**: `backward` for the ops that the engine's backward rules ran, `forward` for every
+#   other event: the ops the model's code called, and the regions too, whatever their name (the
+#   `backward` region is a span of time around `loss.backward()`, not an op a backward rule ran).
 # - The `forward`, `backward` and `optimizer` rows are our `record_function` regions. Their self
 #   time is everything inside them that is not an op: Python running `forward`, building the list,
 #   the engine walking the graph and adding up gradients.

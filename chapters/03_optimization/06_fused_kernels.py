@@ -10,7 +10,6 @@
 #     name: python3
 # ---
 
-
 # %% [markdown]
 # # 03.6 Fused kernels: from a graph to C, numpy blocks and CUDA
 #

@@ -41,8 +41,14 @@ from minigrad.allocator import CachingAllocator
 
 # %% [markdown]
 # ## 1. Fresh memory is not free
-# Fill a 4 MiB buffer: once into a new array each time, once into the same array again.
-# The difference is the page faults of fresh memory (the numbers vary with the machine).
+# Fill a 4 MiB buffer: once into a new array each time, once into the same array again. Memory
+# the process has never touched costs a page fault per 4 KiB page, which the kernel zero-fills.
+# How much of that a new array pays depends on malloc: glibc's maps a large buffer afresh from the
+# kernel, but once one such buffer has been freed it raises its mapping threshold and serves the
+# next ones from its heap, pages already faulted in, so in a loop the gap is small or nothing
+# (the ratio below is this machine's; the numbers vary). Run the notebook with
+# `MALLOC_MMAP_THRESHOLD_=131072` in the environment, which fixes glibc's threshold, and every new
+# buffer is faulted afresh: the gap grows to several times.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -59,7 +65,8 @@ def per_call(fn, reps=50):
 
 fresh_us = per_call(lambda: np.empty(n, np.float32).fill(1.0))
 reused_us = per_call(lambda: reused.fill(1.0))
-print(f"new buffer each time: {fresh_us:.0f} us, same buffer: {reused_us:.0f} us")
+print(f"new buffer each time: {fresh_us:.0f} us, same buffer: {reused_us:.0f} us: "
+      f"a new buffer costs {fresh_us / reused_us:.2f}x here")
 
 # %% [markdown]
 # ## 2. Segments and blocks
@@ -124,21 +131,31 @@ print(pool.memory_summary())
 # %% [markdown]
 # ## 4. When it pays, and where minigrad uses it
 # The pool's bookkeeping is Python: about 20 µs per allocation, several times `numpy.empty` for a
-# small array. For buffers of 256 KiB and more it halves the cost of an allocation that is then
-# written (`benchmarks/bench_pool.py`). So minigrad takes only large temporaries from it: the
-# im2col columns of a convolution (`ops/conv.py`), tens of MiB per step for a small CNN.
+# small array. So minigrad takes only large temporaries from it: the im2col columns of a
+# convolution (`ops/conv.py`), tens of MiB per step for a small CNN. What it saves there is what
+# malloc does not already save: with glibc, whose heap keeps large freed buffers once its threshold
+# has grown (section 1), little or nothing, and a training step's time is mostly its matrix
+# products, so the two timings below differ by about their noise. The pool pays where getting
+# memory is expensive: with a malloc that returns each large buffer to the system (the page faults
+# of section 1 on every step, which `benchmarks/bench_pool.py` measures), and on a GPU, where
+# `cudaMalloc` synchronises the device, stalling the work queued on it.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 minigrad.manual_seed(0)
 conv = minigrad.nn.Conv2d(3, 32, 3, padding=1)
 x = minigrad.randn(16, 3, 32, 32)
+step_ms = {False: [], True: []}
 for on in (False, True, False, True):
     allocator.enable(on)
     t0 = time.perf_counter()
     for _ in range(5):
         conv(x).sum().backward()
-    print(f"pool {'on ' if on else 'off'}: {(time.perf_counter() - t0) / 5 * 1e3:.1f} ms per step")
+    step_ms[on].append((time.perf_counter() - t0) / 5 * 1e3)
+    print(f"pool {'on ' if on else 'off'}: {step_ms[on][-1]:.1f} ms per step")
+ratio = min(step_ms[False]) / min(step_ms[True])
+verdict = "within 10%: noise" if abs(ratio - 1) < 0.1 else "faster" if ratio > 1 else "slower"
+print(f"best step with the pool: {ratio:.2f}x the speed of the best without ({verdict})")
 allocator.enable(True)
 stats = minigrad.memory_stats()
 print(f"cpu pool: {stats['num_cache_hits']} of {stats['num_alloc']} allocations served from the cache")

@@ -59,6 +59,8 @@ workdir = Path(tempfile.mkdtemp())
 # A small CNN with BatchNorm, trained for three epochs on the 8x8 digits.
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (three epochs of Adam amplify the CPU's rounding: 97.5% to 98.1% on x86 machines; checked here)
 model = nn.Sequential(
     nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
     nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
@@ -73,7 +75,9 @@ for epoch in range(3):
 model.eval()
 with minigrad.no_grad():
     logits = model(X_test).numpy()
-print(f"test accuracy {np.mean(logits.argmax(1) == Y_test):.1%} on {len(Y_test)} digits")
+accuracy = np.mean(logits.argmax(1) == Y_test)
+assert accuracy > 0.95, f"expected a test accuracy above 95% after 3 epochs, got {accuracy:.1%}"
+print(f"test accuracy {accuracy:.1%} on {len(Y_test)} digits")
 
 # %% [markdown]
 # ## 2. Trace, then optimise
@@ -155,14 +159,18 @@ pair
 # ## 5. Run it in onnxruntime
 # An `InferenceSession` loads the file once; `run` takes numpy arrays by input name. The batch is
 # free: one digit, a batch of 32, the whole test set. The outputs agree with minigrad's to float32
-# rounding.
+# rounding: the two sum the convolutions in different orders, so the logits differ by a few units
+# in their seventh digit (a few 1e-6 here), and the predicted digits are the same.
 
 # %%
 session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+scale = np.abs(logits).max()
 for n in (1, 32, len(Y_test)):
     (out,) = session.run(None, {"pixels": test_set.data[:n]})
-    print(f"batch {n:3d}: output {out.shape}, largest difference from minigrad {np.abs(out - logits[:n]).max():.1e}")
-print(f"onnxruntime test accuracy {np.mean(out.argmax(1) == Y_test):.1%}")
+    # The differences are a few float32 roundings, whose digits depend on the CPU's kernels: print the bound.
+    close = np.abs(out - logits[:n]).max() < 1e-5 * scale
+    print(f"batch {n:3d}: output {out.shape}, largest difference from minigrad under 1e-5 of the largest logit: {close}")
+print("onnxruntime predicts the same digits as minigrad:", np.array_equal(out.argmax(1), logits.argmax(1)))
 
 # %% [markdown]
 # ## 6. What onnxruntime's optimiser does, and what it buys

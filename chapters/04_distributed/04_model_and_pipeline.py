@@ -176,6 +176,12 @@ plt.show()
 Ms = [int(M) for M in measured["bubble"]]
 for M in Ms:
     print(f"M = {M}: measured bubble {measured['bubble'][str(M)]:.3f}, theory {gpipe_bubble(2, M):.3f}")
+bubble = [measured["bubble"][str(M)] for M in Ms]
+margin = [b - gpipe_bubble(2, M) for b, M in zip(bubble, Ms)]
+print("falls as M grows:", all(a > b for a, b in zip(bubble, bubble[1:])),
+      "| above theory at every M:", all(m > 0 for m in margin),
+      "| margin grows with M:", all(a < b for a, b in zip(margin, margin[1:])),
+      "(margins " + ", ".join(f"{m:.3f}" for m in margin) + ")")
 
 # %%
 fig, ax = plt.subplots(figsize=(5.5, 3.3))
@@ -189,11 +195,12 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The measured bubble falls as M grows, as the formula says, but stays above it by a growing
-# margin: each micro-batch also pays fixed costs the formula leaves out (sending activations and
-# gradients, Python calls, a sleeping process waking up late), which count as idle time and weigh
-# more as the micro-batches get smaller; on a busy machine, waiting for a free core adds to them
-# (the gaps in the measured schedule above).
+# The measured bubble falls as M grows, as the formula says, and stays above it: each micro-batch
+# also pays fixed costs the formula leaves out (sending activations and gradients, Python calls, a
+# sleeping process waking up late), which count as idle time and weigh more as the micro-batches
+# get smaller, so the margin tends to grow with M. Whether it grew at every step in this run is
+# printed above: on a busy machine, waiting for a free core adds a noise of its own to each
+# figure (the gaps in the measured schedule above).
 #
 # Large models combine all three kinds: tensor parallelism inside a host, pipeline stages across
 # hosts, and data parallelism over copies of the whole pipeline ("3D parallelism").
