@@ -111,7 +111,8 @@ sample = to_input(as_stored[0])
 print("stored:", as_stored[0].shape, as_stored[0].dtype, f"{as_stored[0].min()}..{as_stored[0].max()}",
       "-> model input:", tuple(sample.shape), sample.dtype)
 normalized = np.stack([to_input(img).numpy() for img in as_stored])
-print(f"over the data set: mean {normalized.mean():.3f}, std {normalized.std():.3f}")
+# + 0.0 turns a mean that rounds to -0.0 into 0.0: its sign is rounding noise, not a property of the data
+print(f"over the data set: mean {round(float(normalized.mean()), 3) + 0.0:.3f}, std {normalized.std():.3f}")
 
 # %% [markdown]
 # ## The same journey as a Pipeline
