@@ -121,6 +121,8 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if spec is not None:  # minigrad's own code; a package if torch's module has children
             if spec.submodule_search_locations is None and fullname in _PARENTS:
                 spec.submodule_search_locations = []
+            if fullname in _PARENTS and spec.loader is not None:
+                spec.loader = _Shielding(spec.loader)
             return spec
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
@@ -136,6 +138,40 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 _FINDER = _Finder()
+
+
+def _shield(module: types.ModuleType) -> None:
+    """Register, without binding them on ``module``, the stand-ins of torch's submodules whose names
+    ``module`` binds to something else: ``torch.quantization.fuse_modules`` is a module and a
+    function. Importing a submodule binds it on its package, so ``import
+    minigrad.quantization.fuse_modules`` would replace the function with the stand-in; a module
+    already in ``sys.modules`` is returned as is, unbound, and the function stays, as in torch,
+    whose package imports the submodule before it binds the function."""
+    prefix = module.__name__ + "."
+    for attr, value in list(vars(module).items()):
+        name = prefix + attr
+        if name in MODULES and name not in sys.modules and not isinstance(value, types.ModuleType) \
+                and importlib.machinery.PathFinder.find_spec(name, getattr(module, "__path__", None)) is None:
+            stand_in = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(name, _FINDER, is_package=True))
+            _FINDER.exec_module(stand_in)
+            sys.modules[name] = stand_in
+
+
+class _Shielding(importlib.abc.Loader):
+    """A minigrad package's own loader, followed by ``_shield`` once the package has run."""
+
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self.loader = loader
+
+    def __getattr__(self, attr: str) -> Any:  # get_source, get_code...: the wrapped loader's
+        return getattr(self.loader, attr)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.loader.exec_module(module)
+        _shield(module)
 
 
 def install() -> None:
@@ -154,3 +190,5 @@ def install() -> None:
         module = sys.modules.get(name)
         if module is not None and name in _PARENTS and not hasattr(module, "__path__"):
             module.__path__ = []
+        if module is not None and name in _PARENTS and not is_stand_in(module):
+            _shield(module)

@@ -105,3 +105,16 @@ def test_imports_resolve_in_a_fresh_interpreter():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "MSELoss"
+
+
+@pytest.mark.parametrize("package, name", [("minigrad.quantization", "fuse_modules"),
+                                           ("minigrad.quantization", "fake_quantize"),
+                                           ("minigrad.distributed", "launch")])
+def test_importing_a_path_keeps_the_function_of_the_same_name(package, name):
+    """torch.quantization.fuse_modules is a module and a function. Importing the path must not
+    bind the stand-in module over the function on its package (it did: every later call of
+    Q.fuse_modules raised "'module' object is not callable" once the paths had been imported)."""
+    owner = importlib.import_module(package)
+    before = getattr(owner, name)
+    importlib.import_module(f"{package}.{name}")
+    assert getattr(owner, name) is before and callable(before)
