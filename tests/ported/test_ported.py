@@ -1,5 +1,5 @@
-"""Real public PyTorch programs, ported by changing only their import lines, run unchanged on minigrad
-(issue 15). Each program file names its source; here each runs at a small size chosen through its
+"""Real public PyTorch programs, ported by changing only their import lines, run unchanged on minigrad.
+Each program file names its source; here each runs at a small size chosen through its
 own arguments or constants, and where PyTorch is installed the same file with its original import
 lines runs on torch from minigrad's weights, and the two must agree."""
 
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import minigrad
+from harness import HAVE_MNIST
 
 HERE = Path(__file__).resolve().parent
 TORCH_IMPORT = re.compile(r"^.*  # ((?:import|from) torch(?!vision)\b.*)$", re.M)
@@ -136,8 +137,7 @@ def test_nanogpt_matches_pytorch_on_logits_loss_gradients_and_an_adamw_step():
 
 
 # -- pytorch/examples: mnist/main.py --------------------------------------------------------------
-needs_mnist = pytest.mark.skipif(not (Path("/work/shared/data/mnist") / "t10k-images-idx3-ubyte.gz").exists(),
-                                 reason="the MNIST files are not under /work/shared/data/mnist")
+needs_mnist = pytest.mark.skipif(not HAVE_MNIST, reason="the MNIST files are not in shared/data/mnist beside the repository")
 
 
 @needs_mnist

@@ -1,4 +1,4 @@
-"""pytorch/examples programs ported by changing only their import lines (issue 31): each runs
+"""pytorch/examples programs ported by changing only their import lines: each runs
 through its own command line at a small size on minigrad, and where PyTorch is installed the same
 file with its original imports, started from the same weights (``harness.same_draws``), must give
 the same losses and gradients on the same batches."""
@@ -13,7 +13,7 @@ import pytest
 
 from harness import HAVE_MNIST, grads_of, lib_module, numbers_after, run, same_draws
 
-needs_mnist = pytest.mark.skipif(not HAVE_MNIST, reason="the MNIST files are not under /work/shared/data/mnist")
+needs_mnist = pytest.mark.skipif(not HAVE_MNIST, reason="the MNIST files are not in shared/data/mnist beside the repository")
 
 
 def mnist_batch(n: int) -> np.ndarray:
@@ -233,6 +233,6 @@ def test_example_matches_pytorch_from_the_same_weights(name):
     from harness import compare
 
     if name in NEEDS_MNIST and not HAVE_MNIST:
-        pytest.skip("the MNIST files are not under /work/shared/data/mnist")
+        pytest.skip("the MNIST files are not in shared/data/mnist beside the repository")
     steps = PAIRS[name][1]
     compare(steps("minigrad"), steps("torch"), rtol=1e-4)

@@ -1,4 +1,4 @@
-"""karpathy/makemore's makemore.py, ported by changing only its import lines (issue 31): all six
+"""karpathy/makemore's makemore.py, ported by changing only its import lines: all six
 of its language models (bigram, MLP, RNN, GRU, bag of words, transformer) train through its own
 command line on generated names, it evaluates, saves, resumes with --sample-only and samples; where
 PyTorch is installed each model, started from the same weights, gives the same loss, gradients and

@@ -1,5 +1,5 @@
 """The pytorch/tutorials "learning PyTorch with examples" programs (beginner_source/examples_*),
-ported by changing only their import line and run whole as scripts (issue 31). The polynomial ones
+ported by changing only their import line and run whole as scripts. The polynomial ones
 fit sin(x) with a cubic in 2000 steps, the two-layer nets fit random targets in 500; on minigrad the
 fit must come out as the tutorial prints it, and
 where PyTorch is installed the same script on torch, started from the same numbers

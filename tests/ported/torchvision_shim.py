@@ -1,5 +1,5 @@
 """What the ported programs import in place of ``torchvision``: ``transforms`` is minigrad's, and
-``datasets.MNIST`` reads the MNIST test-set files shipped under /work/shared/data/mnist (the only
+``datasets.MNIST`` reads the MNIST test-set files shipped in shared/data/mnist beside the repository (the only
 split there), giving the first ``TRAIN`` images as the "training" set and the next ``TEST`` as the
 test set, so that a test runs the program unchanged on a few hundred images. ``utils.save_image``
 writes a grid of images as torchvision's does (a PNG, by PIL), and ``from torchvision_shim.utils
@@ -16,7 +16,7 @@ import numpy as np
 from minigrad.data import MNIST as _MNIST, Subset
 from minigrad.data import transforms  # noqa: F401
 
-ROOT = Path("/work/shared/data/mnist")
+ROOT = Path(__file__).resolve().parents[3] / "shared" / "data" / "mnist"
 TRAIN, TEST = 160, 64
 
 
