@@ -28,6 +28,7 @@ class Linear(Op):
     dims of x fold into the rows; the weight gradient comes out in the weight's own layout."""
 
     kind = "matmul"
+    batch = "rows"
     epilogue = True
     channel_axis = -1
     autocast = "low"
@@ -91,6 +92,7 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
 
 class Matmul(Op):
     kind = "matmul"
+    batch = "matmul"
     epilogue = True
     onnx = "MatMul"
     autocast = "low"
