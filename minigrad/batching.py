@@ -204,12 +204,13 @@ def _rows(cls: type, values: list, batched: list, kwargs: dict) -> Any:
 
 
 def _index(cls: type, values: list, batched: list, kwargs: dict) -> Any:
-    """Basic indexing (ints, slices, None, ...) of one example is the same index after a full
-    slice of the batch dim; advanced indexing moves dims, so it runs per example."""
-    index = values[1] if isinstance(values[1], tuple) else (values[1],)
-    if any(batched[1:]) or not all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in index):
+    """Argument 1 is ``(basic, advanced)`` (``minigrad.ops.indexing``): a basic index (ints,
+    slices, None, ...) of one example is the same index after a full slice of the batch dim;
+    advanced indexing moves dims, so it runs per example."""
+    basic, advanced = values[1]
+    if any(batched[1:]) or advanced is not None:
         return NotImplemented
-    return cls.apply(values[0], (slice(None),) + index, *values[2:], **kwargs)
+    return cls.apply(values[0], ((slice(None),) + tuple(basic), None), *values[2:], **kwargs)
 
 
 def _cat(cls: type, values: list, batched: list, kwargs: dict) -> Any:
