@@ -66,6 +66,14 @@ def test_each_rule_agrees_with_the_per_example_loop(name, monkeypatch):
     assert loops == (["GetItem"] if name.startswith("fallback") else [])  # the rules ran, not the loop
 
 
+def test_every_declared_rule_exists():
+    from minigrad.ops.op import all_ops
+
+    declared = {cls.__name__: rule_of(cls) for cls in all_ops() if rule_of(cls) is not None}
+    assert {"Matmul", "Linear", "Sum", "Reshape", "Permute", "Tanh", "GetItem", "Cat"} <= set(declared)
+    assert not {name: r for name, r in declared.items() if r not in batching.RULES}
+
+
 def test_gradients_flow_through_the_batched_ops():
     w, xs = rand(5, 3).requires_grad_(), rand(4, 3)
     vmap(lambda x: F.linear(x, w).tanh().sum(), in_dims=0)(xs).sum().backward()

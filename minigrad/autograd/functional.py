@@ -60,7 +60,8 @@ def jvp(func: Callable[..., Tensors], inputs: Tensors, v: Tensors | None = None,
 
 def jacobian(func: Callable[..., Tensors], inputs: Tensors, create_graph: bool = False,
              strict: bool = False) -> Tensor | tuple:
-    """The Jacobian, one backward pass per output element.
+    """The Jacobian, one backward pass per output element (``minigrad.func.jacrev`` batches them
+    into one), the rows stacked once.
 
     Entry ``[i][k]`` has shape ``outputs[i].shape + inputs[k].shape``; the outer tuple is dropped
     when ``func`` returns a Tensor, the inner one when ``inputs`` is a Tensor.
