@@ -9,7 +9,8 @@ in a dummy cotangent ``u``, so differentiating it with respect to ``u`` along ``
 ``vmap`` runs the function once on the whole batch, each op by its batching rule
 (``minigrad.batching``), so ``jacrev`` is one backward pass with the identity's rows as a batch of
 cotangents and ``jacfwd`` one with the identity's columns as a batch of tangents. A transform
-whose own arguments are batched by an enclosing vmap (``vmap(grad(f))``) runs once per example.
+under a vmap differentiates the whole batch at once where it can (``vmap(grad(f))``: the gradient
+of the sum of the examples' outputs holds each one's) and otherwise runs once per example.
 
 Results are cut from the graph at the outermost transform unless the caller's own tensors
 require grad, in which case they stay connected (as torch.func composes with autograd).
@@ -28,7 +29,7 @@ from minigrad.autograd.functional import _fill_in_zeros, _grad, _prepare
 from minigrad.autograd.functional import jvp as _jvp
 from minigrad.autograd.grad_mode import enable_grad
 from minigrad.batching import BatchedTensor, VmapMode, current_level
-from minigrad.creation import zeros, zeros_like
+from minigrad.creation import ones_like, zeros, zeros_like
 from minigrad.errors import ArgumentError, ShapeError, TraceError
 from minigrad.graph.helpers import flatten, unflatten
 from minigrad.ops import stack
@@ -129,21 +130,53 @@ def grad_and_value(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: 
     with ``has_aux``); the gradient is shaped like the arguments named by ``argnums``."""
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        level = _batched_level((args, kwargs))
-        if level:
-            return _per_example(wrapper, args, kwargs, level)
         nums = _argnums(argnums, len(args), "grad")
         leaves, spec, rebuild = _split(args, nums)
+        level = _batched_level((args, kwargs))
+        if level and not _one_level(leaves, level):
+            return _per_example(wrapper, args, kwargs, level)
         with _transform(*(args[i] for i in nums)) as finish:
-            inputs = _prepare(tuple(leaves), create_graph=True, need_graph=True)
+            if level:  # the batch's leaves, differentiated once (see _batch_leaves)
+                physical = _prepare(_batch_leaves(leaves, level, _batch_size((args, kwargs), level)),
+                                    create_graph=True, need_graph=True)
+                inputs = tuple(BatchedTensor(p, level) for p in physical)
+            else:
+                physical = inputs = _prepare(tuple(leaves), create_graph=True, need_graph=True)
             output, aux = _output_and_aux(func(*rebuild(inputs), **kwargs), has_aux, "grad")
             if not isinstance(output, Tensor) or output.numel() != 1:
                 shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
                 raise ShapeError(f"grad: f must return a Tensor with a single element, got {shape}")
-            grads = _fill_in_zeros(_grad((output,), inputs, create_graph=True), inputs, False, True, "back")
+            if not level:
+                grads = _fill_in_zeros(_grad((output,), inputs, create_graph=True), inputs, False, True, "back")
+            elif type(output) is BatchedTensor and output.level == level:
+                if type(output.value) is BatchedTensor:  # batched by an outer vmap too: no one-pass form
+                    return _per_example(wrapper, args, kwargs, level)
+                value = output.value
+                grads = _grad((value,), physical, (ones_like(value),), create_graph=True)
+                grads = tuple(BatchedTensor(g, level) for g in _fill_in_zeros(grads, physical, False, True, "back"))
+            else:  # the output does not depend on the batch, so on no differentiated argument
+                grads = tuple(BatchedTensor(zeros_like(p), level) for p in physical)
             gradient = finish(_per_argnums(argnums, list(grads), spec))
             return gradient, ((finish(output), _finish_aux(finish, aux)) if has_aux else finish(output))
     return wrapper
+
+
+def _one_level(leaves: list, level: int) -> bool:
+    """Whether the differentiated tensors are batched by the vmap at ``level`` or not at all."""
+    return all(type(t) is not BatchedTensor or (t.level == level and type(t.value) is not BatchedTensor)
+               for t in leaves)
+
+
+def _batch_size(tree: Any, level: int) -> int:
+    return next(t.value.shape[0] for t in _flatten_batched(tree) if t.level == level)
+
+
+def _batch_leaves(leaves: list, level: int, size: int) -> tuple:
+    """The differentiated tensors as whole batches, an unbatched one repeated for each example. The
+    examples of a batch never mix (each op runs by a batching rule), so the gradient of the sum of
+    their outputs with respect to these holds each example's own gradient: one backward pass."""
+    return tuple(t.value if type(t) is BatchedTensor else t.unsqueeze(0).expand((size,) + tuple(t.shape))
+                 for t in leaves)
 
 
 def grad(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
@@ -380,7 +413,7 @@ def _restack(results: list, level: int) -> Any:
 def _per_example(call: Callable, args: tuple, kwargs: dict, level: int) -> Any:
     """``call(*args, **kwargs)`` once per example of the vmap at ``level``, restacked: a transform
     on batched arguments differentiates each example's own graph."""
-    size = next(t.value.shape[0] for t in _flatten_batched((args, kwargs)) if t.level == level)
+    size = _batch_size((args, kwargs), level)
     return _restack([call(*_example(args, level, i), **_example(kwargs, level, i)) for i in range(size)], level)
 
 

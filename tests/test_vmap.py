@@ -187,3 +187,21 @@ def test_jacobians_against_torch_func():
     batched = (None, None, 0)
     same(vmap(jacrev(predict, argnums=2), in_dims=batched)(w, b, xs),
          tf.vmap(tf.jacrev(tpredict, argnums=2), in_dims=batched)(tw, tb, txs))
+
+
+def test_per_example_gradients_take_one_forward_and_one_backward_pass(backward_passes):
+    w, xs = rand(3, 4), rand(6, 4)
+    calls = []
+
+    def loss(w, x):
+        calls.append(1)
+        return (F.linear(x, w).tanh() ** 2).sum()
+    from minigrad.func import grad
+    per_weight, per_input = vmap(grad(loss, argnums=(0, 1)), in_dims=(None, 0))(w, xs)
+    assert len(calls) == 1 and len(backward_passes) == 1
+    wn = w.numpy()
+    for i, x in enumerate(xs.numpy()):
+        y = np.tanh(wn @ x)
+        dz = 2 * y * (1 - y ** 2)
+        np.testing.assert_allclose(per_weight[i].numpy(), np.outer(dz, x), rtol=1e-12)
+        np.testing.assert_allclose(per_input[i].numpy(), wn.T @ dz, rtol=1e-12)
