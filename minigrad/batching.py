@@ -66,6 +66,10 @@ class BatchedTensor(Tensor):
     def detach(self) -> Tensor:
         return BatchedTensor(self.value.detach(), self.level)
 
+    @property
+    def data(self) -> Tensor:
+        return BatchedTensor(self.value.data, self.level)
+
     def _values_read(self, how: str) -> Any:
         raise ArgumentError(f"{how} on a tensor batched by vmap (one value per example, logical shape "
                             f"{tuple(self.shape)}): a mapped function must stay in tensor ops")

@@ -205,3 +205,24 @@ def test_per_example_gradients_take_one_forward_and_one_backward_pass(backward_p
         dz = 2 * y * (1 - y ** 2)
         np.testing.assert_allclose(per_weight[i].numpy(), np.outer(dz, x), rtol=1e-12)
         np.testing.assert_allclose(per_input[i].numpy(), wn.T @ dz, rtol=1e-12)
+
+
+def test_transforms_under_vmap_give_each_examples_derivatives():
+    from minigrad.func import grad, jvp, vjp
+
+    xs, ts = rand(4, 3), rand(4, 3)
+    x, t = xs.numpy(), ts.numpy()
+    dfdx = np.cos(x) * x + np.sin(x)  # of f below, elementwise
+
+    def f(x):
+        return (x.sin() * x).sum(-1, keepdim=True)
+    _, tangents = vmap(lambda x, t: jvp(f, (x,), (t,)))(xs, ts)
+    np.testing.assert_allclose(tangents.numpy(), (dfdx * t).sum(-1, keepdims=True), rtol=1e-12)
+
+    def pulled(x, ct):
+        return vjp(f, x)[1](ct)[0]
+    np.testing.assert_allclose(vmap(pulled)(xs, minigrad.ones(4, 1, dtype=f64)).numpy(), dfdx, rtol=1e-12)
+    cubes = rand(2, 3, 4)
+    nested = vmap(vmap(grad(lambda x: (x ** 3).sum())))(cubes).numpy()
+    np.testing.assert_allclose(nested, 3 * cubes.numpy() ** 2, rtol=1e-12)
+    np.testing.assert_allclose(vmap(lambda a: a.data * 2)(xs).numpy(), 2 * x)
