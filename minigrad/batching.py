@@ -207,6 +207,20 @@ def _rows(cls: type, values: list, batched: list, kwargs: dict) -> Any:
     return cls.apply(*values, **kwargs)
 
 
+def _fold(cls: type, values: list, batched: list, kwargs: dict) -> Any:
+    """The op maps over the rows (dim 0) of input 0 alone, as a convolution or a pooling maps over
+    a batch of images: the vmap batch folds into those rows and unfolds from each output's."""
+    if any(batched[1:]):
+        return NotImplemented
+    v = values[0]
+    b, n = v.shape[0], v.shape[1]
+    out = cls.apply(v.reshape((b * n,) + tuple(v.shape[2:])), *values[1:], **kwargs)
+
+    def unfold(o: Any) -> Any:
+        return o.reshape((b, n) + tuple(o.shape[1:])) if isinstance(o, Tensor) else o
+    return tuple(unfold(o) for o in out) if type(out) is tuple else unfold(out)
+
+
 def _index(cls: type, values: list, batched: list, kwargs: dict) -> Any:
     """Argument 1 is ``(basic, advanced)`` (``minigrad.ops.indexing``): a basic index (ints,
     slices, None, ...) of one example is the same index after a full slice of the batch dim;
@@ -226,7 +240,7 @@ def _cat(cls: type, values: list, batched: list, kwargs: dict) -> Any:
 
 RULES: dict[str, Callable[..., Any]] = {  # one rule per kind of op, not per op
     "elementwise": _elementwise, "dims": _dims, "dim": _dim, "perm": _perm, "shape": _shape, "matmul": _matmul,
-    "rows": _rows, "index": _index, "cat": _cat,
+    "rows": _rows, "fold": _fold, "index": _index, "cat": _cat,
 }
 
 

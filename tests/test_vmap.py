@@ -50,6 +50,9 @@ CASES = {
     "index: basic": (lambda x: x[1:, None, ::2][..., 0], [(4, 3, 5)], 0),
     "cat: with an unbatched operand": (lambda x, y: minigrad.cat([x, y], dim=-1), [(4, 3, 2), (3, 1)], (0, None)),
     "stack": (lambda x: minigrad.stack([x, x * 2], dim=1), [(4, 3)], 0),
+    "fold: conv, max pool, avg pool": (lambda x, w: F.avg_pool2d(F.max_pool2d(F.conv2d(x, w, padding=1), 2), 2),
+                                       [(3, 2, 2, 8, 8), (4, 2, 3, 3)], (0, None)),
+    "bitwise on integers": (lambda a: ((a * 4).long() & 3) | 8, [(4, 3)], 0),
     "fallback: advanced index": (lambda x: x[minigrad.tensor([2, 0])], [(4, 3)], 0),
 }
 

@@ -44,7 +44,8 @@ exports and autocasts with no edit anywhere else.
     How ``minigrad.func.vmap`` runs the op once for a whole batch (``minigrad.batching``): one word
     per kind of op. ``"dims"``/``"dim"``: argument 1 names dims (one dim) of input 0, shifted past
     the batch dim; ``"shape"``: argument 1 is a shape; ``"perm"``: a permutation; ``"matmul"``;
-    ``"rows"``: the op maps over the leading dims of input 0; ``"index"``: basic indexing;
+    ``"rows"``: the op maps over the leading dims of input 0; ``"fold"``: over dim 0 of input 0
+    (a batch of images: conv, pooling); ``"index"``: basic indexing;
     ``"cat"``: argument 0 is the dim of the operands after it. Elementwise ops need none: they
     broadcast over the batch dim. Without a rule vmap runs the op once per example.
 ``epilogue``, ``by_rows``, ``random``, ``returns_view``, ``channel_axis``, ``involution``, ``unit``,
