@@ -10,7 +10,8 @@ in a dummy cotangent ``u``, so differentiating it with respect to ``u`` along ``
 (``minigrad.batching``), so ``jacrev`` is one backward pass with the identity's rows as a batch of
 cotangents and ``jacfwd`` one with the identity's columns as a batch of tangents. A transform
 under a vmap differentiates the whole batch at once where it can (``vmap(grad(f))``: the gradient
-of the sum of the examples' outputs holds each one's) and otherwise runs once per example.
+of the sum of the examples' outputs holds each one's; ``vmap(jacrev(f))``: each cotangent repeated
+for every example) and otherwise (``vjp``, ``jvp``, nested batches) runs once per example.
 
 Results are cut from the graph at the outermost transform unless the caller's own tensors
 require grad, in which case they stay connected (as torch.func composes with autograd).
@@ -21,6 +22,7 @@ parameter dict).
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -247,53 +249,87 @@ def jvp(func: Callable, primals: tuple, tangents: tuple, has_aux: bool = False) 
 
 # -- Jacobians --------------------------------------------------------------------------------
 def _jacobian_transform(func: Callable, argnums: Any, has_aux: bool, fn_name: str,
-                        compute: Callable[[Callable, tuple], tuple]) -> Callable:
-    """Shared by jacrev and jacfwd: ``compute(flat_func, inputs)`` gives entry ``[i][k]`` =
-    d output_i / d input_k, shaped ``output_i.shape + input_k.shape``."""
+                        compute: Callable[[Callable, tuple, tuple], tuple]) -> Callable:
+    """Shared by jacrev and jacfwd: ``compute(flat_func, inputs, lead)`` gives entry ``[i][k]`` =
+    d output_i / d input_k, shaped ``lead + output_i.shape + input_k.shape``. ``lead`` is ``()``, or
+    ``(B,)`` under a vmap that batches the arguments: then the inputs and outputs are whole batches
+    (see ``_batch_leaves``) and each example's Jacobian comes out of the same passes."""
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        level = _batched_level((args, kwargs))
-        if level:
-            return _per_example(wrapper, args, kwargs, level)
         nums = _argnums(argnums, len(args), fn_name)
         leaves, spec, rebuild = _split(args, nums)
+        level = _batched_level((args, kwargs))
+        if level and not _one_level(leaves, level):
+            return _per_example(wrapper, args, kwargs, level)
+        size = _batch_size((args, kwargs), level) if level else None
         box: dict[str, Any] = {}
 
         def flat_func(*xs: Tensor) -> tuple:
+            if level:
+                xs = tuple(BatchedTensor(x, level) for x in xs)
             out, box["aux"] = _output_and_aux(func(*rebuild(list(xs)), **kwargs), has_aux, fn_name)
             outs, box["spec"] = _flatten(out)
-            return tuple(outs)
+            return tuple(_batch_output(o, level, size) for o in outs) if level else tuple(outs)
         with _transform(*(args[i] for i in nums)) as finish:
-            jac = compute(flat_func, tuple(leaves))
+            try:
+                if level:
+                    jac = compute(flat_func, _batch_leaves(leaves, level, size), (size,))
+                    jac = [[BatchedTensor(j, level) for j in row] for row in jac]
+                else:
+                    jac = compute(flat_func, tuple(leaves), ())
+            except _NotOnePass:
+                return _per_example(wrapper, args, kwargs, level)
             result = finish(_unflatten(box["spec"], [_per_argnums(argnums, list(row), spec) for row in jac]))
             return (result, _finish_aux(finish, box["aux"])) if has_aux else result
     return wrapper
 
 
-def _identity(t: Tensor) -> Tensor:
-    """The ``n = t.numel()`` unit tensors shaped like ``t``, stacked: ``(n, *t.shape)``, the rows of
-    the identity matrix; as a batch of cotangents they pick out the rows of a Jacobian."""
-    n = t.numel()
-    return _wrap(t.device.xp.eye(n, dtype=t.dtype).reshape((n,) + tuple(t.shape)), t.device)
+class _NotOnePass(Exception):
+    """An output is batched by an outer vmap too: the Jacobian is taken once per example instead."""
+
+
+def _batch_output(t: Tensor, level: int, size: int) -> Tensor:
+    """An output of the batched function as a whole batch (one that does not depend on the batch,
+    repeated)."""
+    if type(t) is BatchedTensor and t.level == level:
+        if type(t.value) is BatchedTensor:
+            raise _NotOnePass
+        return t.value
+    if type(t) is BatchedTensor:
+        raise _NotOnePass
+    return t.unsqueeze(0).expand((size,) + tuple(t.shape))
+
+
+def _identity(shape: tuple, like: Tensor) -> Tensor:
+    """The unit tensors of ``shape``, stacked: ``(n, *shape)``, the rows of the n x n identity; as
+    a batch of cotangents they pick out the rows of a Jacobian."""
+    n = math.prod(shape)
+    return _wrap(like.device.xp.eye(n, dtype=like.dtype).reshape((n,) + shape), like.device)
+
+
+def _spread(v: Tensor, lead: tuple) -> Tensor:
+    """A cotangent or tangent of one example, the same for every example of a batch of ``lead``."""
+    return v.unsqueeze(0).expand(lead + tuple(v.shape)) if lead else v
 
 
 def jacrev(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
     """The Jacobian by reverse mode: ``vmap`` of the vjp over the identity's rows, so one backward
     pass with a batch of cotangents per output (not one pass per output element)."""
-    def compute(flat_func: Callable, inputs: tuple) -> tuple:
+    def compute(flat_func: Callable, inputs: tuple, lead: tuple) -> tuple:
         inputs = _prepare(inputs, create_graph=True, need_graph=True)
         outputs = flat_func(*inputs)
         jac = []
         for out in outputs:
+            shape = tuple(out.shape)[len(lead):]  # one example's output
             if out.numel() == 0:
-                jac.append(tuple(zeros(tuple(out.shape) + tuple(x.shape), dtype=x.dtype) for x in inputs))
+                jac.append(tuple(zeros(tuple(out.shape) + tuple(x.shape)[len(lead):], dtype=x.dtype) for x in inputs))
                 continue
 
             def row(v: Tensor, out: Tensor = out) -> tuple:
-                grads = _grad((out,), inputs, (v,), create_graph=True, retain_graph=True)
+                grads = _grad((out,), inputs, (_spread(v, lead),), create_graph=True, retain_graph=True)
                 return _fill_in_zeros(grads, inputs, False, True, "back")
-            rows = vmap(row)(_identity(out))  # entry k: (out.numel(), *inputs[k].shape)
-            jac.append(tuple(r.reshape(tuple(out.shape) + tuple(x.shape)) for r, x in zip(rows, inputs)))
+            rows = vmap(row, out_dims=len(lead))(_identity(shape, out))  # entry k: lead + (n,) + x's shape
+            jac.append(tuple(r.reshape(tuple(out.shape) + tuple(x.shape)[len(lead):]) for r, x in zip(rows, inputs)))
         return tuple(jac)
     return _jacobian_transform(func, argnums, has_aux, "jacrev", compute)
 
@@ -301,24 +337,25 @@ def jacrev(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = F
 def jacfwd(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
     """The Jacobian by forward mode: one forward and one backward pass build ``u -> J^T u``, then
     ``vmap`` of its vjp over the identity's columns (``J e_k`` for every k) is one more pass."""
-    def compute(flat_func: Callable, inputs: tuple) -> tuple:
+    def compute(flat_func: Callable, inputs: tuple, lead: tuple) -> tuple:
         inputs = _prepare(inputs, create_graph=True, need_graph=True)
         outputs = flat_func(*inputs)
         us = tuple(zeros_like(o, requires_grad=True) for o in outputs)  # J^T u is linear in u
         jt_u = _grad(outputs, inputs, us, create_graph=True)
         jac: list[list[Tensor]] = [[] for _ in outputs]
         for x, g in zip(inputs, jt_u):
+            shape = tuple(x.shape)[len(lead):]  # one example's input
             if g is None or x.numel() == 0:  # no output depends on x
                 for i, out in enumerate(outputs):
-                    jac[i].append(zeros(tuple(out.shape) + tuple(x.shape), dtype=out.dtype))
+                    jac[i].append(zeros(tuple(out.shape) + shape, dtype=out.dtype))
                 continue
 
             def column(v: Tensor, g: Tensor = g) -> tuple:
-                return _fill_in_zeros(_grad((g,), us, (v,), True, retain_graph=True), outputs, False, True,
-                                      "back_trick")
-            cols = vmap(column, out_dims=-1)(_identity(x))  # entry i: (*outputs[i].shape, x.numel())
+                return _fill_in_zeros(_grad((g,), us, (_spread(v, lead),), True, retain_graph=True), outputs,
+                                      False, True, "back_trick")
+            cols = vmap(column, out_dims=-1)(_identity(shape, x))  # entry i: (*outputs[i].shape, n)
             for i, out in enumerate(outputs):
-                jac[i].append(cols[i].reshape(tuple(out.shape) + tuple(x.shape)))
+                jac[i].append(cols[i].reshape(tuple(out.shape) + shape))
         return tuple(tuple(row) for row in jac)
     return _jacobian_transform(func, argnums, has_aux, "jacfwd", compute)
 

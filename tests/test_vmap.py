@@ -229,3 +229,16 @@ def test_transforms_under_vmap_give_each_examples_derivatives():
     nested = vmap(vmap(grad(lambda x: (x ** 3).sum())))(cubes).numpy()
     np.testing.assert_allclose(nested, 3 * cubes.numpy() ** 2, rtol=1e-12)
     np.testing.assert_allclose(vmap(lambda a: a.data * 2)(xs).numpy(), 2 * x)
+
+
+@pytest.mark.parametrize("transform,passes", [(jacrev, 1), (jacfwd, 2), (hessian, 3)])
+def test_a_batch_of_jacobians_takes_the_passes_of_one(backward_passes, transform, passes):
+    w, b, _ = predict_args(5)
+    xs = rand(4, 5)
+    batched = vmap(transform(predict, argnums=2), in_dims=(None, None, 0))(w, b, xs)
+    assert len(backward_passes) == passes
+    for i in range(4):
+        np.testing.assert_allclose(batched[i].numpy(), transform(predict, argnums=2)(w, b, xs[i]).numpy(),
+                                   rtol=1e-12, atol=1e-15)
+    per_weight = vmap(jacrev(predict, argnums=0), in_dims=(None, None, 0))(w, b, xs)  # unbatched argument
+    np.testing.assert_allclose(per_weight[2].numpy(), jacrev(predict, argnums=0)(w, b, xs[2]).numpy(), rtol=1e-12)
