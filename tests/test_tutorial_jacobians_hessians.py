@@ -4,8 +4,8 @@ walked through with minigrad in place of torch (issue 15).
 Source: pytorch/tutorials, intermediate_source/jacobians_hessians.py. Each step below makes the
 tutorial's calls in its order, with ``torch`` bound to minigrad and ``F`` to minigrad.nn.functional.
 What differs: the sizes are smaller (the tutorial's 2048-wide Jacobians and 512-wide Hessians are
-sized for timing, and minigrad's vmap is a Python loop), and its torch.utils.benchmark timings are
-left out (a test never asserts wall-clock time); its one unchecked comparison is asserted.
+sized for timing, which ``benchmarks/bench_jacobian.py`` does at 512), and its torch.utils.benchmark
+timings are left out (a test never asserts wall-clock time); its one unchecked comparison is asserted.
 """
 
 from functools import partial

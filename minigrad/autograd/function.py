@@ -122,6 +122,11 @@ class Function:
         stack = current_modes()  # the modes on (minigrad.autograd.mode): empty unless one is entered
         if stack:
             for m in reversed(stack):
+                if m.runs_ops:  # vmap: an op on batched tensors runs once, by its batching rule
+                    out = m.run_op(cls, args, kwargs)
+                    if out is not NotImplemented:
+                        return out
+            for m in reversed(stack):
                 args = m.before_op(cls, args)
         ctx = object.__new__(cls)
         device = None

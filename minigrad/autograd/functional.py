@@ -60,7 +60,8 @@ def jvp(func: Callable[..., Tensors], inputs: Tensors, v: Tensors | None = None,
 
 def jacobian(func: Callable[..., Tensors], inputs: Tensors, create_graph: bool = False,
              strict: bool = False) -> Tensor | tuple:
-    """The Jacobian, one backward pass per output element.
+    """The Jacobian, one backward pass per output element (``minigrad.func.jacrev`` batches them
+    into one), the rows stacked once.
 
     Entry ``[i][k]`` has shape ``outputs[i].shape + inputs[k].shape``; the outer tuple is dropped
     when ``func`` returns a Tensor, the inner one when ``inputs`` is a Tensor.
@@ -259,20 +260,13 @@ def _unit(t: Tensor, j: int) -> Tensor:
 
 
 def _stack(rows: list[Tensor], like: Tensor, shape: tuple) -> Tensor:
-    """The Jacobian rows (each shaped like the input ``like``) stacked into ``shape``."""
-    xp = like.device.xp
-    if not any(r.requires_grad for r in rows):
-        data = xp.stack([r.array for r in rows]) if rows else xp.zeros(shape, like.dtype)
-        return _wrap(data.reshape(shape), like.device)
-    # Rows with a graph are stacked with elementwise ops, so the result stays differentiable:
-    # stack(rows) = sum_j onehot_j (outer) rows[j].
-    out = None
-    for j, r in enumerate(rows):
-        onehot = xp.zeros((len(rows),) + (1,) * r.ndim, like.dtype)
-        onehot[j] = 1
-        term = _wrap(onehot, like.device) * r
-        out = term if out is None else out + term
-    return out.reshape(shape)
+    """The Jacobian rows (each shaped like the input ``like``) stacked into ``shape``: one stack op,
+    so the result stays differentiable when the rows carry a graph."""
+    from minigrad.ops import stack  # ops import autograd, so not at module level
+
+    if not rows:
+        return _wrap(like.device.xp.zeros(shape, like.dtype), like.device)
+    return stack(rows, 0).reshape(shape)
 
 
 def _detach(x: Any, create_graph: bool) -> Any:

@@ -3,7 +3,7 @@
 Anomaly detection, autocast, the profiler, the memory tracker and the tracer are all ``Mode``s, as
 PyTorch's dispatch modes are: entered with ``with``, kept on a stack of the current thread, and
 told about each op by ``Function.apply`` (``before_op`` may rewrite its arguments, ``after_op``
-sees its outputs), about each backward rule by the engine (``node_backward``), and about the few
+sees its outputs, and a mode that ``runs_ops``, as vmap's does, may run the op itself), about each backward rule by the engine (``node_backward``), and about the few
 things the core does besides running ops (a new array, an array saved for backward, an in-place
 write, a fresh ``.grad``, an optimizer about to read its Python numbers, a tensor's values read
 out as Python data by ``.item()``, ``.numpy()`` or ``.tolist()``). With the stack empty an
@@ -34,6 +34,7 @@ class Mode:
 
     sees_writes = False
     casts_inputs = False
+    runs_ops = False  # run_op is asked first, innermost mode first (vmap's batching rules)
 
     def __enter__(self: M) -> M:
         push(self)
@@ -43,6 +44,10 @@ class Mode:
         pop(self)
 
     # -- around each op (Function.apply) ----------------------------------------------------------
+    def run_op(self, cls: type, args: tuple, kwargs: dict) -> Any:
+        """The op's outputs, computed another way, or ``NotImplemented`` to let it run as usual."""
+        return NotImplemented
+
     def before_op(self, cls: type, args: tuple) -> tuple:
         return args
 

@@ -58,6 +58,7 @@ class LogicalNot(Op):
 class BitwiseAnd(Op):
     """``&`` on integers (on bools it is ``LogicalAnd``)."""
 
+    batch = "elementwise"  # elementwise in all but kind (no float kernels)
     onnx_refused = "no emitter written yet: ONNX BitwiseAnd (opset 18)"
 
     @staticmethod
@@ -65,6 +66,7 @@ class BitwiseAnd(Op):
 
 
 class BitwiseOr(Op):
+    batch = "elementwise"  # elementwise in all but kind (no float kernels)
     onnx_refused = "no emitter written yet: ONNX BitwiseOr (opset 18)"
 
     @staticmethod
@@ -74,6 +76,7 @@ class BitwiseOr(Op):
 class BitwiseNot(Op):
     """``~`` on integers: ``-x - 1`` in two's complement (on bools it is ``LogicalNot``)."""
 
+    batch = "elementwise"  # elementwise in all but kind (no float kernels)
     onnx_refused = "no emitter written yet: ONNX BitwiseNot (opset 18)"
 
     @staticmethod

@@ -109,6 +109,7 @@ class Conv2d(Op):
     """y[n, o] = sum over c, u, v of w[o, c, u, v] * x[n, c, window]; one matmul over im2col."""
 
     kind = "matmul"
+    batch = "fold"
     epilogue = True
     channel_axis = 1
     autocast = "low"
@@ -147,6 +148,7 @@ class ConvTranspose2d(Op):
     """The input gradient of ``Conv2d``: multiply by the transposed weight, then col2im."""
 
     kind = "matmul"
+    batch = "fold"
     onnx_refused = "no emitter written yet: ONNX ConvTranspose, with pads and output_padding mapped"
     autocast = "low"
 

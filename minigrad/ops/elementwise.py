@@ -496,6 +496,7 @@ class Clone(Op):
 
 class Contiguous(Op):
     kind = "movement"
+    batch = "rows"
     onnx = staticmethod(same_value)
 
     @staticmethod

@@ -57,6 +57,7 @@ def _put(xp: Any, out: Any, index: tuple, values: Any, accumulate: bool = False)
 # -- the ops ---------------------------------------------------------------------------------------
 class GetItem(Op):
     kind = "movement"
+    batch = "index"
 
     @staticmethod
     def forward(ctx, a, index):

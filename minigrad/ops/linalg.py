@@ -28,6 +28,7 @@ class Linear(Op):
     dims of x fold into the rows; the weight gradient comes out in the weight's own layout."""
 
     kind = "matmul"
+    batch = "rows"
     epilogue = True
     channel_axis = -1
     autocast = "low"
@@ -76,7 +77,8 @@ def _rows(shape: tuple) -> int:
 def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     """``x @ w.T + b`` for x (..., in), w (out, in), b (out,): the affine map of ``nn.Linear``."""
     xs, ws = x.array.shape, w.array.shape  # the arrays' tuples: a Size is slower to build and index
-    if xs[-1:] != ws[-1:] or w.ndim != 2 or (b is not None and b.array.shape != ws[:1]):
+    # trailing dims only: under vmap the arrays carry a leading batch dim (minigrad.batching)
+    if xs[-1:] != ws[-1:] or w.ndim != 2 or (b is not None and (b.ndim != 1 or b.array.shape[-1:] != ws[-2:-1])):
         raise ShapeError(
             f"linear: input of shape {tuple(x.shape)} does not fit weight {tuple(w.shape)}"
             + (f" and bias {tuple(b.shape)}" if b is not None else "")
@@ -91,6 +93,7 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
 
 class Matmul(Op):
     kind = "matmul"
+    batch = "matmul"
     epilogue = True
     onnx = "MatMul"
     autocast = "low"

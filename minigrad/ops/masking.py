@@ -25,6 +25,7 @@ class Triangle(Op):
     """The lower (``upper=False``) or upper triangle of the last two dims, from ``diagonal`` on."""
 
     kind = "movement"
+    batch = "rows"
     onnx_refused = "no emitter written yet: ONNX Trilu (opset 14), with upper and k mapped"
 
     @staticmethod

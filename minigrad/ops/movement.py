@@ -27,6 +27,7 @@ __all__ = [
 # -- primitives ----------------------------------------------------------------------------------------
 class Reshape(Op):
     kind = "movement"
+    batch = "shape"
     returns_view = True
 
     @staticmethod
@@ -54,6 +55,7 @@ class Reshape(Op):
 
 class BroadcastTo(Op):
     kind = "movement"
+    batch = "shape"
     returns_view = True
 
     @staticmethod
@@ -81,6 +83,7 @@ class BroadcastTo(Op):
 
 class Permute(Op):
     kind = "movement"
+    batch = "perm"
     returns_view = True
 
     @staticmethod
@@ -113,6 +116,7 @@ class Permute(Op):
 
 class Cat(Op):
     kind = "movement"
+    batch = "cat"
 
     @staticmethod
     def onnx(b, node, dim, *xs): return b.add("Concat", list(xs), axis=dim)
@@ -139,6 +143,7 @@ class Cat(Op):
 
 class Flip(Op):
     kind = "movement"
+    batch = "dims"
     onnx_refused = "no emitter written yet: Slice with step -1 on each flipped axis"
 
     @staticmethod

@@ -26,6 +26,7 @@ class Standardize(Op):
     """
 
     kind = "reduction"
+    batch = "dims"
     autocast = "fp32"
 
     @staticmethod

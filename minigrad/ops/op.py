@@ -40,6 +40,14 @@ exports and autocasts with no edit anywhere else.
     Under ``minigrad.autocast``: ``"low"`` runs in float16 (matmul-like ops), ``"fp32"`` in
     float32 (sums, exponentials), ``"keep"`` is never cast (the casts themselves), ``"promote"``
     casts mixed float inputs to the widest.
+``batch``
+    How ``minigrad.func.vmap`` runs the op once for a whole batch (``minigrad.batching``): one word
+    per kind of op. ``"dims"``/``"dim"``: argument 1 names dims (one dim) of input 0, shifted past
+    the batch dim; ``"shape"``: argument 1 is a shape; ``"perm"``: a permutation; ``"matmul"``;
+    ``"rows"``: the op maps over the leading dims of input 0; ``"fold"``: over dim 0 of input 0
+    (a batch of images: conv, pooling); ``"index"``: basic indexing;
+    ``"cat"``: argument 0 is the dim of the operands after it. Elementwise ops need none: they
+    broadcast over the batch dim. Without a rule vmap runs the op once per example.
 ``epilogue``, ``by_rows``, ``random``, ``returns_view``, ``channel_axis``, ``involution``, ``unit``,
 ``is_identity``, ``compose``
     What the fusion pass, the executor, BN folding and the simplifier need to know (see each below).
@@ -69,6 +77,7 @@ class Op(Function):
     onnx: str | Callable[..., Any] | None = None
     onnx_refused: str | None = None
     autocast = "promote"
+    batch: str | None = None  # vmap's batching rule; None: elementwise ops broadcast, others loop
     epilogue = False  # a matmul or conv that may start a fused group (GEMM + bias + ReLU)
     by_rows = False  # a reduction whose forward on a block of rows gives those rows of its result
     random = False  # draws from the device's random generator: never fused, folded or removed

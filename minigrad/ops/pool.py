@@ -33,6 +33,7 @@ class MaxPool2d(Op):
     from (0..KH*KW-1), so backward can route the gradient there and nowhere else."""
 
     kind = "reduction"
+    batch = "fold"
 
     @staticmethod
     def onnx(b, node, x, g, out_hw): return [b.add("MaxPool", [x], **b.window(g)), None]
@@ -116,6 +117,7 @@ class WindowSum(Op):
     """out[n, c, i, j] = the sum of window (i, j): average pooling before the division."""
 
     kind = "reduction"
+    batch = "fold"
 
     @staticmethod
     def onnx(b, node, x, g, out_hw):

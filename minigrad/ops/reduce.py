@@ -98,6 +98,7 @@ def _nonempty(x: Tensor, dims: tuple | None, op: str) -> None:
 # -- sums and products --------------------------------------------------------------------------
 class Sum(Op):
     kind = "reduction"
+    batch = "dims"
     by_rows = True
     cuda_reduce = ("a + b", "0", "y = a")
     c_reduce = ("{a} + {x}", "0", "{a}")
@@ -125,6 +126,7 @@ class Sum(Op):
 
 class SumTo(Op):
     kind = "reduction"
+    batch = "shape"
     onnx_refused = GRADIENT_OP
 
     @staticmethod
@@ -147,6 +149,7 @@ class SumTo(Op):
 
 class Mean(Op):
     kind = "reduction"
+    batch = "dims"
     by_rows = True
     cpu = "mean({0}, axis={1}, keepdims={2}, out={o})"  # inside a kernel by rows
     cuda_reduce = ("a + b", "0", "y = a / ({T})(_in_ind.size() / _out_ind.size())")
@@ -173,6 +176,7 @@ class Mean(Op):
 
 class Prod(Op):
     kind = "reduction"
+    batch = "dims"
     by_rows = True
     autocast = "fp32"
 
@@ -210,6 +214,7 @@ def _prod_of_others(x: Tensor, dims: tuple | None) -> Tensor:
 
 class Cumsum(Op):
     kind = "reduction"
+    batch = "dim"
     onnx_refused = "no emitter written yet: ONNX CumSum"
     by_rows = True
     autocast = "fp32"
@@ -290,6 +295,7 @@ class Amax(Op):
     """The largest element over ``dims``; ties share the gradient evenly, as in PyTorch."""
 
     kind = "reduction"
+    batch = "dims"
     by_rows = True
     cuda_reduce = ("(a > b || a != a) ? a : b", "{lowest}", "y = a")
     c_reduce = ("({x} > {a} || {x} != {x}) ? {x} : {a}", "-INFINITY", "{a}")
@@ -326,6 +332,7 @@ class MaxDim(Op):
     """The largest element along one dim and its index; the gradient goes to that index."""
 
     kind = "reduction"
+    batch = "dim"
     onnx_refused = "no emitter written yet: ReduceMax / ReduceMin and ArgMax / ArgMin for its two outputs"
 
     pick = "argmax"
@@ -365,6 +372,7 @@ class MinDim(MaxDim):
 
 class Argmax(Op):
     kind = "reduction"
+    batch = "dim"
     onnx_refused = "no emitter written yet: ONNX ArgMax / ArgMin (flatten first when dim is None)"
     by_rows = True
 
@@ -439,6 +447,7 @@ def _arg(cls: type, x: Tensor, dim: int | None, keepdim: bool, op: str) -> Tenso
 
 class All(Op):
     onnx_refused = "no emitter written yet: ONNX has no boolean reduction (Cast, ReduceMin, Cast)"
+    batch = "dims"
 
     @staticmethod
     def forward(ctx, a, dims, keepdim): return ctx.xp.all(a, axis=dims, keepdims=keepdim)
@@ -446,6 +455,7 @@ class All(Op):
 
 class Any(Op):
     onnx_refused = "no emitter written yet: ONNX has no boolean reduction (Cast, ReduceMax, Cast)"
+    batch = "dims"
 
     @staticmethod
     def forward(ctx, a, dims, keepdim): return ctx.xp.any(a, axis=dims, keepdims=keepdim)
@@ -493,6 +503,7 @@ def argmin(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
 # -- statistics ---------------------------------------------------------------------------------------
 class Var(Op):
     kind = "reduction"
+    batch = "dims"
     onnx_refused = "no emitter written yet: ReduceMean of the squared deviations, times n / (n - correction)"
     by_rows = True
     autocast = "fp32"
@@ -534,6 +545,7 @@ def std(x: Tensor, dim=None, correction: float = 1, keepdim: bool = False) -> Te
 
 class Logsumexp(Op):
     kind = "reduction"
+    batch = "dims"
     by_rows = True
     autocast = "fp32"
 

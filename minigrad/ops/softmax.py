@@ -37,6 +37,7 @@ def _shifted(xp, a, dim):
 
 class Softmax(Op):
     kind = "reduction"
+    batch = "dim"
     by_rows = True
     autocast = "fp32"
 
@@ -66,6 +67,7 @@ class Softmax(Op):
 
 class LogSoftmax(Op):
     kind = "reduction"
+    batch = "dim"
     by_rows = True
     autocast = "fp32"
 

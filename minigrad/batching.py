@@ -1,0 +1,254 @@
+"""Batching rules: how ``vmap`` runs an op once for a whole batch (chapter 02).
+
+Inside ``minigrad.func.vmap`` a mapped argument is a ``BatchedTensor``: a Tensor that reports the
+shape of one example (its *logical* shape) while it holds the whole batch, with the batch in dim 0
+of its ``value``. The vmap mode, on the thread's mode stack, sees every op whose arguments are
+batched at its level and runs it once on the values instead, after its class's batching rule has
+rewritten the arguments: elementwise ops broadcast over the batch dim, reductions and movement ops
+shift the dims they name past it, matmul batches. An op declares its rule in one word (``batch``,
+see ``minigrad.ops.op``); one without a rule runs once per example and the results are stacked,
+so every op works and the common ones are fast. Because rules rewrite arguments and the op itself
+still runs through ``Function.apply``, autograd records the batched computation as usual, and a
+backward pass whose incoming gradients are batched (``vmap(vjp_fn)``: a whole Jacobian) is one
+pass through the graph. Nested vmaps are levels: a BatchedTensor's value may itself be batched at
+an outer level, and each mode handles only its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from minigrad.autograd.mode import Mode, current_modes
+from minigrad.errors import ArgumentError
+from minigrad.tensor_types import Size
+from minigrad._tensor import Tensor
+
+__all__ = ["BatchedTensor", "VmapMode", "rule_of"]
+
+
+class BatchedTensor(Tensor):
+    """A batch of tensors seen as one example: ``value`` holds the batch in dim 0, ``level`` is
+    the vmap it belongs to. Shape queries answer for one example; ops go to the vmap mode."""
+
+    __slots__ = ("value", "level")
+
+    def __init__(self, value: Tensor, level: int) -> None:
+        self.value, self.level = value, level
+        self.array, self.device = value.array, value.device
+        self.requires_grad, self.grad, self.grad_fn = value.requires_grad, None, value.grad_fn
+        self._output_nr, self._vc, self._base, self._accum, self._hooks = value._output_nr, 0, None, None, None
+
+    @property
+    def shape(self) -> Size:
+        return Size(tuple(self.value.shape)[1:])
+
+    @property
+    def ndim(self) -> int:
+        return self.value.ndim - 1
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def detach(self) -> Tensor:
+        return BatchedTensor(self.value.detach(), self.level)
+
+    @property
+    def data(self) -> Tensor:
+        return BatchedTensor(self.value.data, self.level)
+
+    def _values_read(self, how: str) -> Any:
+        raise ArgumentError(f"{how} on a tensor batched by vmap (one value per example, logical shape "
+                            f"{tuple(self.shape)}): a mapped function must stay in tensor ops")
+
+    def item(self) -> Any: return self._values_read("item()")
+    def numpy(self) -> Any: return self._values_read("numpy()")
+    def tolist(self) -> Any: return self._values_read("tolist()")
+    def __bool__(self) -> bool: return self._values_read("bool()")
+
+    def __repr__(self) -> str:
+        return f"BatchedTensor(level={self.level}, shape={tuple(self.shape)}, value={self.value!r})"
+
+
+class VmapMode(Mode):
+    """One vmap level: runs the ops whose arguments are batched at ``level``, by their rules."""
+
+    runs_ops = True
+
+    def __init__(self, level: int, size: int) -> None:
+        self.level, self.size = level, size
+
+    def run_op(self, cls: type, args: tuple, kwargs: dict) -> Any:
+        level = self.level
+        batched = [type(a) is BatchedTensor and a.level == level for a in args]
+        if not any(batched):
+            return NotImplemented
+        values = [a.value if b else a for a, b in zip(args, batched)]
+        rule = RULES.get(rule_of(cls))
+        out = rule(cls, values, batched, kwargs) if rule is not None else NotImplemented
+        if out is NotImplemented:
+            out = _per_example(cls, values, batched, kwargs, self.size)
+        if type(out) is tuple:
+            return tuple(BatchedTensor(o, level) if isinstance(o, Tensor) else o for o in out)
+        return BatchedTensor(out, level)
+
+
+def rule_of(cls: type) -> str | None:
+    """The op's batching rule: its ``batch`` declaration, or ``"elementwise"`` for elementwise ops."""
+    declared = getattr(cls, "batch", None)
+    if declared is not None:
+        return declared
+    return "elementwise" if getattr(cls, "kind", None) == "elementwise" else None
+
+
+def current_level() -> int:
+    """How many vmaps run on this thread (the next one's level is this plus one)."""
+    return sum(1 for m in current_modes() if isinstance(m, VmapMode))
+
+
+# -- the rules: (cls, values, batched, kwargs) -> the batched result's value, or NotImplemented ---
+def _ndim(v: Any, b: bool) -> int:
+    """The logical rank of an argument (its value's rank less the batch dim)."""
+    return v.ndim - 1 if b else v.ndim
+
+
+def _lift(v: Tensor, n: int) -> Tensor:
+    """A batched value ``(B, *s)`` with ones inserted after the batch dim up to logical rank n, so it
+    broadcasts against unbatched operands exactly as one example would."""
+    shape = tuple(v.shape)
+    pad = n - (len(shape) - 1)
+    return v if pad <= 0 else v.reshape(shape[:1] + (1,) * pad + shape[1:])
+
+
+def _elementwise(cls: type, values: list, batched: list, kwargs: dict) -> Any:
+    n = max(_ndim(v, b) for v, b in zip(values, batched) if isinstance(v, Tensor))
+    return cls.apply(*[_lift(v, n) if b else v for v, b in zip(values, batched)], **kwargs)
+
+
+def _shift(d: Any, n: int) -> Any:
+    """Dims of one example (an int, a sequence, or None: all) as dims of the batched value."""
+    if d is None:
+        return tuple(range(1, n + 1))
+    if isinstance(d, int):
+        return d % n + 1
+    return tuple(_shift(i, n) for i in d)
+
+
+def _dims(cls: type, values: list, batched: list, kwargs: dict) -> Any:
+    """Argument 1 names dims of input 0 (None: all of them; sums, means, flips): shift them past
+    the batch dim."""
+    if not batched[0] or any(batched[1:]) or values[0].ndim == 1:
+        return NotImplemented
+    return cls.apply(values[0], _shift(values[1], values[0].ndim - 1), *values[2:], **kwargs)
+
+
+def _dim(cls: type, values: list, batched: list, kwargs: dict) -> Any:
+    """Argument 1 is one dim of input 0 (softmax, cumsum, argmax); None there means "flattened",
+    which has no batched form, so that call runs per example."""
+    return NotImplemented if values[1] is None else _dims(cls, values, batched, kwargs)
+
+
+def _perm(cls: type, values: list, batched: list, kwargs: dict) -> Any:
+    return cls.apply(values[0], (0,) + _shift(tuple(values[1]), values[0].ndim - 1), **kwargs)
+
+
+def _shape(cls: type, values: list, batched: list, kwargs: dict) -> Any:
+    """Argument 1 is a shape for one example (reshape, broadcast_to, sum_to): the batch keeps dim 0.
+    The shorter of input and target gets ones after the batch dim, so leading dims never meet it."""
+    v, target = values[0], tuple(values[1])
+    if any(batched[1:]):
+        return NotImplemented
+    lead = v.shape[0]
+    v = _lift(v, len(target))
+    pad = (v.ndim - 1) - len(target)
+    out = cls.apply(v, (lead,) + (1,) * pad + target, *values[2:], **kwargs)
+    return out.reshape((lead,) + target) if pad > 0 else out
+
+
+def _matmul(cls: type, values: list, batched: list, kwargs: dict) -> Any:
+    """A batched vector becomes a batch of 1-row (left) or 1-column (right) matrices; leading dims
+    then broadcast as in elementwise ops, with the batch in front."""
+    (a, b), (ba, bb) = values, batched
+    squeeze = None
+    if ba and a.ndim == 2:
+        a, squeeze = a.reshape((a.shape[0], 1, a.shape[1])), -2
+    if bb and b.ndim == 2:
+        b = b.reshape((b.shape[0], b.shape[1], 1))
+        squeeze = -1 if squeeze is None else (-2, -1)
+    if ba and bb or (ba and b.ndim >= 2) or (bb and a.ndim >= 2):
+        n = max(_ndim(a, ba), _ndim(b, bb))
+        a, b = (_lift(a, n) if ba else a), (_lift(b, n) if bb else b)
+    out = cls.apply(a, b, **kwargs)
+    if squeeze is None:
+        return out
+    shape = list(out.shape)
+    for d in (squeeze,) if isinstance(squeeze, int) else squeeze:  # -2 before -1: -1 stays the last
+        del shape[d]
+    return out.reshape(tuple(shape))
+
+
+def _rows(cls: type, values: list, batched: list, kwargs: dict) -> Any:
+    """The op maps over the leading dims of input 0 (linear, triangle): the batch is one more."""
+    if any(batched[1:]):
+        return NotImplemented
+    return cls.apply(*values, **kwargs)
+
+
+def _fold(cls: type, values: list, batched: list, kwargs: dict) -> Any:
+    """The op maps over the rows (dim 0) of input 0 alone, as a convolution or a pooling maps over
+    a batch of images: the vmap batch folds into those rows and unfolds from each output's."""
+    if any(batched[1:]):
+        return NotImplemented
+    v = values[0]
+    b, n = v.shape[0], v.shape[1]
+    out = cls.apply(v.reshape((b * n,) + tuple(v.shape[2:])), *values[1:], **kwargs)
+
+    def unfold(o: Any) -> Any:
+        return o.reshape((b, n) + tuple(o.shape[1:])) if isinstance(o, Tensor) else o
+    return tuple(unfold(o) for o in out) if type(out) is tuple else unfold(out)
+
+
+def _index(cls: type, values: list, batched: list, kwargs: dict) -> Any:
+    """Argument 1 is ``(basic, advanced)`` (``minigrad.ops.indexing``): a basic index (ints,
+    slices, None, ...) of one example is the same index after a full slice of the batch dim;
+    advanced indexing moves dims, so it runs per example."""
+    basic, advanced = values[1]
+    if any(batched[1:]) or advanced is not None:
+        return NotImplemented
+    return cls.apply(values[0], ((slice(None),) + tuple(basic), None), *values[2:], **kwargs)
+
+
+def _cat(cls: type, values: list, batched: list, kwargs: dict) -> Any:
+    """Argument 0 is the dim; every operand gets the batch (an unbatched one is broadcast)."""
+    size = next(v.shape[0] for v, b in zip(values, batched) if b)
+    parts = [v if b else v.unsqueeze(0).expand((size,) + tuple(v.shape)) for v, b in zip(values[1:], batched[1:])]
+    return cls.apply(_shift(values[0], parts[0].ndim - 1), *parts, **kwargs)
+
+
+RULES: dict[str, Callable[..., Any]] = {  # one rule per kind of op, not per op
+    "elementwise": _elementwise, "dims": _dims, "dim": _dim, "perm": _perm, "shape": _shape, "matmul": _matmul,
+    "rows": _rows, "fold": _fold, "index": _index, "cat": _cat,
+}
+
+
+def _per_example(cls: type, values: list, batched: list, kwargs: dict, size: int) -> Any:
+    """The fallback for an op without a rule: run it on each example and stack the results."""
+    from minigrad.ops import stack
+
+    results = [cls.apply(*[v[i] if b else v for v, b in zip(values, batched)], **kwargs) for i in range(size)]
+    if type(results[0]) is tuple:
+        return tuple(stack(list(col), 0) if isinstance(col[0], Tensor) else col[0] for col in zip(*results))
+    return stack(results, 0)

@@ -1,0 +1,244 @@
+"""vmap by batching rules (minigrad.batching): every rule agrees with running the function once per
+example, the rules run each op once for the whole batch (the per-example loop only for ops without
+one), nested vmaps work, and a Jacobian takes a fixed number of backward passes whatever its size,
+checked against finite differences and, where PyTorch is installed, torch.func."""
+
+import numpy as np
+import pytest
+
+import minigrad
+import minigrad.nn.functional as F
+from minigrad.autograd import engine
+from minigrad.autograd.function import Function
+from minigrad.autograd.mode import Mode
+from minigrad import batching
+from minigrad.batching import rule_of
+from minigrad.func import hessian, jacfwd, jacrev, vmap
+
+f64 = minigrad.float64
+
+
+def rand(*shape):
+    return minigrad.randn(*shape, dtype=f64)
+
+
+def per_example(f, *args, in_dims=0):
+    """What vmap must give: f on each example (numpy slices), stacked along dim 0."""
+    dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(args)
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    outs = [f(*(a if d is None else minigrad.tensor(np.take(a.numpy(), i, axis=d), dtype=a.dtype)
+                for a, d in zip(args, dims))).numpy() for i in range(size)]
+    return np.stack(outs)
+
+
+# one case per rule (and the fallback): (function, argument shapes, in_dims)
+CASES = {
+    "elementwise, ranks differ": (lambda x, y: x * y + y.exp() - 1, [(4, 3), (2, 3)], (0, None)),
+    "elementwise, batched scalar": (lambda x, y: (x + y).sigmoid(), [(4,), (2, 3)], (0, None)),
+    "where and clamp": (lambda x: minigrad.where(x > 0, x, -x).clamp(0.1, 1.0), [(5, 2, 3)], 0),
+    "dims: sum with keepdim": (lambda x: x.sum(dim=-1, keepdim=True) + x.mean(0), [(3, 4, 5)], 0),
+    "dims: sum of all": (lambda x: x.sum() * x.amax(), [(3, 4, 5)], 1),
+    "dim: softmax, cumsum": (lambda x: F.softmax(x, dim=0).cumsum(-1), [(3, 4, 5)], 2),
+    "dim: max along a dim": (lambda x: x.max(dim=1)[0], [(3, 4, 5)], 0),
+    "shape: reshape, expand": (lambda x: x.reshape(-1, 2).unsqueeze(0).expand(3, 10, 2), [(4, 5, 4)], 0),
+    "perm: transpose, permute": (lambda x: x.transpose(0, 1).permute(2, 0, 1), [(3, 4, 5, 2)], 0),
+    "matmul: vector @ matrix": (lambda v, m: v @ m, [(4, 3), (3, 5)], (0, None)),
+    "matmul: matrix @ vector": (lambda m, v: m @ v, [(2, 3), (4, 3)], (None, 0)),
+    "matmul: both batched": (lambda a, b: a @ b, [(4, 2, 3), (3, 4, 5)], (0, 1)),
+    "matmul: vector . vector": (lambda a, b: a @ b, [(4, 3), (4, 3)], (0, 0)),
+    "rows: linear": (lambda x, w, b: F.linear(x, w, b).tanh(), [(4, 3), (5, 3), (5,)], (0, None, None)),
+    "index: basic": (lambda x: x[1:, None, ::2][..., 0], [(4, 3, 5)], 0),
+    "cat: with an unbatched operand": (lambda x, y: minigrad.cat([x, y], dim=-1), [(4, 3, 2), (3, 1)], (0, None)),
+    "stack": (lambda x: minigrad.stack([x, x * 2], dim=1), [(4, 3)], 0),
+    "fold: conv, max pool, avg pool": (lambda x, w: F.avg_pool2d(F.max_pool2d(F.conv2d(x, w, padding=1), 2), 2),
+                                       [(3, 2, 2, 8, 8), (4, 2, 3, 3)], (0, None)),
+    "bitwise on integers": (lambda a: ((a * 4).long() & 3) | 8, [(4, 3)], 0),
+    "fallback: advanced index": (lambda x: x[minigrad.tensor([2, 0])], [(4, 3)], 0),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_each_rule_agrees_with_the_per_example_loop(name, monkeypatch):
+    f, shapes, in_dims = CASES[name]
+    args = [rand(*s) for s in shapes]
+    loops = []
+    fallback = batching._per_example
+    monkeypatch.setattr(batching, "_per_example", lambda cls, *a: loops.append(cls.__name__) or fallback(cls, *a))
+    got = vmap(f, in_dims=in_dims)(*args).numpy()
+    np.testing.assert_allclose(got, per_example(f, *args, in_dims=in_dims), rtol=1e-12, atol=1e-12)
+    assert loops == (["GetItem"] if name.startswith("fallback") else [])  # the rules ran, not the loop
+
+
+def test_every_declared_rule_exists():
+    from minigrad.ops.op import all_ops
+
+    declared = {cls.__name__: rule_of(cls) for cls in all_ops() if rule_of(cls) is not None}
+    assert {"Matmul", "Linear", "Sum", "Reshape", "Permute", "Tanh", "GetItem", "Cat"} <= set(declared)
+    assert not {name: r for name, r in declared.items() if r not in batching.RULES}
+
+
+def test_gradients_flow_through_the_batched_ops():
+    w, xs = rand(5, 3).requires_grad_(), rand(4, 3)
+    vmap(lambda x: F.linear(x, w).tanh().sum(), in_dims=0)(xs).sum().backward()
+    expected = sum((1 - np.tanh(w.detach().numpy() @ x) ** 2)[:, None] * x for x in xs.numpy())
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-12)
+
+
+class OpLog(Mode):
+    """Records the class of every op that runs."""
+
+    def __init__(self):
+        self.ops = []
+
+    def after_op(self, ctx, args, kwargs, outputs):
+        self.ops.append(type(ctx).__name__)
+
+
+class Doubled(Function):
+    """A user-defined Function: no batching rule, so vmap runs it once per example."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def test_ops_with_a_rule_run_once_and_ops_without_one_once_per_example():
+    assert rule_of(minigrad.ops.elementwise.Tanh) == "elementwise"
+    assert rule_of(Doubled) is None
+    with OpLog() as log:
+        out = vmap(lambda x: Doubled.apply(x.tanh().sum(-1)))(rand(6, 3))
+    assert log.ops.count("Tanh") == 1 and log.ops.count("Sum") == 1
+    assert log.ops.count("Doubled") == 6  # the fallback: one call per example, then one stack
+    assert tuple(out.shape) == (6,)
+
+
+def test_nested_vmap_is_a_double_loop():
+    x, y = rand(3, 4), rand(5, 4)
+    got = vmap(lambda a: vmap(lambda b: (a * b).sum() + a.amax())(y))(x).numpy()
+    xn, yn = x.numpy(), y.numpy()
+    np.testing.assert_allclose(got, xn @ yn.T + xn.max(1)[:, None], rtol=1e-12)
+    inner_first = vmap(vmap(lambda a, b: a @ b, in_dims=(None, 0)), in_dims=(0, None))(x, y).numpy()
+    np.testing.assert_allclose(inner_first, xn @ yn.T, rtol=1e-12)
+
+
+def predict(weight, bias, x):
+    return F.linear(x, weight, bias).tanh()
+
+
+def predict_args(d):
+    return rand(d, d) / d ** 0.5, rand(d), rand(d)
+
+
+@pytest.fixture
+def backward_passes(monkeypatch):
+    """Counts the engine's backward passes (one per call of its graph walk)."""
+    calls = []
+    run = engine._run
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return run(*args, **kwargs)
+    monkeypatch.setattr(engine, "_run", counted)
+    return calls
+
+
+@pytest.mark.parametrize("transform,passes", [(jacrev, 1), (jacfwd, 2), (hessian, 3)])
+def test_a_jacobian_takes_the_same_few_backward_passes_at_any_size(backward_passes, transform, passes):
+    for d in (3, 24):
+        backward_passes.clear()
+        out = transform(predict, argnums=2)(*predict_args(d))
+        assert len(backward_passes) == passes, (transform.__name__, d)
+        assert tuple(out.shape) == (d,) * (3 if transform is hessian else 2)
+
+
+def test_jacobian_and_hessian_of_predict_match_closed_forms_and_finite_differences():
+    w, b, x = predict_args(7)
+    wn, y = w.numpy(), np.tanh(w.numpy() @ x.numpy() + b.numpy())
+    jac = (1 - y ** 2)[:, None] * wn
+    hess = (-2 * y * (1 - y ** 2))[:, None, None] * wn[:, :, None] * wn[:, None, :]
+    np.testing.assert_allclose(jacrev(predict, argnums=2)(w, b, x).numpy(), jac, rtol=1e-12)
+    np.testing.assert_allclose(jacfwd(predict, argnums=2)(w, b, x).numpy(), jac, rtol=1e-12)
+    np.testing.assert_allclose(hessian(predict, argnums=2)(w, b, x).numpy(), hess, rtol=1e-10, atol=1e-14)
+    eps, x0 = 1e-6, x.numpy()
+    numeric = np.stack([(predict(w, b, minigrad.tensor(x0 + eps * e)).numpy()
+                         - predict(w, b, minigrad.tensor(x0 - eps * e)).numpy()) / (2 * eps)
+                        for e in np.eye(7)], axis=-1)
+    np.testing.assert_allclose(jac, numeric, rtol=1e-6, atol=1e-9)
+
+
+def test_jacobians_against_torch_func():
+    torch = pytest.importorskip("torch")
+    import torch.func as tf
+
+    w, b, x = predict_args(9)
+    xs = rand(4, 9)
+    tw, tb, tx, txs = (torch.tensor(t.numpy()) for t in (w, b, x, xs))
+
+    def tpredict(weight, bias, x):
+        return torch.nn.functional.linear(x, weight, bias).tanh()
+
+    def same(got, want):
+        for g, t in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            np.testing.assert_allclose(g.numpy(), t.numpy(), rtol=1e-10, atol=1e-12)
+    same(jacrev(predict, argnums=(0, 1, 2))(w, b, x), tf.jacrev(tpredict, argnums=(0, 1, 2))(tw, tb, tx))
+    same(jacfwd(predict, argnums=(0, 2))(w, b, x), tf.jacfwd(tpredict, argnums=(0, 2))(tw, tb, tx))
+    same(hessian(predict, argnums=2)(w, b, x), tf.hessian(tpredict, argnums=2)(tw, tb, tx))
+    batched = (None, None, 0)
+    same(vmap(jacrev(predict, argnums=2), in_dims=batched)(w, b, xs),
+         tf.vmap(tf.jacrev(tpredict, argnums=2), in_dims=batched)(tw, tb, txs))
+
+
+def test_per_example_gradients_take_one_forward_and_one_backward_pass(backward_passes):
+    w, xs = rand(3, 4), rand(6, 4)
+    calls = []
+
+    def loss(w, x):
+        calls.append(1)
+        return (F.linear(x, w).tanh() ** 2).sum()
+    from minigrad.func import grad
+    per_weight, per_input = vmap(grad(loss, argnums=(0, 1)), in_dims=(None, 0))(w, xs)
+    assert len(calls) == 1 and len(backward_passes) == 1
+    wn = w.numpy()
+    for i, x in enumerate(xs.numpy()):
+        y = np.tanh(wn @ x)
+        dz = 2 * y * (1 - y ** 2)
+        np.testing.assert_allclose(per_weight[i].numpy(), np.outer(dz, x), rtol=1e-12)
+        np.testing.assert_allclose(per_input[i].numpy(), wn.T @ dz, rtol=1e-12)
+
+
+def test_transforms_under_vmap_give_each_examples_derivatives():
+    from minigrad.func import grad, jvp, vjp
+
+    xs, ts = rand(4, 3), rand(4, 3)
+    x, t = xs.numpy(), ts.numpy()
+    dfdx = np.cos(x) * x + np.sin(x)  # of f below, elementwise
+
+    def f(x):
+        return (x.sin() * x).sum(-1, keepdim=True)
+    _, tangents = vmap(lambda x, t: jvp(f, (x,), (t,)))(xs, ts)
+    np.testing.assert_allclose(tangents.numpy(), (dfdx * t).sum(-1, keepdims=True), rtol=1e-12)
+
+    def pulled(x, ct):
+        return vjp(f, x)[1](ct)[0]
+    np.testing.assert_allclose(vmap(pulled)(xs, minigrad.ones(4, 1, dtype=f64)).numpy(), dfdx, rtol=1e-12)
+    cubes = rand(2, 3, 4)
+    nested = vmap(vmap(grad(lambda x: (x ** 3).sum())))(cubes).numpy()
+    np.testing.assert_allclose(nested, 3 * cubes.numpy() ** 2, rtol=1e-12)
+    np.testing.assert_allclose(vmap(lambda a: a.data * 2)(xs).numpy(), 2 * x)
+
+
+@pytest.mark.parametrize("transform,passes", [(jacrev, 1), (jacfwd, 2), (hessian, 3)])
+def test_a_batch_of_jacobians_takes_the_passes_of_one(backward_passes, transform, passes):
+    w, b, _ = predict_args(5)
+    xs = rand(4, 5)
+    batched = vmap(transform(predict, argnums=2), in_dims=(None, None, 0))(w, b, xs)
+    assert len(backward_passes) == passes
+    for i in range(4):
+        np.testing.assert_allclose(batched[i].numpy(), transform(predict, argnums=2)(w, b, xs[i]).numpy(),
+                                   rtol=1e-12, atol=1e-15)
+    per_weight = vmap(jacrev(predict, argnums=0), in_dims=(None, None, 0))(w, b, xs)  # unbatched argument
+    np.testing.assert_allclose(per_weight[2].numpy(), jacrev(predict, argnums=0)(w, b, xs[2]).numpy(), rtol=1e-12)
