@@ -31,7 +31,7 @@ from queue import Queue
 
 from minigrad.course.exercises import CourseError
 from minigrad.course.mutants import MUTANTS, REGION_TESTS, Mutant
-from minigrad.course.package import _TEST_SUPPORT, CHAPTER_TESTS, ROOT, Region, find_regions, strip_regions
+from minigrad.course.package import CHAPTER_TESTS, ROOT, Region, _copy_tests, find_regions, strip_regions
 
 __all__ = ["MUTANTS", "Outcome", "apply_mutant", "empty_region", "run_mutants", "run_regions"]
 
@@ -95,13 +95,7 @@ def _scratch(dest: Path, upto: int, root: Path) -> None:
             target.write_text(strip_regions(path.read_text(), upto, relative))
         else:
             shutil.copy(path, target)
-    for name in _TEST_SUPPORT + sorted({t for k in CHAPTER_TESTS for t in CHAPTER_TESTS[k]}):
-        source, target = root / name, dest / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-        elif source.exists():
-            shutil.copy(source, target)
+    _copy_tests(root, dest, sorted(CHAPTER_TESTS))
     (dest / "pytest.ini").write_text("[pytest]\n")
     (dest / "_hidden" / "torch").mkdir(parents=True)
     (dest / "_hidden" / "torch" / "__init__.py").write_text(_NO_TORCH)
