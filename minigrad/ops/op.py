@@ -48,6 +48,10 @@ exports and autocasts with no edit anywhere else.
     (a batch of images: conv, pooling); ``"index"``: basic indexing;
     ``"cat"``: argument 0 is the dim of the operands after it. Elementwise ops need none: they
     broadcast over the batch dim. Without a rule vmap runs the op once per example.
+``affine``
+    The op's part in an affine map ``x * s + t`` when its other operand is a constant: ``"scale"``
+    (``x * s``), ``"shift"`` (``x + t``) or ``"negated_shift"`` (``x - t``, ``x`` on the left). BN
+    folding (``minigrad.graph.passes.fold_bn``) finds a BatchNorm after a conv by these.
 ``epilogue``, ``by_rows``, ``random``, ``returns_view``, ``channel_axis``, ``involution``, ``unit``,
 ``is_identity``, ``compose``
     What the fusion pass, the executor, BN folding and the simplifier need to know (see each below).
@@ -83,6 +87,7 @@ class Op(Function):
     random = False  # draws from the device's random generator: never fused, folded or removed
     returns_view = False  # its result shares its input's buffer
     channel_axis: int | None = None  # a conv or linear layer: the axis of its output channels
+    affine: str | None = None  # "scale", "shift" or "negated_shift": its part in x * s + t (BN folding)
     involution = False  # applied twice it gives its input back: -(-x) is x
     # ``(u, sides)``: the op returns its other operand when the number ``u`` is one of ``sides`` (0: left)
     unit: tuple[Any, tuple[int, ...]] | None = None
