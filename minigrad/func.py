@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from minigrad.autograd.functional import _fill_in_zeros, _grad, _prepare
 from minigrad.autograd.functional import jvp as _jvp
 from minigrad.autograd.grad_mode import enable_grad
+from minigrad.autograd.mode import transform, transform_depth
 from minigrad.batching import BatchedTensor, VmapMode, current_level
 from minigrad.creation import ones_like, zeros, zeros_like
 from minigrad.errors import ArgumentError, ShapeError, TraceError
@@ -39,25 +39,18 @@ from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "vjp", "vmap"]
 
-_depth = threading.local()  # how many transforms are running on this thread
-
 
 def _nested() -> bool:
-    return getattr(_depth, "n", 0) > 0
+    return transform_depth() > 0
 
 
 @contextmanager
 def _transform(*given: Any, nested: bool = False) -> Iterator[Callable[[Any], Any]]:
     """Run a transform; yields ``finish``, which cuts the results from the graph unless this
     transform is ``nested`` in another or the caller's tensors (``given``) require grad."""
-    depth = getattr(_depth, "n", 0)
-    keep = nested or depth > 0 or any(t.requires_grad for t in _flatten(given)[0])
-    _depth.n = depth + 1
-    try:
-        with enable_grad():
-            yield lambda result: result if keep else _map(lambda t: t.detach(), result)
-    finally:
-        _depth.n = depth
+    keep = nested or _nested() or any(t.requires_grad for t in _flatten(given)[0])
+    with transform(), enable_grad():
+        yield lambda result: result if keep else _map(lambda t: t.detach(), result)
 
 
 # -- pytrees: Tensors in nested tuples, lists and dicts (the tracer's flatten and unflatten) ------

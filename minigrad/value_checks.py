@@ -7,11 +7,15 @@ step. CUDA's own answer is the device-side assert, reported at the next synchron
 is what ``check`` does: on a GPU it keeps the condition as a device boolean, computed where the
 data is, and ``raise_pending`` raises the first failed check's error when the host next reads a
 tensor (``.item()``, ``.cpu()``, ``.numpy()``) or calls ``minigrad.cuda.synchronize``. The error
-is the same, only later, as on a GPU in PyTorch.
+is the same, only later, as on a GPU in PyTorch. As there, a failed check belongs to the process,
+not to the thread that queued it: the executor's worker threads run ops whose checks the main
+thread's next read must raise. So the queue is shared, and taking it loses none that another
+thread adds meanwhile.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Callable
 
 import numpy
@@ -19,7 +23,8 @@ import numpy
 __all__ = ["check", "raise_pending"]
 
 MAX_PENDING = 256  # past this many unread checks they are read now: one wait per 256, never unbounded memory
-_pending: list[tuple[Any, Any, type[Exception], Callable[[], str]]] = []  # (xp, bad, error, message)
+# (xp, bad, error, message); a deque because its append and popleft are atomic between threads
+_pending: deque[tuple[Any, Any, type[Exception], Callable[[], str]]] = deque()
 
 
 def check(xp: Any, bad: Any, error: type[Exception], message: Callable[[], str]) -> None:
@@ -41,8 +46,12 @@ def raise_pending() -> None:
     first failed one's error. The host reads data here anyway, so this adds no wait of its own."""
     if not _pending:
         return
-    pending = _pending[:]
-    _pending.clear()
+    pending = []
+    for _ in range(len(_pending)):  # taken one by one: a check queued meanwhile stays for the next read
+        try:
+            pending.append(_pending.popleft())
+        except IndexError:  # another thread took the rest
+            break
     by_gpu: dict[int, list] = {}
     for entry in pending:
         by_gpu.setdefault(entry[1].device.id, []).append(entry)

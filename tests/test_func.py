@@ -1,12 +1,15 @@
 """minigrad.func: the torch.func transforms, checked against central finite differences in float64,
 against each other when composed, and against torch.func where PyTorch is installed."""
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import minigrad
 from minigrad import nn
+from minigrad.autograd import mode
 from minigrad.autograd.functional import hessian as functional_hessian
 from minigrad.errors import ArgumentError, ShapeError
 from minigrad.func import (
@@ -176,6 +179,26 @@ def test_results_are_cut_from_the_graph_unless_the_caller_asks_for_one():
     g = grad(lambda x: (x ** 3).sum())(x)  # connected to the caller's x: 3x^2, differentiable again
     g.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), 6 * x.detach().numpy())
+
+
+def test_a_transform_running_on_another_thread_does_not_nest_this_threads():
+    inside, done = threading.Event(), threading.Event()
+    depths = []
+
+    def waits(x):
+        depths.append(mode.transform_depth())
+        inside.set()
+        done.wait(60)  # hold the transform open while the main thread runs its own
+        return (x * x).sum()
+
+    t = threading.Thread(target=lambda: grad(waits)(rand(3)))
+    t.start()
+    inside.wait(60)
+    depths.append(mode.transform_depth())
+    g = grad(smooth)(rand(3))  # not nested in the other thread's: its result is cut from the graph
+    done.set()
+    t.join()
+    assert depths == [1, 0] and not g.requires_grad and mode.transform_depth() == 0
 
 
 def test_grad_of_a_closure_under_an_outer_transform():

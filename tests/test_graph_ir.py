@@ -1,4 +1,8 @@
-"""The graph IR: edges kept in sync, cached topological order, SSA text, DOT text, levels, copy."""
+"""The graph IR: edges kept in sync, cached topological order, SSA text, DOT text, levels, copy; and
+the code that reads graphs learns about an op from its class, never from a table of op names."""
+
+import ast
+from pathlib import Path
 
 import pytest
 
@@ -6,6 +10,7 @@ from minigrad import float32
 from minigrad.graph import Graph, GraphError, op_kind
 from minigrad.ops.elementwise import Add, Exp, Neg
 from minigrad.ops.linalg import Matmul
+from minigrad.ops.op import all_ops
 
 
 def diamond():
@@ -106,3 +111,38 @@ def test_copy_is_independent():
     assert str(h) == str(g) and len(h) == len(g)
     h.erase(h.output_node)
     assert g.output_node is not None and len(g) == 5 and len(h) == 4
+
+
+def op_names_in(source: str) -> list[tuple[int, str]]:
+    """(line, name) of each string literal in ``source`` that is the name of a built-in op class,
+    outside docstrings and the ONNX op types an emitter passes to its builder (``b.add("Mul", ...)``:
+    ONNX's names, which happen to match some of ours)."""
+    names = {cls.__name__ for cls in all_ops()}
+    tree = ast.parse(source)
+    allowed = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            allowed.add(id(body[0].value))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add" \
+                and node.args:
+            allowed.add(id(node.args[0]))
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names and id(n) not in allowed]
+
+
+def test_no_code_that_reads_graphs_names_an_op():
+    root = Path(__file__).resolve().parent.parent / "minigrad" / "graph"
+    found = {str(p.relative_to(root)): hits for p in sorted(root.rglob("*.py")) if (hits := op_names_in(p.read_text()))}
+    assert not found, f"op class names in quoted strings (declare what the pass needs on the op class instead): {found}"
+
+
+def test_the_op_name_finder_finds_a_name_in_a_comparison_and_in_a_table():
+    code = '''"""Docstring naming "Mul"."""
+def f(node, b):
+    """Matches ``"Add"``."""
+    b.add("Mul", [node])
+    return node.op in ("Sub",) or {"Exp": 1}.get(node.op)
+'''
+    assert sorted(op_names_in(code)) == [(5, "Exp"), (5, "Sub")]

@@ -113,6 +113,26 @@ def test_modes_are_per_thread():
     assert [e.name for e in prof.events] == ["Log"]
 
 
+def test_a_recomputation_counts_as_forward_on_its_own_thread_only():
+    inside, done = threading.Event(), threading.Event()
+    seen = []
+
+    def recompute():  # checkpointing's backward: a segment's forward again, inside a backward pass
+        with mode.backward_pass(), mode.recomputation():
+            seen.append(mode.in_forward())
+            inside.set()
+            done.wait(60)  # stay inside while the main thread runs a backward rule
+
+    t = threading.Thread(target=recompute)
+    t.start()
+    inside.wait(60)
+    with mode.backward_pass():
+        seen.append(mode.in_forward())  # this thread's backward rules make gradients, not activations
+    done.set()
+    t.join()
+    assert seen == [True, False] and mode.in_forward()
+
+
 def test_a_traced_training_step_uses_the_engines_fresh_gradient():
     """The tracer binds a leaf's first .grad from the engine's event, not by guessing."""
     mg.manual_seed(0)

@@ -19,6 +19,7 @@ import minigrad
 import minigrad.ops as M
 from minigrad.autograd.function import Function
 from minigrad.autograd.gradcheck import gradcheck, gradgradcheck
+from minigrad.ops.op import REQUIRED, Op, missing_declarations, required_text
 from op_table import OPS, OpInfo
 
 DIFFERENTIABLE = [op for op in OPS if op.differentiable and op.float64 and op.finite_differences]
@@ -108,20 +109,6 @@ NOT_RUN = {
     "DynamicInt8Linear": "as Int8Linear",
 }
 
-# Elementwise ops and reductions without an ONNX translation, and why.
-NO_ONNX = {
-    "TanhBackward": "a backward rule: exported graphs are inference graphs",
-    "SigmoidBackward": "a backward rule",
-    "SumTo": "a backward rule (it undoes broadcasting)",
-    "Cumsum": "not written yet: no exported model uses it",
-    "MaxDim": "not written yet: max(dim) returns values and indices (ReduceMax and ArgMax)",
-    "MinDim": "as MaxDim",
-    "Argmax": "not written yet: no exported model uses it",
-    "Argmin": "as Argmax",
-    "Var": "not written yet: no exported model uses it",
-}
-
-
 def test_every_public_op_has_a_row():
     names = {op.name.split("[")[0] for op in OPS}
     public = [n for n in dir(M) if not n.startswith("_") and inspect.isfunction(getattr(M, n))]
@@ -150,11 +137,30 @@ def test_every_op_class_runs_in_a_row_and_declares_what_fusion_and_export_need(m
     ops = M.all_ops()
     assert not [c.__name__ for c in ops if c not in seen and c.__name__ not in NOT_RUN], "op classes no row runs"
     for cls in ops:
-        if cls.kind == "elementwise":  # a CPU kernel runs forward on its blocks; a CUDA kernel needs the expression
-            assert cls.cuda is not None, f"{cls.__name__}: an elementwise op must declare its cuda expression"
-        if cls.kind in ("elementwise", "reduction") and cls.__name__ not in NO_ONNX:
-            assert cls.onnx is not None, f"{cls.__name__}: declare its onnx emitter, or a reason in NO_ONNX"
+        missing = missing_declarations(cls)
+        assert not missing, f"{cls.__name__} ({cls.kind}) must declare {missing} (minigrad.ops.op.REQUIRED)"
         assert cls.autocast in ("low", "fp32", "keep", "promote"), f"{cls.__name__}: autocast {cls.autocast!r}"
+
+
+def test_op_py_states_the_minimum_the_checks_hold_ops_to():
+    doc = " ".join(M.op.__doc__.split())
+    assert required_text() in doc, f"minigrad/ops/op.py's docstring must state REQUIRED as: {required_text()}"
+    assert "every op: ``onnx`` or ``onnx_refused``" in required_text() and '``"elementwise"``: ``cuda``' in required_text()
+
+
+def test_missing_declarations_names_each_alternative_an_op_left_out():
+    class Bare(Op):
+        kind = "elementwise"
+
+    class Reasoned(Op):
+        kind = "reduction"
+        onnx_refused = "not written yet"
+
+    assert missing_declarations(Bare) == ["onnx or onnx_refused", "cuda"]
+    assert missing_declarations(Reasoned) == []
+    Bare.kind = "movement"
+    assert missing_declarations(Bare) == ["onnx or onnx_refused"]
+    assert set(REQUIRED) <= {None, "elementwise", "reduction", "matmul", "movement", "other"}
 
 
 # -- (c) PyTorch cross-check (skipped when torch is not installed) --------------------------------

@@ -326,6 +326,40 @@ def test_fold_batch_norm_leaves_other_patterns_alone():
     assert ops(new) == ops(fold_constants(traced.graph, freeze=True))  # the scale is not per channel
 
 
+def test_fold_batch_norm_takes_a_subtracted_shift_but_not_a_subtraction_from_a_constant():
+    W, b, s, t = randn(3, 4), randn(3), randn(3), randn(3)
+    for fn, left in ((lambda x: nn.functional.linear(x, W, b) * s - t, []),
+                     (lambda x: t - nn.functional.linear(x, W, b) * s, ["Sub"])):  # -x is no shift of x
+        frozen = eliminate_dead_code(fold_constants(trace(fn, randn(2, 4)).graph, freeze=True))
+        folded = eliminate_dead_code(fold_batch_norm(frozen))
+        assert [op for op in ops(folded) if op not in ("constant", "placeholder", "output")] == ["Linear"] + left
+        x = randn(5, 4)
+        assert_same(frozen, folded, x, rtol=1e-10)
+
+
+class Scale(Op):
+    """A contributor's op that multiplies, not Mul: it declares its part in an affine map and folds."""
+    kind = "elementwise"
+    cuda = "{0} * {1}"
+    onnx = "Mul"
+    affine = "scale"
+
+    @staticmethod
+    def forward(ctx, a, b): return a * b
+    @staticmethod
+    def backward(ctx, g): return None, None
+
+
+def test_fold_batch_norm_reads_the_affine_declaration_not_the_op_name():
+    W, s = randn(3, 4), randn(3)
+    frozen = fold_constants(trace(lambda x: Scale.apply(nn.functional.linear(x, W), s), randn(2, 4)).graph,
+                            freeze=True)
+    assert "Scale" in ops(frozen)
+    folded = eliminate_dead_code(fold_batch_norm(frozen))
+    assert [op for op in ops(folded) if op not in ("constant", "placeholder", "output")] == ["Linear"]
+    assert_same(frozen, folded, randn(5, 4), rtol=1e-10)
+
+
 # -- pass manager -------------------------------------------------------------------------------------------
 def test_pass_manager_prints_one_line_per_pass_and_runs_to_a_fixed_point(capsys):
     c = randn(3)

@@ -7,9 +7,12 @@ sees its outputs, and a mode that ``runs_ops``, as vmap's does, may run the op i
 things the core does besides running ops (a new array, an array saved for backward, an in-place
 write, a fresh ``.grad``, an optimizer about to read its Python numbers, a tensor's values read
 out as Python data by ``.item()``, ``.numpy()`` or ``.tolist()``). With the stack empty an
-op pays one read of ``current_modes()``: modes cost nothing unless they are on. The thread's backward depth, which ``is_backward_running`` answers from, is
-kept here too. Both are context variables, which every thread has its own of (and which cost a
-third of a ``threading.local`` attribute to read).
+op pays one read of ``current_modes()``: modes cost nothing unless they are on. The thread's
+other depths are kept here too: how many backward passes run (``is_backward_running``), the
+backward depth at which ops compute forward values (``in_forward``: checkpointing's
+``recomputation`` runs forward inside backward), and how many ``minigrad.func`` transforms run.
+All are context variables, which every thread has its own of (and which cost a third of a
+``threading.local`` attribute to read).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ _stack: ContextVar[tuple[Mode, ...]] = ContextVar("minigrad_modes", default=())
 _backward_depth: ContextVar[int] = ContextVar("minigrad_backward_depth", default=0)
 current_modes = _stack.get  # () -> this thread's modes, outermost first; Function.apply calls it on every op
 backward_depth = _backward_depth.get  # () -> how many backward passes run on this thread, one inside another
+_forward_depth: ContextVar[int] = ContextVar("minigrad_forward_depth", default=0)
+_transform_depth: ContextVar[int] = ContextVar("minigrad_transform_depth", default=0)
+transform_depth = _transform_depth.get  # () -> how many minigrad.func transforms run on this thread
 
 
 class Mode:
@@ -114,6 +120,33 @@ class backward_pass:
 
     def __exit__(self, *exc: Any) -> None:
         _backward_depth.reset(self.token)
+
+
+def in_forward() -> bool:
+    """Whether ops on this thread compute forward values (activations): no backward pass runs, or
+    a ``recomputation`` inside the innermost one does."""
+    return _backward_depth.get() == _forward_depth.get()
+
+
+class recomputation:
+    """Count what ops make in this block as forward values although backward is running:
+    checkpointing recomputes a segment's forward pass inside the backward pass."""
+
+    def __enter__(self) -> None:
+        self.token = _forward_depth.set(_backward_depth.get())
+
+    def __exit__(self, *exc: Any) -> None:
+        _forward_depth.reset(self.token)
+
+
+class transform:
+    """What a ``minigrad.func`` transform runs inside (``transform_depth`` counts them)."""
+
+    def __enter__(self) -> None:
+        self.token = _transform_depth.set(_transform_depth.get() + 1)
+
+    def __exit__(self, *exc: Any) -> None:
+        _transform_depth.reset(self.token)
 
 
 def new_array(array: Any) -> None:

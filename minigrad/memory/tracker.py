@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import gc
 import weakref
-from contextlib import contextmanager
 from typing import Any, Iterator, NamedTuple
 
 from minigrad import backend, cuda
 from minigrad.autograd.function import SAVED_ARRAY, SAVED_OUTPUT, Function, saved_entries
-from minigrad.autograd.mode import Mode, backward_depth
+from minigrad.autograd.mode import Mode, in_forward, recomputation  # recomputation: re-exported
 from minigrad.backend import Device
 from minigrad.errors import DeviceError
 from minigrad.nn.module import Parameter
@@ -85,21 +84,6 @@ def track(device: str | Device = "cpu") -> MemoryTracker:
     return MemoryTracker(device)
 
 
-_forward_depth = 0  # the backward depth at which ops compute activations (see recomputation)
-
-
-@contextmanager
-def recomputation() -> Iterator[None]:
-    """Count tensors made in this block as activations although backward is running: checkpointing
-    recomputes a segment's forward pass inside the backward pass."""
-    global _forward_depth
-    previous, _forward_depth = _forward_depth, backward_depth()
-    try:
-        yield
-    finally:
-        _forward_depth = previous
-
-
 class _HostCounter:
     """Counts the numpy buffers behind live tensors: how the cpu device knows its memory.
 
@@ -139,7 +123,7 @@ class _HostCounter:
         if key in self.live:
             return
         if activation is None:
-            activation = backward_depth() == _forward_depth
+            activation = in_forward()
         nbytes = array.nbytes
         trackers = tuple(self.trackers) if activation else ()
         self.live[key] = (nbytes, trackers, weakref.ref(array, lambda _, key=key: self.release(key)))

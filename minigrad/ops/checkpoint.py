@@ -15,8 +15,8 @@ from minigrad import backend
 from minigrad.autograd import engine
 from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad
+from minigrad.autograd.mode import recomputation
 from minigrad.errors import AutogradError
-from minigrad.memory.tracker import recomputation
 from minigrad.ops.movement import reshape
 from minigrad._tensor import Tensor, _wrap
 

@@ -38,6 +38,7 @@ class Add(Op):
     ufunc = "add"
     cuda = "{0} + {1}"
     onnx = "Add"
+    affine = "shift"
     unit = (0, (0, 1))
 
     @staticmethod
@@ -51,6 +52,7 @@ class Sub(Op):
     ufunc = "subtract"
     cuda = "{0} - {1}"
     onnx = "Sub"
+    affine = "negated_shift"
     unit = (0, (1,))
 
     @staticmethod
@@ -64,6 +66,7 @@ class Mul(Op):
     ufunc = "multiply"
     cuda = "{0} * {1}"
     onnx = "Mul"
+    affine = "scale"
     unit = (1, (0, 1))
 
     @staticmethod

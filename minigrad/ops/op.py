@@ -3,9 +3,12 @@
 An op is one class: ``forward`` on raw ``xp`` arrays, ``backward`` with minigrad ops (chapter 02),
 and beside them a few class attributes that tell the rest of the system what it needs to know, so
 that the graph passes, the code generators, ONNX export and autocast read the op's class
-(``node.fn`` in a traced graph) and keep no table of op names (chapter 03). Every declaration is
-optional; the defaults below mean "nothing special": the op is a fusion boundary, runs its own
-forward inside a generated kernel, has no ONNX translation and autocasts as ``"promote"``.
+(``node.fn`` in a traced graph) and keep no table of op names (chapter 03). Besides ``forward``,
+an op must declare, by kind (``REQUIRED``, which the op-table test checks every op against):
+every op: ``onnx`` or ``onnx_refused``; ``"elementwise"``: ``cuda``. Export then either translates
+the op or says why not, and a fused CUDA kernel, which cannot call forward, can compute every
+elementwise op. The rest is optional; the defaults below mean "nothing special": the op is a fusion
+boundary, runs its own forward inside a generated CPU kernel and autocasts as ``"promote"``.
 ``Hardswish`` in ``minigrad.ops.activation`` is a complete example: declared there, it fuses,
 exports and autocasts with no edit anywhere else.
 
@@ -48,6 +51,10 @@ exports and autocasts with no edit anywhere else.
     (a batch of images: conv, pooling); ``"index"``: basic indexing;
     ``"cat"``: argument 0 is the dim of the operands after it. Elementwise ops need none: they
     broadcast over the batch dim. Without a rule vmap runs the op once per example.
+``affine``
+    The op's part in an affine map ``x * s + t`` when its other operand is a constant: ``"scale"``
+    (``x * s``), ``"shift"`` (``x + t``) or ``"negated_shift"`` (``x - t``, ``x`` on the left). BN
+    folding (``minigrad.graph.passes.fold_bn``) finds a BatchNorm after a conv by these.
 ``epilogue``, ``by_rows``, ``random``, ``returns_view``, ``channel_axis``, ``involution``, ``unit``,
 ``is_identity``, ``compose``
     What the fusion pass, the executor, BN folding and the simplifier need to know (see each below).
@@ -59,7 +66,14 @@ from typing import Any, Callable
 
 from minigrad.autograd.function import Function
 
-__all__ = ["Op", "all_ops", "same_value"]
+__all__ = ["Op", "REQUIRED", "all_ops", "missing_declarations", "required_text", "same_value"]
+
+# The declarations an op cannot leave out, by kind (None: every op), each a tuple of alternatives of
+# which one must be set. The module docstring states it (``required_text``; a test keeps the two equal).
+REQUIRED: dict[str | None, tuple[tuple[str, ...], ...]] = {
+    None: (("onnx", "onnx_refused"),),
+    "elementwise": (("cuda",),),
+}
 
 
 class Op(Function):
@@ -83,6 +97,7 @@ class Op(Function):
     random = False  # draws from the device's random generator: never fused, folded or removed
     returns_view = False  # its result shares its input's buffer
     channel_axis: int | None = None  # a conv or linear layer: the axis of its output channels
+    affine: str | None = None  # "scale", "shift" or "negated_shift": its part in x * s + t (BN folding)
     involution = False  # applied twice it gives its input back: -(-x) is x
     # ``(u, sides)``: the op returns its other operand when the number ``u`` is one of ``sides`` (0: left)
     unit: tuple[Any, tuple[int, ...]] | None = None
@@ -104,6 +119,19 @@ def c_expression(fn: Any) -> str | Callable[..., str] | None:
 def same_value(b: Any, node: Any, a: Any, *_: Any) -> Any:
     """An ONNX emitter for ops whose value is their input's in an inference graph (a copy, dropout)."""
     return a
+
+
+def missing_declarations(cls: type[Op]) -> list[str]:
+    """What op class ``cls`` leaves out of ``REQUIRED`` for its kind, as ``"onnx or onnx_refused"``."""
+    needed = REQUIRED.get(None, ()) + REQUIRED.get(cls.kind, ())
+    return [" or ".join(alts) for alts in needed if all(getattr(cls, a, None) is None for a in alts)]
+
+
+def required_text() -> str:
+    """``REQUIRED`` as the module docstring states it: ``every op: ``onnx`` or ``onnx_refused``; ...``."""
+    return "; ".join(("every op" if kind is None else f'``"{kind}"``') + ": "
+                     + ", ".join(" or ".join(f"``{a}``" for a in alts) for alts in needed)
+                     for kind, needed in REQUIRED.items())
 
 
 def all_ops() -> list[type[Op]]:

@@ -44,7 +44,9 @@ def program(group: Graph) -> Program:
     reduction = root if op_kind(root) == "reduction" else None
     ops = [n for n in members if n is not anchor and n is not reduction]
     shape = tuple(reduction.inputs[0].shape if reduction is not None else root.shape)
-    distinct = list(dict.fromkeys(n.op.lower() for n in members if n.op not in ("Mul", "Add")))  # the telling ones
+    # named after the telling ops, not the scales and shifts (x * s, x + t) that nearly every kernel has
+    plain = ("scale", "shift")
+    distinct = list(dict.fromkeys(n.op.lower() for n in members if getattr(n.fn, "affine", None) not in plain))
     name = "_".join(["fused"] + (distinct or [root.op.lower()])[:3])
     return Program(name, group.placeholders, anchor, ops, reduction, shape, root)
 

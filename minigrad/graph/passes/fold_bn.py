@@ -8,8 +8,9 @@ channel's filter scaled by ``s`` and a new bias. Folding removes a whole pass ov
 Two forms, as torch.fx's fuser has: ``fold_conv_bn(module)`` rewrites the layers of a model in
 eval mode (Conv2d + BatchNorm2d, Linear + BatchNorm1d in ``Sequential``s), and
 ``fold_batch_norm(graph)`` finds the pattern in a traced graph, where BatchNorm is the ops
-``Mul(conv, scale)`` then ``Add(., shift)``; run ``fold_constants(graph, freeze=True)`` first so
-the weights, scale and shift are constants. The new weights are computed in float64.
+``Mul(conv, scale)`` then ``Add(., shift)``, known by what their classes declare (``affine``); run
+``fold_constants(graph, freeze=True)`` first so the weights, scale and shift are constants. The new
+weights are computed in float64.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ def _folded(w: Any, b: Any, scale: Any, shift: Any) -> tuple[Any, Any]:
 
 # -- graphs -----------------------------------------------------------------------------------------
 def fold_batch_norm(graph: Graph) -> Graph:
-    """A new graph in which ``Conv2d``/``Linear`` followed by a per-channel ``Mul`` (and ``Add`` or
-    ``Sub``) by constants is one ``Conv2d``/``Linear`` with folded constant weights."""
+    """A new graph in which ``Conv2d``/``Linear`` followed by a per-channel scale (and shift) by
+    constants, such as ``Mul`` (and ``Add`` or ``Sub``), is one ``Conv2d``/``Linear`` with folded
+    constant weights."""
     plans: dict[Node, tuple] = {}  # the last node of each pattern -> (layer, scale, shift)
     inside: set[Node] = set()  # the pattern's other nodes, which the folded layer replaces
     for node in graph.topological_order():
@@ -111,25 +113,30 @@ def fold_batch_norm(graph: Graph) -> Graph:
     return rewrite(graph, visit)
 
 
+# BatchNorm's two steps after the layer, as the ops declare their part in an affine map (``Op.affine``):
+# a scale, then maybe a shift
+_STEPS = (("scale",), ("shift", "negated_shift"))
+
+
 def _match(layer: Node) -> tuple[list[Node], Any, Any] | None:
-    """For a conv or linear node with constant weights that only a per-channel ``Mul`` (then maybe
-    an ``Add``/``Sub``) by constants reads: (the Mul and Add nodes, scale, shift)."""
+    """For a conv or linear node with constant weights that only a per-channel scale (then maybe
+    a shift) by constants reads: (the scale and shift nodes, scale, shift)."""
     if _channel_axis(layer) is None or not all(i.op == "constant" for i in layer.inputs[1:]):
         return None
     chain, scale, shift = [], None, None
-    for op in ("Mul", "Add"):
+    for roles in _STEPS:
         last = chain[-1] if chain else layer
         users = last.users
-        if len(users) != 1 or users[0].op not in ((op, "Sub") if op == "Add" else (op,)):
+        if len(users) != 1 or _affine(users[0]) not in roles:
             break
         user = users[0]
         value = _per_channel(user, last, layer)
         if value is None:
             break
-        if op == "Mul":
+        if _affine(user) == "scale":
             scale = value
         else:
-            shift = -value if user.op == "Sub" else value
+            shift = -value if _affine(user) == "negated_shift" else value
         chain.append(user)
     if scale is None:
         return None
@@ -143,7 +150,7 @@ def _per_channel(node: Node, x: Node, layer: Node) -> Any:
         return None
     it = iter(node.inputs)
     operands = [next(it) if k in (TENSOR_ARG, ARRAY_ARG) else node.attrs.get(k) for k in node.meta["args"]]
-    if x not in operands or (node.op == "Sub" and operands[0] is not x):
+    if x not in operands or (_affine(node) == "negated_shift" and operands[0] is not x):
         return None
     other = operands[1] if operands[0] is x else operands[0]
     if isinstance(other, Node):
@@ -164,6 +171,11 @@ def _per_channel(node: Node, x: Node, layer: Node) -> Any:
 def _channel_axis(layer: Node) -> int | None:
     """The axis of a conv's or linear layer's output channels, as its op declares (None: another op)."""
     return getattr(layer.fn, "channel_axis", None)
+
+
+def _affine(node: Node) -> str | None:
+    """The node's part in an affine map, as its op declares (None: none, or a structural node)."""
+    return getattr(node.fn, "affine", None)
 
 
 def _fold(last: Node, layer: Node, scale: Any, shift: Any, rw: Rewriter) -> Node:
