@@ -21,10 +21,10 @@
 # that is true (section 2 says why), so this notebook keeps its float16 work tiny.
 #
 # **You will:** read float16's range and precision off its bits and see each limit break
-# arithmetic; see which ops `autocast` runs in float16 and which in float32, and measure the memory
+# arithmetic; set bfloat16 beside it; see which ops `autocast` runs in float16 and which in float32, and measure the memory
 # it saves; watch small gradients underflow and a loss scale rescue them; follow `GradScaler`'s
 # scale through a training run.
-# **Time:** about 30 minutes (29 reading, under a minute running).
+# **Time:** about 35 minutes (33 reading, under a minute running).
 
 # %%
 import os
@@ -107,6 +107,51 @@ plt.show()
 # error of $10^{-3}$, such as activations and weights in a matrix product. It is not fine for a
 # sum of thousands of terms (each addition loses $10^{-3}$), for `exp` (which overflows past
 # $e^{11}$), or for small gradients, as section 3 shows.
+#
+# ### bfloat16: float32's range, less precision
+# bfloat16 ("brain float", TPUs, and GPUs since NVIDIA's A100) splits the same 16 bits the other
+# way: 1 sign, 8 exponent and 7 fraction bits. It is the top half of a float32, so converting is
+# dropping the low 16 bits, rounded to nearest even. numpy has no bfloat16; that is enough to
+# emulate it (the `ml_dtypes` package, where installed, implements the real type and agrees).
+
+# %%
+def to_bfloat16(x):
+    """Round float32 values to the nearest bfloat16 (ties to even), returned as float32."""
+    bits = np.atleast_1d(np.asarray(x, dtype=np.float32)).view(np.uint32)
+    bits = bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))  # round the 16 bits we drop
+    return (bits & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+def bf16_from_bits(b):
+    return float(np.array([b << 16], dtype=np.uint32).view(np.float32)[0])
+
+
+samples = np.float32([1.0, 1.0 + 2**-8, 257.0, 1e-8, 120000.0, 3e38, -0.1])
+try:  # a check only where the real type exists; it adds no dependency
+    import ml_dtypes
+    assert np.array_equal(to_bfloat16(samples), samples.astype(ml_dtypes.bfloat16).astype(np.float32))
+except ImportError:
+    pass
+limits = {"float16": (float(np.finfo(np.float16).max), float(np.finfo(np.float16).smallest_normal),
+                      float(np.finfo(np.float16).eps)),
+          "bfloat16": (bf16_from_bits(0x7F7F), bf16_from_bits(0x0080), bf16_from_bits(0x3F81) - 1.0),
+          "float32": (float(np.finfo(np.float32).max), float(np.finfo(np.float32).smallest_normal),
+                      float(np.finfo(np.float32).eps))}
+print(f"{'':9} {'largest':>9} {'smallest normal':>16} {'spacing at 1.0':>15}")
+for name, (big, tiny, eps) in limits.items():
+    print(f"{name:9} {big:9.3g} {tiny:16.3g} {eps:15.3g}")
+with np.errstate(over="ignore"):
+    for what, x in (("1 + 2**-8", 1.0 + 2**-8), ("257", 257.0), ("60000 * 2", 120000.0), ("1e-8", 1e-8)):
+        print(f"{what:10} float16 {np.float16(x).item()!r:12} bfloat16 {to_bfloat16(x)[0].item()!r}")
+
+# %% [markdown]
+# bfloat16 reaches $3 \times 10^{38}$ and down to $10^{-38}$, as float32 does, but its spacing at
+# 1.0 is $2^{-7}$, eight times float16's: about 2 significant digits, and integers are exact only
+# up to 256. So it trades precision for range. That is why it needs no loss scaling: the
+# gradients that fall below float16's $6 \times 10^{-8}$ in section 3 are ordinary bfloat16
+# numbers, and nothing overflows that would not overflow in float32. Its coarse spacing still
+# needs float32 master weights (an update of $10^{-3}$ to a weight of 1 is lost), and float32
+# sums. minigrad's autocast and `GradScaler` work in float16, since numpy has no bfloat16.
 #
 # ## 2. autocast: each op in the precision it tolerates
 # Inside `minigrad.autocast()` matrix products and convolutions get float16 inputs, while
