@@ -35,7 +35,8 @@ import numpy
 import minigrad
 from bench_train import make_step, mlp
 from minigrad.graph import trace
-from minigrad.graph.codegen import cc, cpu
+from minigrad.graph.codegen import cc
+from minigrad.graph.codegen import numpy_blocks as cpu
 from minigrad.graph.executor import Executor
 from minigrad.graph.ir import op_kind
 from minigrad.graph.passes import eliminate_dead_code, fuse_elementwise

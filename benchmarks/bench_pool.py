@@ -1,4 +1,4 @@
-"""The caching allocator (minigrad.allocator), measured: a training step's allocations with and
+"""The caching allocator (minigrad.backend.allocator), measured: a training step's allocations with and
 without the pool, time and peak reserved memory side by side.
 
 The step's allocation pattern is an MLP's: forward allocates one activation per layer and keeps
@@ -25,8 +25,9 @@ from common import interleaved  # first: sets BLAS threads before numpy
 import numpy
 
 import minigrad
-from minigrad import allocator, nn
-from minigrad.allocator import CachingAllocator
+from minigrad import nn
+from minigrad.backend import allocator
+from minigrad.backend.allocator import CachingAllocator
 
 
 def step_pattern(batch: int, width: int, layers: int) -> list[tuple[str, int, int]]:

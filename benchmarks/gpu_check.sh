@@ -182,8 +182,8 @@ EOF
 }
 
 tests_on_cuda() {  # the op table and the layers with cuda as the default device of every tensor
-    MINIGRAD_TEST_DEVICE=cuda "$PY" -m pytest tests/test_ops.py tests/test_nn_layers.py tests/test_nn_loss.py \
-        tests/test_compile.py -q -p no:randomly -p no:cacheprovider -o addopts="" -rfE -x 2>&1 \
+    MINIGRAD_TEST_DEVICE=cuda "$PY" -m pytest tests/suites/test_ops.py tests/nn/test_nn_layers.py tests/nn/test_nn_loss.py \
+        tests/graph/test_compile.py -q -p no:randomly -p no:cacheprovider -o addopts="" -rfE -x 2>&1 \
         | tee "$OUT/tests_cuda_default.log"
     return "${PIPESTATUS[0]}"
 }

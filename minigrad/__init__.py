@@ -40,17 +40,17 @@ from minigrad.ops.sparse import sparse_coo_tensor  # noqa: E402
 from minigrad import autograd, data, nn, optim  # noqa: E402,F401  (minigrad.nn.Linear after `import minigrad`)
 from minigrad import func  # noqa: E402,F401  (minigrad.func.grad, .vmap, .jacrev: the torch.func transforms)
 from minigrad.func import vmap  # noqa: E402  (torch.vmap)
-from minigrad import cuda  # noqa: E402,F401  (minigrad.cuda.is_available(); cupy is imported only on use)
+from minigrad.backend import cuda  # noqa: E402,F401  (minigrad.cuda.is_available(); cupy is imported only on use)
 from minigrad import memory  # noqa: E402,F401  (minigrad.memory.checkpoint, .track)
 from minigrad.memory.stats import empty_cache, memory_stats, memory_summary  # noqa: E402  (cpu or cuda)
 from minigrad import amp  # noqa: E402,F401  (minigrad.amp.GradScaler("cuda", ...), as torch.amp)
 from minigrad.amp import autocast, GradScaler  # noqa: E402
-from minigrad import accelerator, backends, utils  # noqa: E402,F401  (torch.utils.data and friends)
+from minigrad.compat import accelerator, backends, utils  # noqa: E402,F401  (torch's names: torch.utils.data...)
 from minigrad import profiler  # noqa: E402,F401  (minigrad.profiler.profile())
 from minigrad import distributed  # noqa: E402,F401  (MPI is imported only by init_process_group)
 from minigrad.graph.compile import compile  # noqa: E402  (minigrad.compile, chapter 03)
-from minigrad.unsupported import module_getattr as _module_getattr  # noqa: E402
-from minigrad import torch_paths as _torch_paths  # noqa: E402
+from minigrad.compat.unsupported import module_getattr as _module_getattr  # noqa: E402
+from minigrad.compat import torch_paths as _torch_paths  # noqa: E402
 
 _torch_paths.install()  # every public torch module path imports (minigrad.utils.data.dataloader...)
 

@@ -24,7 +24,7 @@ from minigrad.backend import Device, cpu
 from minigrad.errors import AutogradError, DTypeError, ShapeError
 from minigrad.hooks import RemovableHandle, add_hook
 from minigrad.tensor_types import TYPE_NAMES, Size, dtype_of_type_name
-from minigrad.value_checks import raise_pending
+from minigrad.backend.value_checks import raise_pending
 
 
 class Tensor:

@@ -33,7 +33,7 @@ from minigrad.autograd.mode import transform, transform_depth
 from minigrad.batching import BatchedTensor, VmapMode, current_level
 from minigrad.creation import ones_like, zeros, zeros_like
 from minigrad.errors import ArgumentError, ShapeError, TraceError
-from minigrad.graph.helpers import flatten, unflatten
+from minigrad.graph.signature import flatten, unflatten
 from minigrad.ops import stack
 from minigrad._tensor import Tensor, _wrap
 

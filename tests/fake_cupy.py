@@ -404,7 +404,7 @@ def install(monkeypatch: Any) -> Any:
             del minigrad.Device._cache[key]
         minigrad.backend._allocator = None
         _set_allocator(None)
-        minigrad.value_checks._pending.clear()  # checks a test left unread are not the next test's
+        minigrad.backend.value_checks._pending.clear()  # checks a test left unread are not the next test's
         cuda.synchronized, _current[:] = 0, [0]
 
     forget()

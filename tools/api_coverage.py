@@ -6,9 +6,9 @@ attribute chain rooted at a name bound by a ``torch`` import (``torch.cat``, ``n
 ``F.relu``, ``optim.Adam``, ``torch.utils.data.DataLoader``) and each use of a name imported from
 torch (``DataLoader`` after ``from torch.utils.data import DataLoader``). A site is supported when
 the same path under ``minigrad`` resolves: the modules import and every attribute exists, where a
-feature minigrad does not follow raises ``NotImplementedError`` (``minigrad.unsupported``) and so
+feature minigrad does not follow raises ``NotImplementedError`` (``minigrad.compat.unsupported``) and so
 counts as unsupported. Tensor methods (``x.view``) are not counted: which calls are on tensors is
-not known without running the program. ``tests/test_api_coverage.py`` checks the figure printed in
+not known without running the program. ``tests/compat/test_api_coverage.py`` checks the figure printed in
 the compatibility page is the one this computes.
 
     python tools/api_coverage.py            # print the figure and the unsupported names

@@ -3,7 +3,7 @@
 Reading time is estimated from the notebook itself: 150 words of markdown and 10 non-blank code
 lines a minute, rounded. Run time is measured: ``--measure`` runs every notebook under nbval (as
 ``make chapters`` does) and sums its cells' call times from pytest's JUnit report; without it the
-run column keeps the figures already in the README. ``tests/test_chapter_table.py`` checks that
+run column keeps the figures already in the README. ``tests/course/test_chapter_table.py`` checks that
 the README's words, code lines and reading times are the notebooks' own, so the table stays true
 when a lesson grows.
 

@@ -17,7 +17,7 @@ The toolchain comes from pip wheels, no CUDA install and no driver: ``nvidia-cud
 ``cupy-cuda12x`` (only its headers are read; cupy is never imported). ``make cuda-kernels``
 installs them into ``build/cuda`` and runs this with ``--toolkit build/cuda``.
 
-    python tools/compile_cuda_kernels.py --toolkit build/cuda [--tests tests/test_fusion.py ...]
+    python tools/compile_cuda_kernels.py --toolkit build/cuda [--tests tests/graph/test_fusion.py ...]
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ARCHS = (80, 90)
 # The test programs whose graphs are fused: fusion and its kernels, compile (MLPs, training steps,
 # the GPT), the executor, the ported programs, and the cuda tests on the stand-in.
-DEFAULT_TESTS = ("tests/test_fusion.py", "tests/test_codegen.py", "tests/test_compile.py", "tests/test_executor.py",
-                 "tests/test_cuda_stand_in.py", "tests/test_bench_transformer.py")
+DEFAULT_TESTS = ("tests/graph/test_fusion.py", "tests/graph/test_codegen.py", "tests/graph/test_compile.py", "tests/graph/test_executor.py",
+                 "tests/backend/test_cuda_stand_in.py", "tests/suites/test_bench_transformer.py")
 SWEEP_DTYPES = ("float16", "float32", "float64")
 CTYPES = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
           "uint8": "unsigned char", "float16": "float16", "float32": "float", "float64": "double"}

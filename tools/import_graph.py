@@ -6,7 +6,7 @@ functional`` reads ``minigrad.nn.functional``). Imports inside a function run wh
 so they are edges too, kept apart as "deferred". A circle is a strongly connected component of
 more than one module (Tarjan's algorithm). The design allows one: ``minigrad._tensor`` (Tensor's
 operators) and the ops that build on Tensor, which ``minigrad/_tensor.py`` closes in one place by
-importing ``minigrad.ops`` last; ``tests/test_import_graph.py`` checks that nothing else forms one.
+importing ``minigrad.ops`` last; ``tests/suites/test_import_graph.py`` checks that nothing else forms one.
 
 Run ``python tools/import_graph.py`` to print the circles, or ``--edges`` for every edge. Chapter 01
 teaches the idea underneath: a graph, its topological order, and the cycles that prevent one.

@@ -1,4 +1,4 @@
-"""Write ``minigrad/torch_modules.txt``: PyTorch's public module paths, which ``minigrad.torch_paths``
+"""Write ``minigrad/compat/torch_modules.txt``: PyTorch's public module paths, which ``minigrad.compat.torch_paths``
 makes importable.
 
 A program written for torch may import any public module of torch (``torch.utils.data.dataloader``,
@@ -11,11 +11,11 @@ code that ships inside the wheel (a component named ``test(s)``, ``benchmark(s)`
 ``example(s)``): those are tools of torch's own
 developers, not API a training program imports. A package that fails to import in torch itself
 (``torch.utils.tensorboard`` without the ``tensorboard`` package) is listed without its
-submodules, which the walk cannot see. ``tests/test_torch_paths.py`` regenerates the
+submodules, which the walk cannot see. ``tests/compat/test_torch_paths.py`` regenerates the
 list where torch is installed and compares it with the stored one.
 
     python tools/torch_modules.py            # print the list
-    python tools/torch_modules.py --write    # rewrite minigrad/torch_modules.txt
+    python tools/torch_modules.py --write    # rewrite minigrad/compat/torch_modules.txt
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import re
 import warnings
 from pathlib import Path
 
-STORED = Path(__file__).resolve().parent.parent / "minigrad" / "torch_modules.txt"
+STORED = Path(__file__).resolve().parent.parent / "minigrad" / "compat" / "torch_modules.txt"
 INTERNAL = re.compile(r"\.(tests?|benchmarks?|examples?)(\.|$)")
 
 

@@ -18,7 +18,7 @@
 #
 # A *caching allocator* keeps freed blocks and hands them out again. PyTorch's CUDA allocator does
 # it because `cudaMalloc` stalls the GPU; on a CPU a large `malloc` maps fresh pages that the kernel
-# zero-fills on first touch. `minigrad.allocator` implements the same design for the CPU; on a GPU
+# zero-fills on first touch. `minigrad.backend.allocator` implements the same design for the CPU; on a GPU
 # minigrad uses CuPy's pool, which is this design too.
 #
 # **You will learn:**
@@ -36,8 +36,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import minigrad
-from minigrad import allocator
-from minigrad.allocator import CachingAllocator
+from minigrad.backend import allocator
+from minigrad.backend.allocator import CachingAllocator
 
 # %% [markdown]
 # ## 1. Fresh memory is not free

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy
 
 from minigrad.errors import DeviceError, DTypeError
-from minigrad.value_checks import raise_pending
+from minigrad.backend.value_checks import raise_pending
 
 # ---------------------------------------------------------------------------------------------
 # dtypes: minigrad uses numpy dtype objects directly, under torch's names.
@@ -183,8 +183,8 @@ class Device:
 def _array_module(dev: Device):
     if dev.type == "cpu":
         return numpy
-    if dev.type == "meta":  # shapes and dtypes only (minigrad.meta, chapter 01)
-        return importlib.import_module("minigrad.meta").xp
+    if dev.type == "meta":  # shapes and dtypes only (minigrad.backend.meta, chapter 01)
+        return importlib.import_module("minigrad.backend.meta").xp
     try:
         cupy = importlib.import_module("cupy")
     except ImportError:

@@ -11,15 +11,14 @@ first cuda device is made); the memory tracker reads the same figures.
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any
 
 from minigrad import backend
 from minigrad.backend import Device, PeakAllocator, watch_memory_pool
 from minigrad.errors import DeviceError
-from minigrad.value_checks import raise_pending
-from minigrad.allocator import format_summary
-from minigrad.unsupported import module_getattr as _module_getattr
+from minigrad.backend.value_checks import raise_pending
+from minigrad.backend.allocator import format_summary
+from minigrad.compat.unsupported import module_getattr as _module_getattr
 
 __all__ = [
     "current_device", "device_count", "empty_cache", "is_available", "manual_seed", "manual_seed_all",
@@ -100,7 +99,7 @@ def reset_peak_memory_stats(device: int | str | Device | None = None) -> None:
 
 def memory_stats(device: int | str | Device | None = None) -> dict[str, int]:
     """CuPy's pool in ``torch.cuda.memory_stats``'s names (CuPy is a caching allocator of the
-    same design as minigrad's CPU pool, ``minigrad.allocator``; it reports no block layout)."""
+    same design as minigrad's CPU pool, ``minigrad.backend.allocator``; it reports no block layout)."""
     allocator, index = _pool(device)
     with allocator.cupy.cuda.Device(index):  # the pool answers for the current GPU
         pool = allocator.pool
@@ -144,9 +143,6 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     return False
 
 
-from minigrad import cuda_amp as amp  # noqa: E402  (the old spelling minigrad.cuda.amp.GradScaler)
-
-sys.modules[__name__ + ".amp"] = amp  # so that `from minigrad.cuda.amp import GradScaler` finds it
-
-
-__getattr__ = _module_getattr(__name__)  # a PyTorch feature minigrad does not follow raises NotImplementedError
+# Imported as minigrad.cuda (minigrad.compat.ALIASES), whose torch submodules (minigrad.cuda.amp, the
+# old spelling of mixed precision) the module __getattr__ imports on first use.
+__getattr__ = _module_getattr("minigrad.cuda")  # a PyTorch feature minigrad does not follow raises NotImplementedError

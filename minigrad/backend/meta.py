@@ -399,4 +399,4 @@ class _MetaModule(types.ModuleType):
         return getattr(numpy, name)
 
 
-xp = _MetaModule("minigrad.meta.xp")
+xp = _MetaModule("minigrad.backend.meta.xp")

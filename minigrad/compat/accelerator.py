@@ -6,7 +6,7 @@ with ``cuda`` when cupy sees a GPU and with nothing otherwise (chapter 03 moves 
 
 from __future__ import annotations
 
-from minigrad import cuda
+from minigrad.backend import cuda
 from minigrad.backend import Device
 
 __all__ = ["current_accelerator", "device_count", "is_available"]

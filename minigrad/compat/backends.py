@@ -17,7 +17,7 @@ __all__ = ["cuda", "cudnn", "mps"]
 
 
 def _module(name: str, doc: str, **attrs: object) -> types.ModuleType:
-    mod = types.ModuleType(f"{__name__}.{name}", doc)
+    mod = types.ModuleType(f"minigrad.backends.{name}", doc)  # the public path, as torch.backends.cudnn
     mod.__dict__.update(attrs)
     sys.modules[mod.__name__] = mod
     return mod

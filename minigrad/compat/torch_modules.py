@@ -2,8 +2,8 @@
 
 ``torch_modules.txt`` is generated from the installed torch by ``tools/torch_modules.py`` (its
 filter: PyTorch's rule for public modules, less the tests, benchmarks and examples in its wheel).
-``minigrad.torch_paths`` makes every one of them importable, and a package's ``__getattr__``
-(``minigrad.unsupported.module_getattr``) imports one on attribute access, as torch has its
+``minigrad.compat.torch_paths`` makes every one of them importable, and a package's ``__getattr__``
+(``minigrad.compat.unsupported.module_getattr``) imports one on attribute access, as torch has its
 submodules imported.
 """
 

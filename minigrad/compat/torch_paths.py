@@ -27,8 +27,9 @@ import sys
 import types
 from typing import Any, Sequence
 
-from minigrad.torch_modules import MODULES, PARENTS as _PARENTS
-from minigrad.unsupported import MISSING
+from minigrad.compat import ALIASES
+from minigrad.compat.torch_modules import MODULES, PARENTS as _PARENTS
+from minigrad.compat.unsupported import MISSING
 
 __all__ = ["MODULES", "home_of", "install", "is_stand_in"]
 
@@ -112,9 +113,11 @@ def _not_implemented(name: str, attr: str, homes: tuple[str, ...]) -> NotImpleme
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """First on ``sys.meta_path``, it answers only for the names in ``MODULES``."""
+    """First on ``sys.meta_path``, it answers only for the names in ``MODULES`` and ``ALIASES``."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None):
+        if fullname in ALIASES:
+            return importlib.machinery.ModuleSpec(fullname, _ALIAS, is_package=fullname in _PARENTS)
         if fullname not in MODULES:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
@@ -131,23 +134,38 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         name = module.__name__
-        module.__doc__ = (f"Stand-in for torch{name[len('minigrad'):]} (minigrad.torch_paths): names "
+        module.__doc__ = (f"Stand-in for torch{name[len('minigrad'):]} (minigrad.compat.torch_paths): names "
                           f"come from {', '.join(home_of(name)) or 'nowhere'}; others raise NotImplementedError.")
         module.__stand_in__ = True
         module.__getattr__ = _stand_in_getattr(name)
 
 
+class _Alias(importlib.abc.Loader):
+    """Imports a public path of ``ALIASES`` as the module that holds it: one module, two names."""
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = importlib.import_module(ALIASES[spec.name])
+        spec.loader_state = module.__spec__  # its own, which the import system replaces with the alias's
+        if spec.name in _PARENTS and not hasattr(module, "__path__"):
+            module.__path__ = []  # torch's is a package: its submodules import below it
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__spec__ = module.__spec__.loader_state  # it ran already, under its own name
+
+
 _FINDER = _Finder()
+_ALIAS = _Alias()
 
 
-def _shield(module: types.ModuleType) -> None:
+def _shield(module: types.ModuleType, name: str | None = None) -> None:
     """Register, without binding them on ``module``, the stand-ins of torch's submodules whose names
     ``module`` binds to something else: ``torch.quantization.fuse_modules`` is a module and a
     function. Importing a submodule binds it on its package, so ``import
     minigrad.quantization.fuse_modules`` would replace the function with the stand-in; a module
     already in ``sys.modules`` is returned as is, unbound, and the function stays, as in torch,
     whose package imports the submodule before it binds the function."""
-    prefix = module.__name__ + "."
+    prefix = (name or module.__name__) + "."  # the public path of an aliased module
     for attr, value in list(vars(module).items()):
         name = prefix + attr
         if name in MODULES and name not in sys.modules and not isinstance(value, types.ModuleType) \
@@ -191,4 +209,4 @@ def install() -> None:
         if module is not None and name in _PARENTS and not hasattr(module, "__path__"):
             module.__path__ = []
         if module is not None and name in _PARENTS and not is_stand_in(module):
-            _shield(module)
+            _shield(module, name)

@@ -6,7 +6,7 @@ inside. The packages that torch programs reach into (``minigrad``, ``minigrad.cu
 ``minigrad.distributed``, ``minigrad.nn``, ``minigrad.utils``) end with the module ``__getattr__``
 that ``module_getattr`` makes, which asks ``missing`` here; ``docs/pytorch_compat.md`` lists the same features.
 A key that is a module path of torch (``minigrad.jit``) imports as a stand-in module
-(``minigrad.torch_paths``) whose every name raises the error with this reason.
+(``minigrad.compat.torch_paths``) whose every name raises the error with this reason.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def module_getattr(module: str) -> Callable[[str], Any]:
     lacks raises ``missing``'s error."""
 
     def __getattr__(name: str) -> Any:
-        from minigrad.torch_modules import MODULES
+        from minigrad.compat.torch_modules import MODULES
 
         if f"{module}.{name}" in MODULES:
             import importlib

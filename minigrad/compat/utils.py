@@ -7,11 +7,15 @@ input pipelines; chapter 03: checkpointing). ``minigrad.utils.tensorboard`` (cha
 lesson) is imported by name, as in torch, so its optional dependency loads only when used.
 """
 
-from minigrad.unsupported import module_getattr as _module_getattr
-from minigrad.utils import checkpoint, data  # noqa: F401
+from minigrad.compat.unsupported import module_getattr as _module_getattr
+import importlib
+
+from minigrad.compat import utils_data as data  # noqa: F401
+
+checkpoint = importlib.import_module("minigrad.memory.checkpoint")  # the module: minigrad.memory binds the function
 
 __all__ = ["checkpoint", "data", "tensorboard"]
-_missing = _module_getattr(__name__)
+_missing = _module_getattr("minigrad.utils")  # the public path (minigrad.compat.ALIASES)
 
 
 def __getattr__(name: str):

@@ -3,7 +3,7 @@
 A mutant is one plausible single mistake: in the region ``region`` (its tag, as ``python -m
 minigrad.course regions`` prints it), the text ``old`` becomes ``new``. ``old`` must occur exactly
 once inside the region's body, so when a region is rewritten (a backward rule moved onto
-``ctx.ops``, say) ``tests/test_course_mutants.py`` fails and the catalog is brought up to date instead
+``ctx.ops``, say) ``tests/course/test_course_mutants.py`` fails and the catalog is brought up to date instead
 of testing a mutant that no longer exists. ``REGION_TESTS`` tags each region with the tests that
 exercise it (pytest node ids, all inside its chapter's ``CHAPTER_TESTS`` files), so a mutant runs only
 those. ``minigrad.course.mutate`` applies the mutants and runs the tests (``python -m minigrad.course
@@ -36,7 +36,7 @@ def _m(name: str, region: str, old: str, new: str, why: str) -> Mutant:
     return Mutant(name, region, old, new, why)
 
 
-T1, T2, T3, T4 = ("tests/test_chapter01.py", "tests/test_chapter02.py", "tests/test_chapter03.py",
+T1, T2, T3, T4 = ("tests/course/test_chapter01.py", "tests/course/test_chapter02.py", "tests/course/test_chapter03.py",
                   "tests/test_chapter04.py")
 
 MUTANTS: list[Mutant] = [
@@ -354,9 +354,9 @@ MUTANTS: list[Mutant] = [
 ]
 
 # The tests that exercise each region (pytest node ids, each inside its chapter's CHAPTER_TESTS files).
-_PIPE, _PASSES, _AMP, _CKPT, _DIST, _FUSION = ("tests/test_pipeline.py", "tests/test_passes.py", "tests/test_amp.py",
-                                               "tests/test_checkpoint.py", "tests/test_distributed.py",
-                                               "tests/test_fusion.py")
+_PIPE, _PASSES, _AMP, _CKPT, _DIST, _FUSION = ("tests/data/test_input_pipeline.py", "tests/graph/test_passes.py", "tests/test_amp.py",
+                                               "tests/memory/test_checkpoint.py", "tests/distributed/test_distributed.py",
+                                               "tests/graph/test_fusion.py")
 REGION_TESTS: dict[str, list[str]] = {
     "chapter 01: topological order": [f"{T1}::TestTopologicalOrder"],
     "chapter 01: Function.apply records the in-edges": [f"{T1}::TestApplyEdges"],
@@ -365,9 +365,9 @@ REGION_TESTS: dict[str, list[str]] = {
     "chapter 01: batching": [f"{T1}::TestBatch", f"{_PIPE}::test_batch_and_drop_remainder"],
     "chapter 01: saving a checkpoint": [f"{T1}::TestCheckpoint"],
     "chapter 01: loading a checkpoint": [f"{T1}::TestCheckpoint"],
-    "chapter 02: the backward engine: nodes in order": [f"{T2}::TestEngine", "tests/test_engine.py"],
-    "chapter 02: the backward engine: one node, retain_graph": [f"{T2}::TestEngine", "tests/test_engine.py"],
-    "chapter 02: the backward engine: accumulating .grad": [f"{T2}::TestEngine", "tests/test_engine.py"],
+    "chapter 02: the backward engine: nodes in order": [f"{T2}::TestEngine", "tests/autograd/test_engine.py"],
+    "chapter 02: the backward engine: one node, retain_graph": [f"{T2}::TestEngine", "tests/autograd/test_engine.py"],
+    "chapter 02: the backward engine: accumulating .grad": [f"{T2}::TestEngine", "tests/autograd/test_engine.py"],
     "chapter 02: gradcheck's central differences": [f"{T2}::TestGradcheck"],
     "chapter 02: Module registers its parameters": [f"{T2}::TestModule"],
     "chapter 02: Adam": [f"{T2}::TestAdam"],
@@ -386,8 +386,8 @@ REGION_TESTS: dict[str, list[str]] = {
                                     f"{_FUSION}::test_consumers_that_meet_again_fuse_and_those_that_do_not_are_a_boundary",
                                     f"{_FUSION}::test_a_prologue_fuses_into_a_reduction_which_ends_the_group",
                                     f"{_FUSION}::test_group_size_is_capped"],
-    "chapter 03: the memory tracker's peak": ["tests/test_memory.py::test_nested_trackers_and_reset_peak",
-                                              "tests/test_memory.py::test_keeping_one_activation_shows_4_mb_more"],
+    "chapter 03: the memory tracker's peak": ["tests/memory/test_memory.py::test_nested_trackers_and_reset_peak",
+                                              "tests/memory/test_memory.py::test_keeping_one_activation_shows_4_mb_more"],
     "chapter 03: checkpoint as a Function": [f"{_CKPT}::test_mlp_gradients_are_identical",
                                              f"{_CKPT}::test_dropout_draws_the_same_masks_in_the_recomputation",
                                              f"{_CKPT}::test_several_outputs_one_unused"],
@@ -406,5 +406,5 @@ _OP_RULES = ["Relu.backward", "Mul.backward", "Div.backward", "Pow.backward", "E
              "ScatterIndex.backward", "Place.backward"]
 REGION_TESTS.update({f"chapter 02: {title}": [f"{T2}::TestBackwardRules"] for title in _OP_RULES})
 # Two rules run only as second derivatives (of indexing, of cross-entropy's gather): the gradient checks run them.
-REGION_TESTS["chapter 02: ScatterIndex.backward"] += ["tests/test_gradcheck.py"]
-REGION_TESTS["chapter 02: Place.backward"] += ["tests/test_softmax.py"]
+REGION_TESTS["chapter 02: ScatterIndex.backward"] += ["tests/autograd/test_gradcheck.py"]
+REGION_TESTS["chapter 02: Place.backward"] += ["tests/ops/test_softmax.py"]

@@ -46,13 +46,13 @@ _END = re.compile(r"^\s*### END SOLUTION\s*$")
 
 # The tests that check each chapter's regions (run with chapters 1..k written, later ones empty).
 CHAPTER_TESTS: dict[int, list[str]] = {
-    1: ["tests/test_chapter01.py", "tests/test_pipeline.py", "tests/test_graph_ir.py"],
-    2: ["tests/test_chapter02.py", "tests/test_engine.py", "tests/test_broadcasting.py", "tests/test_gradcheck.py",
-        "tests/test_optim.py", "tests/test_nn_module.py", "tests/test_softmax.py", "tests/test_serialization.py",
-        "tests/test_dataloader.py"],
-    3: ["tests/test_chapter03.py", "tests/test_passes.py", "tests/test_fusion.py", "tests/test_checkpoint.py",
-        "tests/test_amp.py", "tests/test_memory.py"],
-    4: ["tests/test_distributed.py"],
+    1: ["tests/course/test_chapter01.py", "tests/data/test_input_pipeline.py", "tests/graph/test_graph_ir.py"],
+    2: ["tests/course/test_chapter02.py", "tests/autograd/test_engine.py", "tests/ops/test_broadcasting.py", "tests/autograd/test_gradcheck.py",
+        "tests/optim/test_optim.py", "tests/nn/test_nn_module.py", "tests/ops/test_softmax.py", "tests/test_serialization.py",
+        "tests/data/test_dataloader.py"],
+    3: ["tests/course/test_chapter03.py", "tests/graph/test_passes.py", "tests/graph/test_fusion.py", "tests/memory/test_checkpoint.py",
+        "tests/test_amp.py", "tests/memory/test_memory.py"],
+    4: ["tests/distributed/test_distributed.py"],
 }
 # The lesson notebooks each check runs. Chapter 01's lessons after the first build models and call
 # backward, which is chapter 02's machinery (Module's parameter registration, the engine): they

@@ -15,7 +15,7 @@ from minigrad.data.dataset import (
 from minigrad.data.datasets import (
     MNIST, Digits, IDXError, load_digits, make_blobs, make_moons, make_regression, make_spirals, read_idx,
 )
-from minigrad.data.pipeline import AUTOTUNE, Pipeline
+from minigrad.data.input_pipeline import AUTOTUNE, Pipeline
 from minigrad.data.prefetch import DevicePrefetcher
 from minigrad.data.sampler import (
     BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler, WeightedRandomSampler,

@@ -152,7 +152,7 @@ def default_convert(data: Any) -> Any:
 
 def _gpu_present() -> bool:
     """Whether pinning pays: there is a CUDA GPU to copy to. torch warns and ignores the flag otherwise."""
-    from minigrad import cuda  # here, not at import: it asks the driver
+    from minigrad.backend import cuda  # here, not at import: it asks the driver
 
     if cuda.is_available():
         return True

@@ -20,10 +20,10 @@ from minigrad.distributed.collectives import (
 from minigrad.distributed.ring import ring_all_reduce
 from minigrad.distributed.ddp import DistributedDataParallel
 from minigrad.distributed.sampler import DistributedSampler
-from minigrad.distributed.pipeline import PipelineStage, ScheduleGPipe, gpipe_bubble, split_sequential
+from minigrad.distributed.pipeline_parallel import PipelineStage, ScheduleGPipe, gpipe_bubble, split_sequential
 from minigrad.distributed.model_parallel import ColumnParallelLinear, RowParallelLinear
 from minigrad.distributed.launcher import launch
-from minigrad.unsupported import module_getattr as _module_getattr
+from minigrad.compat.unsupported import module_getattr as _module_getattr
 
 __all__ = [
     "Backend", "ColumnParallelLinear", "DistributedDataParallel", "DistributedSampler", "PipelineStage",

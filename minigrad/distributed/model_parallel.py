@@ -4,7 +4,7 @@
 features) and computes its block of y; an all-gather assembles y. *Row-parallel*: rank r holds a
 block of W's columns (input features), multiplies its block of x, and an all-reduce sums the partial
 products. Each communication has a mirror image in backward, so the four autograd ops
-(``minigrad.ops.parallel``, re-exported here) come in pairs: copy (identity forward, all-reduce
+(``minigrad.distributed.parallel_ops``, re-exported here) come in pairs: copy (identity forward, all-reduce
 backward) with reduce (all-reduce forward, identity backward), and gather with scatter. A
 column-parallel layer followed by a row-parallel one (an MLP) needs a single all-reduce each way.
 """
@@ -21,7 +21,7 @@ from minigrad.nn import functional as F
 from minigrad.nn import init
 from minigrad.nn.linear import Linear
 from minigrad.nn.module import Module, Parameter
-from minigrad.ops.parallel import copy_to_parallel, gather_from_parallel, reduce_from_parallel, scatter_to_parallel
+from minigrad.distributed.parallel_ops import copy_to_parallel, gather_from_parallel, reduce_from_parallel, scatter_to_parallel
 from minigrad._tensor import Tensor
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "copy_to_parallel", "gather_from_parallel",

@@ -13,7 +13,7 @@ from minigrad.distributions.bernoulli import Bernoulli
 from minigrad.distributions.categorical import Categorical
 from minigrad.distributions.distribution import Distribution
 from minigrad.distributions.normal import Normal
-from minigrad.unsupported import module_getattr as _module_getattr
+from minigrad.compat.unsupported import module_getattr as _module_getattr
 
 __all__ = ["Bernoulli", "Categorical", "Distribution", "Normal", "constraints"]
 

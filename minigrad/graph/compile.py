@@ -19,7 +19,7 @@ from minigrad.backend import cpu
 from minigrad.errors import TraceError
 from minigrad.graph.codegen import check_backend, default_backend
 from minigrad.graph.executor import Executor
-from minigrad.graph.helpers import flatten, positional_names, unflatten
+from minigrad.graph.signature import flatten, positional_names, unflatten
 from minigrad.graph.ir import Graph
 from minigrad.graph.passes import PassManager, default_passes
 from minigrad.graph.passes.fusion import MAX_GROUP_SIZE, fuse_elementwise

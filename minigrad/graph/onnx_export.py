@@ -21,7 +21,7 @@ from minigrad.errors import DTypeError, ShapeError
 from minigrad.graph.ir import Graph, Node
 from minigrad.graph.passes.constant_folding import fold_constants
 from minigrad.graph.passes.rewrite import reaching
-from minigrad.graph.helpers import positional_names
+from minigrad.graph.signature import positional_names
 from minigrad.graph.onnx_dynamic import difference, grown_inputs, resolve_dynamic_axes, symbolic_dims
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, TracedFunction, trace
 from minigrad.nn.module import Module

@@ -18,7 +18,7 @@ from minigrad import backend
 from minigrad.autograd.mode import Mode, active
 from minigrad.backend import cpu
 from minigrad.errors import DeviceError, DTypeError, ShapeError, TraceError
-from minigrad.graph.helpers import flatten, positional_names, unflatten
+from minigrad.graph.signature import flatten, positional_names, unflatten
 from minigrad.graph.interpret import ARRAY_ARG, TENSOR_ARG, run_graph, run_node
 from minigrad.graph.ir import SOURCE_OPS, Graph, Node
 from minigrad._tensor import Tensor, _wrap

@@ -1,7 +1,7 @@
 """Gradient checkpointing: keep a segment's inputs instead of its activations, and recompute them
 during backward (chapter 03).
 
-A checkpointed segment becomes one graph node, ``CheckpointFunction`` (``minigrad.ops.checkpoint``,
+A checkpointed segment becomes one graph node, ``CheckpointFunction`` (``minigrad.memory.recompute``,
 re-exported here). Its forward keeps only the segment's inputs; its backward runs the segment again,
 this time recording the graph, and backpropagates through that fresh graph. Activation memory falls
 from every layer's to one segment's plus the segment boundaries, for the price of a second forward
@@ -40,7 +40,7 @@ from minigrad.autograd.function import AccumulateGrad
 from minigrad.autograd.grad_mode import is_grad_enabled, no_grad
 from minigrad.backend import cpu
 from minigrad.nn.module import Module
-from minigrad.ops.checkpoint import CheckpointFunction, as_outputs, detached
+from minigrad.memory.recompute import CheckpointFunction, as_outputs, detached
 from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["CheckpointFunction", "checkpoint", "checkpoint_modules", "checkpoint_sequential"]

@@ -15,7 +15,7 @@ deep nets with sublinear memory cost") and Griewank's revolve:
   layer runs once with autograd, before its backward; every other run is a recomputed range's,
   without a graph (``checkpoint_modules`` when its layers are Modules), and that is the time
   measured. While a range is recomputed, the chain's output is alive (the caller's loss reads it),
-  an enclosing range's recomputed output is not (``minigrad.ops.checkpoint`` drops it).
+  an enclosing range's recomputed output is not (``minigrad.memory.recompute`` drops it).
   ``best[i, j](m)``, the least extra time for ``[i, j)`` within ``m`` bytes, follows from the first
   piece and ``best`` of the rest, for every ``m`` at once (an array over budgets in small units,
   sizes rounded up so that the plan's predicted peak is never below its real one).
@@ -188,7 +188,7 @@ def predicted_peak(p: Plan, costs: Sequence[LayerCost], top: bool = True) -> int
     later piece's input is the output before it, which counts until no piece keeps it. ``top``: ``p``
     is the whole chain's plan, so the chain's output (held by the caller, who computes a loss from
     it) is alive whenever backward recomputes one of its ranges; an inner plan's output is not (the
-    recomputation drops it, ``minigrad.ops.checkpoint``)."""
+    recomputation drops it, ``minigrad.memory.recompute``)."""
     held_bytes, worst = 0, 0
     alive = costs[-1].output if top else 0
     for t, piece in enumerate(p.pieces):

@@ -1,5 +1,5 @@
 """``memory_stats``, ``memory_summary`` and ``empty_cache`` for either device, as ``minigrad.*``
-(chapter 03): minigrad's caching allocator on the cpu (``minigrad.allocator``), CuPy's pool on cuda
+(chapter 03): minigrad's caching allocator on the cpu (``minigrad.backend.allocator``), CuPy's pool on cuda
 (``minigrad.cuda``). torch has these under ``torch.cuda`` only; minigrad has both there too.
 """
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from minigrad import cuda
+from minigrad.backend import cuda
 from minigrad.backend import Device
-from minigrad.allocator import cpu_allocator, format_summary
+from minigrad.backend.allocator import cpu_allocator, format_summary
 
 
 def _device(device: Any) -> Device:

@@ -13,7 +13,8 @@ import gc
 import weakref
 from typing import Any, Iterator, NamedTuple
 
-from minigrad import backend, cuda
+from minigrad import backend
+from minigrad.backend import cuda
 from minigrad.autograd.function import SAVED_ARRAY, SAVED_OUTPUT, Function, saved_entries
 from minigrad.autograd.mode import Mode, in_forward, recomputation  # recomputation: re-exported
 from minigrad.backend import Device

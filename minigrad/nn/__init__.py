@@ -31,7 +31,7 @@ from minigrad.nn.recurrent import GRU, GRUCell, RNN, RNNCell  # noqa: F401  (one
 from minigrad.nn.transformer import (  # noqa: F401
     Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
 )
-from minigrad.unsupported import module_getattr as _module_getattr
+from minigrad.compat.unsupported import module_getattr as _module_getattr
 
 
 __getattr__ = _module_getattr(__name__)  # a PyTorch feature minigrad does not follow raises NotImplementedError

@@ -14,11 +14,12 @@ import math
 import warnings
 from typing import Any, Sequence
 
-from minigrad import ops as _ops, value_checks
+from minigrad import ops as _ops
+from minigrad.backend import value_checks
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.creation import ones
 from minigrad.errors import DTypeError, ShapeError
-from minigrad.meta import has_values
+from minigrad.backend.meta import has_values
 from minigrad.ops.indexing import check_range
 from minigrad.ops.conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d  # noqa: F401  (with the ops)
 from minigrad.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401

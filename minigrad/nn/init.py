@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from minigrad.meta import has_values
+from minigrad.backend.meta import has_values
 from minigrad._tensor import Tensor
 
 __all__ = [

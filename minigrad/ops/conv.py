@@ -17,7 +17,7 @@ from typing import NamedTuple, Sequence
 
 from minigrad.autograd import mode  # autocast casts mixed dtypes itself
 from minigrad.errors import DTypeError, ShapeError
-from minigrad import allocator as pool  # im2col's columns, the largest temporary of a conv step
+from minigrad.backend import allocator as pool  # im2col's columns, the largest temporary of a conv step
 from minigrad.ops.elementwise import Op
 from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.layout import is_channels_last

@@ -13,10 +13,11 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from minigrad import backend, value_checks
+from minigrad import backend
+from minigrad.backend import value_checks
 from minigrad.autograd import grad_mode
 from minigrad.errors import DeviceError, ShapeError
-from minigrad.meta import has_values
+from minigrad.backend.meta import has_values
 from minigrad.ops.elementwise import Op, cast
 from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.inplace import inplace

@@ -7,7 +7,8 @@ given as ``generator=`` (``minigrad.backend``).
 
 from __future__ import annotations
 
-from minigrad import backend, value_checks
+from minigrad import backend
+from minigrad.backend import value_checks
 from minigrad.errors import DTypeError, ShapeError
 from minigrad._tensor import Tensor, _wrap
 
@@ -26,7 +27,7 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,
         raise ShapeError(f"multinomial: expected a 1-D or 2-D tensor of weights, got shape {tuple(input.shape)}")
     xp, dev = input.device.xp, input.device
     w = input.array.reshape(-1, input.shape[-1]).astype("float64")
-    # Checked where the weights are: on a GPU read at the next host read (minigrad.value_checks).
+    # Checked where the weights are: on a GPU read at the next host read (minigrad.backend.value_checks).
     value_checks.check(xp, (w < 0).any() | ~xp.isfinite(w).all() | (w.sum(-1) <= 0).any(), ValueError,
                        lambda: "multinomial: weights must be finite, non-negative and have a positive sum in every row")
     if not replacement:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from minigrad import backend, value_checks
+from minigrad import backend
+from minigrad.backend import value_checks
 from minigrad.errors import DTypeError, ShapeError
-from minigrad.meta import has_values
+from minigrad.backend.meta import has_values
 from minigrad.ops.compare import ne
 from minigrad.ops.elementwise import Op, cast, exp, where
 from minigrad.ops.op import GRADIENT_OP
@@ -199,7 +200,7 @@ def _index_targets(x: Tensor, target: Tensor, ignore_index: int, op: str) -> tup
     counts = t != ignore_index
     classes = x.shape[1]
     bad = counts & ((t < 0) | (t >= classes))
-    if has_values(t):  # on a GPU the check is read at the next host read (minigrad.value_checks)
+    if has_values(t):  # on a GPU the check is read at the next host read (minigrad.backend.value_checks)
         value_checks.check(target.device.xp, bad.any(), IndexError, lambda: (
             f"{op}: target {int(t[bad].ravel()[0])} is out of range for {classes} classes "
             f"(expected 0 <= target < {classes}, or ignore_index={ignore_index})"))

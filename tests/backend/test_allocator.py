@@ -1,4 +1,4 @@
-"""The caching allocator's invariants (minigrad.allocator): live blocks never overlap, blocks tile
+"""The caching allocator's invariants (minigrad.backend.allocator): live blocks never overlap, blocks tile
 their segments, free neighbours are merged, and the stats add up, under random alloc/free sequences."""
 
 import gc
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import minigrad
-from minigrad import allocator as pool
-from minigrad.allocator import MIN_BLOCK, SMALL_SIZE, CachingAllocator, round_size, segment_size
+from minigrad.backend import allocator as pool
+from minigrad.backend.allocator import MIN_BLOCK, SMALL_SIZE, CachingAllocator, round_size, segment_size
 
 
 def check_invariants(p: CachingAllocator, live: list) -> None:

@@ -23,7 +23,7 @@ from minigrad.graph.passes import fuse_elementwise
 from minigrad.nn import functional as F
 from helpers import to_numpy
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_transformer  # noqa: E402
 
 

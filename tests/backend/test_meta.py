@@ -1,4 +1,4 @@
-"""The meta device (minigrad.meta): shapes and dtypes without storage, as torch's; Module.to_empty;
+"""The meta device (minigrad.backend.meta): shapes and dtypes without storage, as torch's; Module.to_empty;
 load_state_dict(assign=True)."""
 
 import numpy
@@ -7,7 +7,7 @@ import pytest
 import minigrad as mg
 from minigrad import nn
 from minigrad.errors import DeviceError, ShapeError
-from minigrad.meta import MetaArray
+from minigrad.backend.meta import MetaArray
 
 
 def test_creation_and_ops_compute_shapes_and_dtypes_only():

@@ -1,4 +1,4 @@
-"""The meta device on the ops a model's shapes go through (minigrad.meta): the output and gradient
+"""The meta device on the ops a model's shapes go through (minigrad.backend.meta): the output and gradient
 shapes of the layers a PyTorch user builds on meta before loading weights, with no allocation the
 size of a tensor (numpy reports its allocations to tracemalloc), and the shape rules meta.py writes
 for numpy functions (concatenate, where, cumsum...) checked against numpy itself."""
@@ -16,7 +16,7 @@ import minigrad as mg
 import minigrad.nn.functional as F
 from minigrad import nn
 from minigrad.errors import DeviceError
-from minigrad.meta import MetaArray
+from minigrad.backend.meta import MetaArray
 
 
 @contextmanager

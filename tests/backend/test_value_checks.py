@@ -1,4 +1,4 @@
-"""Checks of values queued on a GPU (``minigrad.value_checks``): raised at the next host read, on
+"""Checks of values queued on a GPU (``minigrad.backend.value_checks``): raised at the next host read, on
 whichever thread reads, as CUDA's device-side asserts are; and none is lost when one thread queues
 checks while another reads them. A stand-in array module plays the GPU here; the cuda stand-in's
 tests (``test_cuda_stand_in.py``) run the real ops' checks."""
@@ -9,7 +9,7 @@ import threading
 import numpy
 import pytest
 
-from minigrad import value_checks
+from minigrad.backend import value_checks
 
 
 class Gpu:

@@ -222,13 +222,13 @@ def test_random_sampler_with_replacement_draws_lazily():
     assert len(list(mg.utils.data.RandomSampler(range(5), replacement=True, num_samples=70))) == 70
 
 
-@pytest.mark.parametrize("path", sorted(__import__("minigrad.unsupported").unsupported.MISSING))
+@pytest.mark.parametrize("path", sorted(__import__("minigrad.compat.unsupported").compat.unsupported.MISSING))
 def test_unsupported_features_raise_an_error_naming_them(path):
     import importlib
 
     module, _, name = path.rpartition(".")
     torch_name = "torch" + path[len("minigrad"):]
-    if path in __import__("minigrad.torch_paths").torch_paths.MODULES:  # a module: it imports, its names raise
+    if path in __import__("minigrad.compat.torch_paths").compat.torch_paths.MODULES:  # a module: it imports, its names raise
         module, name, torch_name = path, "anything", torch_name + ".anything"
     with pytest.raises(NotImplementedError, match=f"minigrad does not implement {torch_name}"):
         getattr(importlib.import_module(module), name)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-TABLE = Path(__file__).resolve().parent.parent / "docs" / "pytorch_compat.md"
+TABLE = Path(__file__).resolve().parents[2] / "docs" / "pytorch_compat.md"
 ROW = re.compile(r"^\| `(torch(?:\.\w+)+)` \| (supported|partly|not) \| (.*) \|$")
 # Parameters that concern memory layout or kernel selection, which minigrad does not have, or that
 # torch keeps only for old code (size_average, reduce): accepted by no minigrad signature.

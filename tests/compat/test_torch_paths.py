@@ -1,7 +1,7 @@
-"""Every public torch module path imports in minigrad (``minigrad.torch_paths``), and what a
+"""Every public torch module path imports in minigrad (``minigrad.compat.torch_paths``), and what a
 stand-in module lacks raises NotImplementedError naming it, never ModuleNotFoundError.
 
-The stored list (``minigrad/torch_modules.txt``) is checked without torch: sorted, public by
+The stored list (``minigrad/compat/torch_modules.txt``) is checked without torch: sorted, public by
 PyTorch's rule, and every path importable. Where torch is installed, the list is generated again
 from it (``tools/torch_modules.py``) and every path it names must import too, so a new torch
 release that adds a module fails here until the list is regenerated.
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 import minigrad
-from minigrad import torch_paths
+from minigrad.compat import torch_paths
 
-ROOT = Path(__file__).resolve().parent.parent
-STORED = (ROOT / "minigrad" / "torch_modules.txt").read_text().split()
+ROOT = Path(__file__).resolve().parents[2]
+STORED = (ROOT / "minigrad" / "compat" / "torch_modules.txt").read_text().split()
 
 
 def _unimportable(torch_names) -> list[str]:

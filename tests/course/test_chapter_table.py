@@ -5,7 +5,7 @@ recounts them; ``--write`` rewrites the table after a lesson changes)."""
 import importlib.util
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("chapter_table", ROOT / "tools" / "chapter_table.py")
 chapter_table = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(chapter_table)

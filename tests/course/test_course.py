@@ -25,7 +25,7 @@ from minigrad.course import (  # noqa: E402
 )
 from minigrad.course.__main__ import main  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "course"
 EXERCISES = FIXTURES / "exercises.ipynb"
 SANITIZE = ROOT / "chapters" / "nbval_sanitize.cfg"

@@ -28,7 +28,7 @@ from minigrad.course.answers import AnswerError, decode, encode  # noqa: E402
 from minigrad.course.checks import checked, misuses, probe  # noqa: E402
 from minigrad.course.sandbox import landlock_abi  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hidden-check-marker-5f0c1e"  # only in the hidden checks: no student process may ever see it
 SETUP = """
 import numpy as np

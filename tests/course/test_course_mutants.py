@@ -80,9 +80,9 @@ def test_empty_region_raises_the_regions_tag_at_its_indentation():
 def test_the_command_runs_a_mutant_without_torch_and_fails_when_one_survives(capsys, monkeypatch):
     assert main(["mutants", "1", "--only", "load-reversed", "--jobs", "1"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("load-reversed"))
-    assert " killed " in row and "tests/test_chapter01.py::TestCheckpoint" in row, row
+    assert " killed " in row and "tests/course/test_chapter01.py::TestCheckpoint" in row, row
     # tagged with tests that never load a checkpoint, the same mistake survives and the command fails
-    monkeypatch.setitem(mutate.REGION_TESTS, "chapter 01: loading a checkpoint", ["tests/test_chapter01.py::TestBatch"])
+    monkeypatch.setitem(mutate.REGION_TESTS, "chapter 01: loading a checkpoint", ["tests/course/test_chapter01.py::TestBatch"])
     assert main(["mutants", "1", "--only", "load-reversed", "--jobs", "1"]) == 1
     out = capsys.readouterr().out
     assert "SURVIVED" in out and "FAILED: 1 of 1 mutants survived" in out, out

@@ -14,7 +14,7 @@ from minigrad.data import (
 )
 from minigrad.data import transforms as T
 
-SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
+SHARED_MNIST = Path(__file__).resolve().parents[3] / "shared" / "data" / "mnist"
 
 
 # -- digits -----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Checks that run on every rank of an MPI job: ``mpiexec -n N python checks.py SECTION...``.
 
-tests/test_distributed.py launches this script (N = 2 and 4) and reads one "ok <section>" line per
+tests/distributed/test_distributed.py launches this script (N = 2 and 4) and reads one "ok <section>" line per
 section from rank 0. A failed assertion on any rank aborts the whole job with that rank's
 traceback, so a failure shows up as a non-zero exit status, never as a hang.
 """

@@ -1,7 +1,7 @@
 """Checks of backend='nccl' on every rank of a job with one process per GPU:
 ``mpiexec -n N python nccl_checks.py`` (N = the GPUs; one rank also runs as plain ``python``).
 
-tests/test_nccl.py runs it where a GPU is present and reads "ok nccl" from rank 0. The collectives
+tests/distributed/test_nccl.py runs it where a GPU is present and reads "ok nccl" from rank 0. The collectives
 are compared with numpy on values every rank can compute for every other rank; DDP, fed by a
 DevicePrefetcher, is compared with full-batch training on one GPU. A failure on any rank aborts
 the whole job with that rank's traceback.

@@ -22,7 +22,7 @@ from minigrad import nn
 from minigrad.data import DataLoader, TensorDataset
 from minigrad.distributed import launcher as launch_module
 
-HERE = Path(__file__).resolve().parent / "distributed"
+HERE = Path(__file__).resolve().parent
 needs_mpi = pytest.mark.skipif(
     not dist.is_available() or launch_module.find_mpiexec() is None,
     reason="needs mpi4py and mpiexec: pip install 'minigrad[mpi]'",

@@ -17,7 +17,7 @@ from minigrad import cuda
 from minigrad.distributed import ReduceOp, launcher, nccl_backend, process_group
 from minigrad.errors import DeviceError, DTypeError
 
-SCRIPT = Path(__file__).resolve().parent / "distributed" / "nccl_checks.py"
+SCRIPT = Path(__file__).resolve().parent / "nccl_checks.py"
 # A real GPU: MINIGRAD_SIMULATE_CUDA=1 (conftest.py) stands in an imitation of cupy, without NCCL.
 GPU = cuda.is_available() and os.environ.get("MINIGRAD_SIMULATE_CUDA") != "1"
 

@@ -1,6 +1,6 @@
 """Generated kernels: the blocked CPU kernels agree with eager evaluation on broadcast, strided
 and reversed inputs, over many blocks and threads; the CUDA source text reads as intended (the
-kernels running on a GPU are tests/test_cuda_graph.py's)."""
+kernels running on a GPU are tests/graph/test_cuda_graph.py's)."""
 
 import linecache
 import sys
@@ -11,7 +11,8 @@ import pytest
 import minigrad as mg
 from minigrad import nn
 from minigrad.graph import trace
-from minigrad.graph.codegen import cpu, cuda, program
+from minigrad.graph.codegen import cuda, program
+from minigrad.graph.codegen import numpy_blocks as cpu
 from minigrad.graph.ir import GraphError
 from minigrad.graph.passes import fuse_elementwise
 from minigrad.graph.trace import run_graph

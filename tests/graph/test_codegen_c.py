@@ -20,7 +20,8 @@ import pytest
 import minigrad as mg
 from minigrad.errors import ArgumentError
 from minigrad.graph import trace
-from minigrad.graph.codegen import c, cc, cpu
+from minigrad.graph.codegen import c, cc
+from minigrad.graph.codegen import numpy_blocks as cpu
 from minigrad.graph.passes import fuse_elementwise
 from minigrad.graph.trace import run_graph
 from op_table import OPS
@@ -331,7 +332,7 @@ import os, signal, sys
 import numpy as np
 import minigrad as mg
 from minigrad.data import DataLoader, Dataset
-from minigrad.graph.codegen import cpu
+from minigrad.graph.codegen import numpy_blocks as cpu
 
 n = 2 * cpu.PARALLEL_MIN_SIZE  # big enough that the kernel's loop is shared among OpenMP's threads
 f = mg.compile(lambda a: (a * 3).tanh() + a, backend="c")

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 import minigrad as mg
 from minigrad import nn, optim
 from minigrad.graph import CompileWarning, overlap, trace
-from minigrad.graph.codegen import BACKENDS, cpu
+from minigrad.graph.codegen import BACKENDS
+from minigrad.graph.codegen import numpy_blocks as cpu
 from minigrad.graph.executor import Executor
 from helpers import cpu_only, skip_if_kernels_cannot_run, training_step
 from test_trace import _copies_through_an_old_view

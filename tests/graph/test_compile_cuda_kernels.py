@@ -14,7 +14,7 @@ import minigrad as mg
 from minigrad.graph import trace
 from minigrad.graph.passes import fuse_elementwise
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import compile_cuda_kernels as tool  # noqa: E402
 

@@ -69,7 +69,7 @@ def test_views_share_storage_and_copies_do_not():
 def test_storage_of_finds_the_array_that_owns_the_memory(tmp_path):
     from numpy.lib.stride_tricks import as_strided
 
-    from minigrad.allocator import CachingAllocator
+    from minigrad.backend.allocator import CachingAllocator
     from minigrad.backend import storage_of
 
     owner = np.zeros((4, 6))

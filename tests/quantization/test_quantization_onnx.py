@@ -16,7 +16,7 @@ from minigrad.examples.train_digits import make_model  # noqa: E402
 from minigrad.graph import export_onnx  # noqa: E402
 from test_quantization import batch, ptq, small_cnn  # noqa: E402
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def run(path, x, optimize=True):

@@ -14,7 +14,7 @@ import pytest
 
 from minigrad import cuda
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SCRIPT = BENCHMARKS / "gpu_check.sh"
 without_gpu = pytest.mark.skipif(cuda.is_available() or shutil.which("nvidia-smi") is not None,
                                  reason="checks the behaviour on a machine without a GPU")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_jacobian.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_jacobian.py"
 
 
 def test_the_benchmark_runs_and_prints_both_rows():

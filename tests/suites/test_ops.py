@@ -103,7 +103,7 @@ NOT_RUN = {
     "ReduceFromParallel": "as CopyToParallel",
     "GatherFromParallel": "as CopyToParallel",
     "ScatterToParallel": "as CopyToParallel",
-    "Int8Linear": "an int8 inference kernel without gradient (tests/test_quantization.py checks it against float "
+    "Int8Linear": "an int8 inference kernel without gradient (tests/quantization/test_quantization.py checks it against float "
                   "and onnxruntime)",
     "Int8Conv2d": "as Int8Linear",
     "DynamicInt8Linear": "as Int8Linear",

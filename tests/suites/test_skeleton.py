@@ -10,7 +10,7 @@ import pytest
 
 import minigrad
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 REQUIREMENT = re.compile(r"^([A-Za-z0-9_.\-]+)\s*(==|>=)\s*[0-9][0-9A-Za-z.+]*$")
 

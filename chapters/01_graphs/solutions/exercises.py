@@ -297,7 +297,7 @@ print("the traced graph takes the right branch for both signs")
 # `rng.integers`) and put the new input in its place; when the input runs out, emit what is left
 # in random order. It must work on an endless input, reading only as far as it needs.
 
-# %% minigrad={"forbid": ["minigrad.data.pipeline._shuffle"]}
+# %% minigrad={"forbid": ["minigrad.data.input_pipeline._shuffle"]}
 # Exercise 7: A shuffle buffer
 def shuffle_buffer(iterable, buffer_size, rng):
     """Yield the elements of iterable in an order shuffled through a buffer of buffer_size."""

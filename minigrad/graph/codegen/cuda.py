@@ -15,7 +15,7 @@ from typing import Any
 
 from minigrad.backend import cpu, selected
 from minigrad.graph.codegen.program import Dialect, Program, expression, program
-from minigrad.graph.codegen.cpu import NodeForward
+from minigrad.graph.codegen.numpy_blocks import NodeForward
 from minigrad.graph.ir import Graph, GraphError, Node, op_kind
 
 __all__ = ["CudaKernel", "generate", "supports"]
