@@ -37,7 +37,8 @@ import minigrad
 from minigrad import nn
 from minigrad.graph import draw, trace
 from minigrad.graph.passes import (PassManager, default_passes, eliminate_common_subexpressions, eliminate_dead_code,
-                                   fold_constants, fold_conv_bn, simplify)
+                                   fold_constants, simplify)
+from minigrad.nn.fusion import fold_conv_bn
 from minigrad.graph.trace import run_graph
 from minigrad.graph.viz import draw_pair
 

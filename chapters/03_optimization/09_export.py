@@ -47,7 +47,8 @@ import minigrad
 from minigrad import nn, optim
 from minigrad.data import DataLoader, Digits
 from minigrad.graph import draw, export_onnx, trace
-from minigrad.graph.passes import fold_batch_norm, fold_constants, fold_conv_bn
+from minigrad.graph.passes import fold_batch_norm, fold_constants
+from minigrad.nn.fusion import fold_conv_bn
 from minigrad.ops import all_ops
 
 minigrad.manual_seed(0)

@@ -37,6 +37,7 @@ __all__ = ["MODULES", "home_of", "install", "is_stand_in"]
 HOMES: dict[str, str] = {
     "minigrad.nn.modules": "minigrad.nn",
     "minigrad.nn.parallel": "minigrad.distributed",  # DistributedDataParallel
+    "minigrad.nn.utils.fusion": "minigrad.nn.fusion",  # fuse_conv_bn_eval
     "minigrad.ao.quantization": "minigrad.quantization",  # torch.quantization's newer name
     "minigrad.autograd.profiler": "minigrad.profiler",
     "minigrad.multiprocessing": "multiprocessing",  # torch's is the standard library's, plus sharing

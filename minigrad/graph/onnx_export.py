@@ -11,11 +11,12 @@ package is an optional extra, imported only when exporting.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from minigrad import __version__, backend
+from minigrad import backend
 from minigrad.autograd import grad_mode
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.graph.ir import Graph, Node
@@ -24,8 +25,8 @@ from minigrad.graph.passes.rewrite import reaching
 from minigrad.graph.signature import positional_names
 from minigrad.graph.onnx_dynamic import difference, grown_inputs, resolve_dynamic_axes, symbolic_dims
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, TracedFunction, trace
-from minigrad.nn.module import Module
 from minigrad.ops import all_ops
+from minigrad.protocols import ModuleLike, is_module
 from minigrad._tensor import Tensor
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class UnsupportedOperatorError(OnnxExporterError):
     """An op (or a form of one) with no ONNX translation here; the message lists the ops that have one."""
 
 
-def export_onnx(graph_or_module: Module | Graph | TracedFunction | Callable, example_input: Tensor | Sequence[Tensor],
+def export_onnx(graph_or_module: ModuleLike | Graph | TracedFunction | Callable, example_input: Tensor | Sequence[Tensor],
                 path: str | os.PathLike, *, opset: int = 17, input_names: Sequence[str] | None = None,
                 output_names: Sequence[str] | None = None,
                 dynamic_axes: Mapping[str, Mapping[int, str] | Sequence[int]] | None = None) -> onnx.ModelProto:
@@ -103,7 +104,7 @@ def export_onnx(graph_or_module: Module | Graph | TracedFunction | Callable, exa
                                         f"but in the trace it is not {s} (output shape {node.shape})")
         out_info.append(_value_info(onnx, node, name, symbols))
     model = onnx.helper.make_model(b.graph(title, in_info, out_info), producer_name="minigrad",
-                                   opset_imports=[onnx.helper.make_opsetid("", opset)], producer_version=__version__)
+                                   opset_imports=[onnx.helper.make_opsetid("", opset)], producer_version=_version())
     model.ir_version = onnx.helper.find_min_ir_version_for(model.opset_import)  # older runtimes load it too
     onnx.checker.check_model(model, full_check=True)  # full_check also infers and checks every shape
     onnx.save_model(model, os.fspath(path))
@@ -157,6 +158,14 @@ def _import_onnx() -> Any:
     return onnx
 
 
+def _version() -> str:
+    """minigrad's version, from the installed package's metadata (the package itself sits above graph)."""
+    try:
+        return importlib.metadata.version("minigrad")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that pip never installed
+        return "unknown"
+
+
 def _graph_of(obj: Any, inputs: tuple) -> tuple[Graph, dict, list[str], str]:
     """The graph to export, names for its weights (by array id), default input names, a title."""
     if isinstance(obj, TracedFunction):
@@ -167,8 +176,7 @@ def _graph_of(obj: Any, inputs: tuple) -> tuple[Graph, dict, list[str], str]:
     if not callable(obj):
         raise TypeError(f"export_onnx: expected a Module, a Graph, a TracedFunction or a function, "
                         f"got {type(obj).__name__}")
-    is_module = isinstance(obj, Module)
-    was_training = is_module and obj.training
+    was_training = is_module(obj) and obj.training
     if was_training:
         obj.eval()
     try:

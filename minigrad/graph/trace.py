@@ -22,6 +22,7 @@ from minigrad.graph.signature import flatten, positional_names, unflatten
 from minigrad.graph.interpret import ARRAY_ARG, TENSOR_ARG, run_graph, run_node
 from minigrad.graph.ir import SOURCE_OPS, Graph, Node
 from minigrad._tensor import Tensor, _wrap
+from minigrad.protocols import is_parameter
 
 __all__ = ["ARRAY_ARG", "TENSOR_ARG", "TraceError", "TraceWarning", "TracedFunction", "Tracer", "run_graph",
            "run_node", "trace"]
@@ -451,6 +452,4 @@ def _nested_arrays(value: Any) -> list:
 
 
 def _is_parameter(t: Tensor) -> bool:
-    from minigrad.nn.module import Parameter
-
-    return isinstance(t, Parameter)
+    return is_parameter(t)

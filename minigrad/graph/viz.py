@@ -17,6 +17,7 @@ from minigrad.autograd.engine import topological_order
 from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.graph.ir import Graph
 from minigrad._tensor import Tensor
+from minigrad.protocols import is_parameter
 
 try:
     import graphviz
@@ -221,8 +222,4 @@ def _shape(shape: Any) -> str:
 
 
 def _is_parameter(t: Tensor) -> bool:
-    try:
-        from minigrad.nn import Parameter
-    except ImportError:
-        return t.requires_grad and t.grad_fn is None
-    return isinstance(t, Parameter)
+    return is_parameter(t)

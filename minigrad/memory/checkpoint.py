@@ -39,7 +39,7 @@ from minigrad.autograd import engine
 from minigrad.autograd.function import AccumulateGrad
 from minigrad.autograd.grad_mode import is_grad_enabled, no_grad
 from minigrad.backend import cpu
-from minigrad.nn.module import Module
+from minigrad.protocols import ModuleLike, is_module
 from minigrad.memory.recompute import CheckpointFunction, as_outputs, detached
 from minigrad._tensor import Tensor, _wrap
 
@@ -75,7 +75,7 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool = False, pres
     return CheckpointFunction.apply(seg, *inputs, *seg.params)
 
 
-def checkpoint_sequential(functions: Sequence[Callable] | Module, segments: int, input: Tensor,
+def checkpoint_sequential(functions: Sequence[Callable] | ModuleLike, segments: int, input: Tensor,
                           use_reentrant: bool = False, **kwargs: Any) -> Tensor:
     """Run a Sequential (or a list of layers) as ``segments`` pieces, checkpointing each piece but
     the last, as PyTorch does: the last piece's activations are needed at once by backward."""
@@ -95,7 +95,7 @@ def checkpoint_sequential(functions: Sequence[Callable] | Module, segments: int,
     return _Layers(layers[end:])(input)
 
 
-def checkpoint_modules(function: Callable, input: Tensor, modules: Sequence[Module],
+def checkpoint_modules(function: Callable, input: Tensor, modules: Sequence[ModuleLike],
                        preserve_rng_state: bool = True) -> Any:
     """``checkpoint(function, input)`` for a function that reads nothing but its input and the
     parameters and buffers of ``modules`` (a chain of layers, say): those parameters are known, so
@@ -167,8 +167,8 @@ class _Layers:
         return x
 
 
-def _modules_of(function: Callable) -> list[Module]:
+def _modules_of(function: Callable) -> list[ModuleLike]:
     """The modules a checkpointed callable runs, when it says: itself, a bound method's module, or
     a segment's layers."""
     found = function.layers if isinstance(function, _Layers) else [function, getattr(function, "__self__", None)]
-    return [m for m in found if isinstance(m, Module)]
+    return [m for m in found if is_module(m)]

@@ -20,7 +20,7 @@ from minigrad.autograd.engine import topological_order
 from minigrad.autograd.function import SAVED_TENSOR, Function, saved_entries
 from minigrad.backend import Device, storage_of
 from minigrad.memory.tracker import _fmt, saved_arrays, track
-from minigrad.nn.module import Parameter
+from minigrad.protocols import is_parameter
 from minigrad._tensor import Tensor
 
 __all__ = ["LiveGraph", "live_graphs", "memory_per_step", "report"]
@@ -63,7 +63,7 @@ def _graph_bytes(nodes: set[Function]) -> int:
     buffers: dict[int, int] = {}
     for fn in nodes:
         arrays = [a for a, _ in saved_arrays(fn)]
-        arrays += [t.array for kind, t in saved_entries(fn) if kind == SAVED_TENSOR and not isinstance(t, Parameter)]
+        arrays += [t.array for kind, t in saved_entries(fn) if kind == SAVED_TENSOR and not is_parameter(t)]
         for a in map(storage_of, arrays):
             buffers[id(a)] = a.nbytes
     return sum(buffers.values())

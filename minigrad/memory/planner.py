@@ -36,8 +36,7 @@ from minigrad import backend
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.memory.checkpoint import _Layers, checkpoint, checkpoint_modules
 from minigrad.memory.tracker import track
-from minigrad.nn.containers import Sequential
-from minigrad.nn.module import Module
+from minigrad.protocols import ModuleLike, is_module, is_sequential
 from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["LayerCost", "Plan", "kept_peak", "layers_of", "measure", "owned", "plan", "predicted_peak", "solve"]
@@ -75,7 +74,7 @@ class Plan:
                 x = self.layers[piece[1]](x)
             else:
                 segment = _Segment(self.layers, piece[1], piece[2], piece[3])
-                if all(isinstance(layer, Module) for layer in segment.layers):
+                if all(is_module(layer) for layer in segment.layers):
                     x = checkpoint_modules(segment, x, segment.layers)
                 else:
                     x = checkpoint(segment, x)
@@ -109,11 +108,11 @@ class _Segment(_Layers):
         return self.inner(x)
 
 
-def layers_of(model: Sequence[Callable] | Module) -> list[Callable]:
+def layers_of(model: Sequence[Callable] | ModuleLike) -> list[Callable]:
     """The chain's layers: the leaves of nested ``Sequential``s, in order."""
     layers: list[Callable] = []
     for layer in model:
-        layers += layers_of(layer) if isinstance(layer, Sequential) else [layer]
+        layers += layers_of(layer) if is_sequential(layer) else [layer]
     return layers
 
 
@@ -160,7 +159,7 @@ def owned(costs: Sequence[LayerCost], k: int, held: bool) -> int:
     return costs[k].kept - (costs[k].input_kept if held else 0) - shared
 
 
-def plan(model: Sequence[Callable] | Module, x: Tensor, budget: int | float,
+def plan(model: Sequence[Callable] | ModuleLike, x: Tensor, budget: int | float,
          costs: Sequence[LayerCost] | None = None) -> Plan:
     """The cheapest plan for running ``model`` (a Sequential or a list of layers) on inputs like
     ``x`` with its activations' peak within ``budget``: bytes when an int, a fraction of the

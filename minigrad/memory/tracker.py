@@ -19,7 +19,7 @@ from minigrad.autograd.function import SAVED_ARRAY, SAVED_OUTPUT, Function, save
 from minigrad.autograd.mode import Mode, in_forward, recomputation  # recomputation: re-exported
 from minigrad.backend import Device
 from minigrad.errors import DeviceError
-from minigrad.nn.module import Parameter
+from minigrad.protocols import is_parameter
 from minigrad._tensor import Tensor
 
 __all__ = ["LiveTensor", "MemoryTracker", "recomputation", "snapshot", "summary", "track"]
@@ -207,7 +207,7 @@ def _live_arrays() -> Iterator[tuple[Any, tuple[int, str]]]:
             if obj.grad_fn is not None:
                 yield obj.array, (0, obj.grad_fn.name())
             else:
-                yield obj.array, (3, "Parameter") if isinstance(obj, Parameter) else (4, "leaf")
+                yield obj.array, (3, "Parameter") if is_parameter(obj) else (4, "leaf")
             if obj.grad is not None:
                 yield obj.grad.array, (2, "grad")
         elif issubclass(type(obj), Function):

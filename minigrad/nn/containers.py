@@ -21,6 +21,8 @@ class Sequential(Module):
     Also accepts one ``OrderedDict`` of named layers.
     """
 
+    runs_layers_in_order = True  # the memory planner may cut it into segments (minigrad.protocols.is_sequential)
+
     def __init__(self, *args: Module) -> None:
         super().__init__()
         if len(args) == 1 and isinstance(args[0], OrderedDict):

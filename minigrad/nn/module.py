@@ -31,6 +31,7 @@ class Parameter(Tensor):
     """
 
     __slots__ = ()
+    _is_param = True  # torch's marker; the layers below nn ask it (minigrad.protocols.is_parameter)
 
     def __init__(self, data: Tensor | Any = None, requires_grad: bool = True) -> None:
         if data is None:

@@ -1,7 +1,7 @@
 """Module fusion before quantizing: Conv+BN(+ReLU) and Linear(+ReLU) become one layer (chapter 03).
 
 A quantized model rounds every value that leaves a layer, so each layer boundary costs accuracy
-and a pass over memory. Folding BatchNorm into the convolution before it (``fold_bn.py``'s
+and a pass over memory. Folding BatchNorm into the convolution before it (``nn/fusion.py``'s
 ``fuse_conv_bn_eval``: the same conv with scaled filters and a new bias) removes one rounding;
 keeping ReLU with its layer lets the int8 kernel clamp at the output's zero point instead of
 writing negatives it would then discard. ``fuse_modules`` takes PyTorch's lists of module names,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Sequence
 
-from minigrad.graph.passes.fold_bn import fuse_conv_bn_eval, fuse_linear_bn_eval
+from minigrad.nn.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
 from minigrad.nn import BatchNorm1d, BatchNorm2d, Conv2d, Identity, Linear, Module, ReLU, Sequential
 
 __all__ = ["ConvReLU2d", "LinearReLU", "fuse_modules"]

@@ -14,7 +14,8 @@ import minigrad as mg
 from minigrad import nn, optim
 from minigrad.graph import Graph, trace
 from minigrad.graph.passes import (PassManager, default_passes, eliminate_common_subexpressions, eliminate_dead_code,
-                                   fold_batch_norm, fold_constants, fold_conv_bn, fuse_conv_bn_eval, simplify)
+                                   fold_batch_norm, fold_constants, simplify)
+from minigrad.nn.fusion import fold_conv_bn, fuse_conv_bn_eval
 from minigrad.graph.trace import TENSOR_ARG, run_graph
 from minigrad.ops.elementwise import Cast, Exp, Log, Mul, Op
 from helpers import to_numpy, training_step

@@ -5,84 +5,27 @@ In evaluation mode BatchNorm is an affine map per channel, ``y * s + t`` with
 output ``y = W * x + b`` it gives ``(W * s) * x + (b * s + t)``: the same conv with each output
 channel's filter scaled by ``s`` and a new bias. Folding removes a whole pass over the activations.
 
-Two forms, as torch.fx's fuser has: ``fold_conv_bn(module)`` rewrites the layers of a model in
-eval mode (Conv2d + BatchNorm2d, Linear + BatchNorm1d in ``Sequential``s), and
-``fold_batch_norm(graph)`` finds the pattern in a traced graph, where BatchNorm is the ops
-``Mul(conv, scale)`` then ``Add(., shift)``, known by what their classes declare (``affine``); run
+Two forms, as torch.fx's fuser has: ``minigrad.nn.fusion.fold_conv_bn(module)`` rewrites the
+layers of a model in eval mode (Conv2d + BatchNorm2d, Linear + BatchNorm1d in ``Sequential``s)
+with ``fold_weights``, and ``fold_batch_norm(graph)`` here finds the pattern in a traced graph,
+where BatchNorm is the ops ``Mul(conv, scale)`` then ``Add(., shift)``, known by what their classes declare (``affine``); run
 ``fold_constants(graph, freeze=True)`` first so the weights, scale and shift are constants. The new
 weights are computed in float64.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from minigrad.backend import device_of
 from minigrad.graph.ir import Graph, Node
 from minigrad.graph.passes.rewrite import DROP, Rewriter, rewrite
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
-from minigrad.nn import BatchNorm1d, BatchNorm2d, Conv2d, Identity, Linear, Module, Sequential
-from minigrad.nn.module import Parameter
-from minigrad._tensor import Tensor
 
-__all__ = ["fold_batch_norm", "fold_conv_bn", "fuse_conv_bn_eval", "fuse_linear_bn_eval"]
+__all__ = ["fold_batch_norm", "fold_weights"]
 
 
-# -- modules ----------------------------------------------------------------------------------------
-def fold_conv_bn(module: Module) -> Module:
-    """A copy of ``module`` (in eval mode) in which every Conv2d followed by a BatchNorm2d, and every
-    Linear followed by a BatchNorm1d, inside a ``Sequential``, is one layer; the BatchNorm becomes
-    ``Identity``. BatchNorms without running statistics normalise with the batch's and stay."""
-    if module.training:
-        raise ValueError("fold_conv_bn: the module is in training mode, where BatchNorm uses batch statistics; "
-                         "call .eval() first")
-    folded = copy.deepcopy(module)
-    for m in folded.modules():
-        if isinstance(m, Sequential):
-            names = list(m._modules)
-            for a, b in zip(names, names[1:]):
-                layer, bn = m._modules[a], m._modules[b]
-                if getattr(bn, "training", True) or getattr(bn, "running_mean", None) is None:
-                    continue
-                # written into _modules directly: assigning an existing name would move it to the end
-                if isinstance(layer, Conv2d) and type(bn) is BatchNorm2d:
-                    m._modules[a], m._modules[b] = fuse_conv_bn_eval(layer, bn), Identity()
-                elif isinstance(layer, Linear) and type(bn) is BatchNorm1d:
-                    m._modules[a], m._modules[b] = fuse_linear_bn_eval(layer, bn), Identity()
-    return folded
-
-
-def fuse_conv_bn_eval(conv: Conv2d, bn: BatchNorm2d) -> Conv2d:
-    """A new Conv2d equal to ``bn(conv(x))`` with ``bn`` in eval mode."""
-    return _fused_layer(conv, bn)
-
-
-def fuse_linear_bn_eval(linear: Linear, bn: BatchNorm1d) -> Linear:
-    """A new Linear equal to ``bn(linear(x))`` for inputs (N, in_features), with ``bn`` in eval mode."""
-    return _fused_layer(linear, bn)
-
-
-def _fused_layer(layer: Module, bn: Module) -> Module:
-    xp = layer.weight.device.xp
-    var, mean = bn.running_var.array.astype("float64"), bn.running_mean.array.astype("float64")
-    scale = 1.0 / xp.sqrt(var + bn.eps)
-    if bn.weight is not None:
-        scale = scale * bn.weight.array
-    shift = -mean * scale + (bn.bias.array if bn.bias is not None else 0.0)
-    w = layer.weight.array
-    b = layer.bias.array if layer.bias is not None else None
-    new_w, new_b = _folded(w, b, scale, shift)
-    fused = copy.deepcopy(layer)
-    fused.weight.array = new_w
-    if fused.bias is None:
-        fused.bias = Parameter(Tensor(new_b, device=layer.weight.device), layer.weight.requires_grad)
-    else:
-        fused.bias.array = new_b
-    return fused
-
-
-def _folded(w: Any, b: Any, scale: Any, shift: Any) -> tuple[Any, Any]:
+def fold_weights(w: Any, b: Any, scale: Any, shift: Any) -> tuple[Any, Any]:
     """``(w * scale, b * scale + shift)`` per output channel (dim 0 of w), in float64, cast to w's dtype."""
     s = scale.reshape((-1,) + (1,) * (w.ndim - 1))
     new_w = (w.astype("float64") * s).astype(w.dtype)
@@ -90,7 +33,6 @@ def _folded(w: Any, b: Any, scale: Any, shift: Any) -> tuple[Any, Any]:
     return new_w, new_b.astype(w.dtype)
 
 
-# -- graphs -----------------------------------------------------------------------------------------
 def fold_batch_norm(graph: Graph) -> Graph:
     """A new graph in which ``Conv2d``/``Linear`` followed by a per-channel scale (and shift) by
     constants, such as ``Mul`` (and ``Add`` or ``Sub``), is one ``Conv2d``/``Linear`` with folded
@@ -183,7 +125,7 @@ def _fold(last: Node, layer: Node, scale: Any, shift: Any, rw: Rewriter) -> Node
     w_node = layer.inputs[1]
     w = w_node.attrs["value"]
     b = layer.inputs[2].attrs["value"] if len(layer.inputs) > 2 else None
-    new_w, new_b = _folded(w, b, scale, shift if shift is not None else scale * 0.0)
+    new_w, new_b = fold_weights(w, b, scale, shift if shift is not None else scale * 0.0)
     attrs = {k: v for k, v in layer.attrs.items() if k != "b"}
     args = tuple(TENSOR_ARG if k == "b" else k for k in layer.meta["args"])
     meta = dict(layer.meta, args=args, needs_input_grad=(False,) * len(args))
