@@ -10,7 +10,7 @@ minigrad's kernels use. (b) bench_train's MLP 784-512-512-10 training step (batc
 momentum) and the same MLP with GELU, tanh and sigmoid activations, compiled vs eager; target:
 compiled >= 1.2x faster. (c) Peak memory of the chain: eager, and the executor (each buffer freed after
 its last use) on the unfused and on the fused graph, beside what keeping every value would take.
-``--sweep`` times the compiled chain for block sizes and thread counts (``codegen/cpu.py`` took its
+``--sweep`` times the compiled chain for block sizes and thread counts (``codegen/numpy_blocks.py`` took its
 defaults from it); ``--profile`` shows where the compiled ReLU step's time goes, node by node
 (``Executor.run(time_nodes=True)``), and which products the executor overlaps with the rest of the
 step on a second thread (``minigrad.graph.overlap``). ``python benchmarks/bench_fusion.py [--repeats R] [--steps N]
@@ -36,7 +36,7 @@ import minigrad
 from bench_train import make_step, mlp
 from minigrad.graph import trace
 from minigrad.graph.codegen import cc
-from minigrad.graph.codegen import numpy_blocks as cpu
+from minigrad.graph.codegen import numpy_blocks
 from minigrad.graph.executor import Executor
 from minigrad.graph.ir import op_kind
 from minigrad.graph.passes import eliminate_dead_code, fuse_elementwise
@@ -72,7 +72,7 @@ def chain_contenders(arrays) -> dict:
     runs = {"minigrad": lambda: minigrad_chain(*x), "compiled": lambda: compiled(*x),
             "compiled-numpy": lambda: blocked(*x)}
     if torch is not None:
-        torch.set_num_threads(cpu.NUM_THREADS)
+        torch.set_num_threads(numpy_blocks.NUM_THREADS)
         t = [torch.from_numpy(a) for a in arrays]
         start = time.perf_counter()
         inductor = torch.compile(torch_chain)
@@ -162,18 +162,18 @@ def sweep(arrays, repeats: int) -> str:
     x = [minigrad.tensor(a) for a in arrays]
     compiled = minigrad.compile(minigrad_chain, backend="numpy")
     compiled(*x)
-    saved = cpu.BLOCK_SIZE, cpu.NUM_THREADS
+    saved = numpy_blocks.BLOCK_SIZE, numpy_blocks.NUM_THREADS
     sizes = (32768, 65536, 131072, 262144, 524288, 1048576)
 
     def config(block: int, threads: int):
         def run():
-            cpu.BLOCK_SIZE, cpu.NUM_THREADS = block, threads
+            numpy_blocks.BLOCK_SIZE, numpy_blocks.NUM_THREADS = block, threads
             compiled(*x)
         return run
 
     runs = {(b, t): config(b, t) for t in (1, 2) for b in sizes}
     samples = [interleaved(runs, 1, 1) for _ in range(repeats)]  # one interleaved round each
-    cpu.BLOCK_SIZE, cpu.NUM_THREADS = saved
+    numpy_blocks.BLOCK_SIZE, numpy_blocks.NUM_THREADS = saved
     lines = [f"{'block (elements)':22}" + "".join(f"{b:>9}" for b in sizes)]
     for stat in (min, statistics.median):
         for t in (1, 2):
@@ -234,7 +234,7 @@ def main() -> None:
     print(f"bench_fusion on {conditions()}")
     flags = " ".join(f for f in cc.FLAGS if f not in ("-fPIC", "-shared"))
     print(f"kernels: C ({flags}, {os.environ.get('OMP_NUM_THREADS', 'all')} OpenMP threads); "
-          f"numpy blocks of {cpu.BLOCK_SIZE} elements on {cpu.NUM_THREADS} thread(s); "
+          f"numpy blocks of {numpy_blocks.BLOCK_SIZE} elements on {numpy_blocks.NUM_THREADS} thread(s); "
           f"median of {args.repeats} interleaved repeats x {args.steps} calls")
     print()
     runs = chain_contenders(arrays)

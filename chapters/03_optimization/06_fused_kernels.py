@@ -40,7 +40,7 @@ import minigrad
 from minigrad import memory, nn
 from minigrad.graph import Executor, trace
 from minigrad.graph.codegen import c, cc, cuda
-from minigrad.graph.codegen import numpy_blocks as cpu
+from minigrad.graph.codegen import numpy_blocks
 from minigrad.graph.passes import eliminate_dead_code, fuse_elementwise, fusion_groups
 from minigrad.graph.viz import draw_pair
 
@@ -155,13 +155,13 @@ gate_graph = fuse_elementwise(trace(gelu_gate, *small).graph)
 print(c.generate(gate).source)
 
 # %% [markdown]
-# **Blocked numpy** (`codegen/cpu.py`, the fallback where no C compiler is found): generated
+# **Blocked numpy** (`codegen/numpy_blocks.py`, the fallback where no C compiler is found): generated
 # Python whose `block` applies the group's ufuncs with `out=` into a few scratch buffers, over the
-# output a block of about `cpu.BLOCK_SIZE` elements at a time, so a block's intermediates stay in
+# output a block of about `numpy_blocks.BLOCK_SIZE` elements at a time, so a block's intermediates stay in
 # the caches. Still one numpy call per op and block, each giving up and retaking the GIL.
 
 # %%
-print(cpu.generate(gate).source)
+print(numpy_blocks.generate(gate).source)
 
 # %% [markdown]
 # **CUDA** (`codegen/cuda.py`): one `cupy.ElementwiseKernel`, each GPU thread carrying one element

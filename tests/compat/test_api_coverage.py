@@ -1,4 +1,4 @@
-"""The usage-weighted coverage figure (issue 31): ``tools/api_coverage.py`` counts the torch API
+"""The usage-weighted coverage figure: ``tools/api_coverage.py`` counts the torch API
 call sites of the ported programs with an AST walk and resolves each in minigrad; the figure in
 ``docs/pytorch_compat.md`` must be the one it computes, and the walk must count what it says."""
 

@@ -1,4 +1,4 @@
-"""PyTorch programs run unchanged (issue 15): the names they reach for exist and behave as torch's.
+"""PyTorch programs run unchanged: the names they reach for exist and behave as torch's.
 
 The ops with gradients (tril, triu, masked_fill, topk, norm) have rows in ``op_table.py``; this
 module checks the rest: random streams, typed constructors, ``Size`` and formatting, grad modes,

@@ -2,7 +2,7 @@
 
 An instructor notebook of small exercises (one forbids the library function it re-implements, each
 has a hidden check) is graded against a student notebook in which each exercise is one cheat:
-the ways issue 27 lists (stubbing the grader, an ``==`` that is always true, a fresh copy of the
+the ways a student could game a grader (stubbing the grader, an ``==`` that is always true, a fresh copy of the
 module that holds the reference, reading the solutions or the hidden checks from disk, writing
 outside the scratch folder, forging results on the pipe and dying, replacing the machinery that
 runs the next cells, 2 GiB in one cell, 4 GiB printed, ``os._exit``, a hang, a fork bomb) and a

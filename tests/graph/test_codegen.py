@@ -12,7 +12,7 @@ import minigrad as mg
 from minigrad import nn
 from minigrad.graph import trace
 from minigrad.graph.codegen import cuda, program
-from minigrad.graph.codegen import numpy_blocks as cpu
+from minigrad.graph.codegen import numpy_blocks
 from minigrad.graph.ir import GraphError
 from minigrad.graph.passes import fuse_elementwise
 from minigrad.graph.trace import run_graph
@@ -29,9 +29,9 @@ def on_cpu():
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of 8 elements on two threads: small tensors then take the many-block path."""
-    monkeypatch.setattr(cpu, "BLOCK_SIZE", 8)
-    monkeypatch.setattr(cpu, "NUM_THREADS", 2)
-    monkeypatch.setattr(cpu, "PARALLEL_MIN_SIZE", 0)
+    monkeypatch.setattr(numpy_blocks, "BLOCK_SIZE", 8)
+    monkeypatch.setattr(numpy_blocks, "NUM_THREADS", 2)
+    monkeypatch.setattr(numpy_blocks, "PARALLEL_MIN_SIZE", 0)
 
 
 def fused(fn, *inputs):
@@ -61,8 +61,8 @@ def mixed(x, row, col, s):
 
 def test_strided_reversed_and_broadcast_inputs(small_blocks, monkeypatch):
     shares = []
-    parallel = cpu._parallel
-    monkeypatch.setattr(cpu, "_parallel", lambda work, blocks, size: shares.append(len(blocks)) or parallel(work, blocks, size))
+    parallel = numpy_blocks._parallel
+    monkeypatch.setattr(numpy_blocks, "_parallel", lambda work, blocks, size: shares.append(len(blocks)) or parallel(work, blocks, size))
     base = mg.randn(9, 14, dtype=mg.float64)
     x = base.T[::2]  # (7, 9), neither row- nor column-contiguous
     row = mg.randn(7, 1, dtype=mg.float64)
@@ -82,13 +82,13 @@ def test_every_shape_blocks_alike(small_blocks, shape):
 
 def test_contiguous_operands_collapse_to_flat_blocks():
     a = np.zeros((4, 5, 6))
-    shape, views = cpu._collapse(a.shape, [a, np.broadcast_to(np.float64(1), a.shape)])
+    shape, views = numpy_blocks._collapse(a.shape, [a, np.broadcast_to(np.float64(1), a.shape)])
     assert shape == (120,) and views[0].shape == (120,)
     row = np.broadcast_to(np.zeros((4, 1, 1)), a.shape)  # a per-row operand keeps rows apart
-    assert cpu._collapse(a.shape, [a, row])[0] == (4, 30)
-    blocks = cpu._blocks((4, 30), 8)
+    assert numpy_blocks._collapse(a.shape, [a, row])[0] == (4, 30)
+    blocks = numpy_blocks._blocks((4, 30), 8)
     assert sum(n for _, n, _ in blocks) == 120 and max(n for _, n, _ in blocks) <= 8
-    assert cpu._blocks((), 8) == [(Ellipsis, 1, ())]
+    assert numpy_blocks._blocks((), 8) == [(Ellipsis, 1, ())]
 
 
 def test_dtypes_bools_casts_and_integers(small_blocks):
@@ -154,8 +154,8 @@ def test_matmul_epilogue_writes_over_the_product(small_blocks):
         (node,) = check(lambda x: mg.sigmoid(lin(x)), mg.randn(3, 4, 6, dtype=mg.float64))
     assert "out = empty(" in node.fn.source
     m = np.ones((3, 4))
-    assert cpu.reuse_or_empty(m, (np.ones(2),), (3, 4), "float64") is m
-    assert cpu.reuse_or_empty(m, (m[0],), (3, 4), "float64") is not m  # shares memory with an input
+    assert numpy_blocks.reuse_or_empty(m, (np.ones(2),), (3, 4), "float64") is m
+    assert numpy_blocks.reuse_or_empty(m, (m[0],), (3, 4), "float64") is not m  # shares memory with an input
 
 
 def test_block_functions_allocate_nothing_and_reuse_dead_buffers():

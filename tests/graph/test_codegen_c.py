@@ -21,7 +21,7 @@ import minigrad as mg
 from minigrad.errors import ArgumentError
 from minigrad.graph import trace
 from minigrad.graph.codegen import c, cc
-from minigrad.graph.codegen import numpy_blocks as cpu
+from minigrad.graph.codegen import numpy_blocks
 from minigrad.graph.passes import fuse_elementwise
 from minigrad.graph.trace import run_graph
 from op_table import OPS
@@ -332,9 +332,9 @@ import os, signal, sys
 import numpy as np
 import minigrad as mg
 from minigrad.data import DataLoader, Dataset
-from minigrad.graph.codegen import numpy_blocks as cpu
+from minigrad.graph.codegen import numpy_blocks
 
-n = 2 * cpu.PARALLEL_MIN_SIZE  # big enough that the kernel's loop is shared among OpenMP's threads
+n = 2 * numpy_blocks.PARALLEL_MIN_SIZE  # big enough that the kernel's loop is shared among OpenMP's threads
 f = mg.compile(lambda a: (a * 3).tanh() + a, backend="c")
 x = mg.randn(n)
 with mg.no_grad():
@@ -404,13 +404,13 @@ def test_without_a_working_compiler_the_numpy_kernel_runs_after_one_warning(tmp_
     np.testing.assert_allclose(got.numpy(), np.tanh(x.numpy() * 3) + x.numpy(), rtol=1e-6)
     (graph,) = compiled.graphs.values()
     kernel = next(n.fn for n in graph if n.op == "fused")
-    assert isinstance(kernel, c.CKernel) and isinstance(kernel.fallback, cpu.CpuKernel)
+    assert isinstance(kernel, c.CKernel) and isinstance(kernel.fallback, numpy_blocks.CpuKernel)
 
 
 def test_the_backend_is_chosen_by_argument_or_environment(monkeypatch):
     f = lambda a: (a * 3).tanh() + a  # noqa: E731
     with mg.no_grad():
-        for backend, kind in (("c", c.CKernel), ("numpy", cpu.CpuKernel)):
+        for backend, kind in (("c", c.CKernel), ("numpy", numpy_blocks.CpuKernel)):
             compiled = mg.compile(f, backend=backend)
             compiled(mg.randn(4, 4))
             assert isinstance(next(n.fn for n in next(iter(compiled.graphs.values())) if n.op == "fused"), kind)
@@ -426,7 +426,7 @@ def test_the_backend_is_chosen_by_argument_or_environment(monkeypatch):
 def test_groups_c_does_not_write_keep_the_numpy_kernel(fn, x):
     graph = trace(fn, x).graph
     (node,) = [n for n in fuse_elementwise(graph, backend="c") if n.op == "fused"]
-    assert isinstance(node.fn, cpu.CpuKernel)
+    assert isinstance(node.fn, numpy_blocks.CpuKernel)
     np.testing.assert_array_equal(run_graph(fuse_elementwise(graph, backend="c"), [x])[0], run_graph(graph, [x])[0])
 
 

@@ -16,7 +16,7 @@ import minigrad as mg
 from minigrad import nn, optim
 from minigrad.graph import CompileWarning, overlap, trace
 from minigrad.graph.codegen import BACKENDS
-from minigrad.graph.codegen import numpy_blocks as cpu
+from minigrad.graph.codegen import numpy_blocks
 from minigrad.graph.executor import Executor
 from helpers import cpu_only, skip_if_kernels_cannot_run, training_step
 from test_trace import _copies_through_an_old_view
@@ -24,12 +24,12 @@ from test_trace import _copies_through_an_old_view
 
 @contextlib.contextmanager
 def small_blocks():
-    saved = cpu.BLOCK_SIZE, cpu.NUM_THREADS, cpu.PARALLEL_MIN_SIZE
-    cpu.BLOCK_SIZE, cpu.NUM_THREADS, cpu.PARALLEL_MIN_SIZE = 8, 2, 0
+    saved = numpy_blocks.BLOCK_SIZE, numpy_blocks.NUM_THREADS, numpy_blocks.PARALLEL_MIN_SIZE
+    numpy_blocks.BLOCK_SIZE, numpy_blocks.NUM_THREADS, numpy_blocks.PARALLEL_MIN_SIZE = 8, 2, 0
     try:
         yield
     finally:
-        cpu.BLOCK_SIZE, cpu.NUM_THREADS, cpu.PARALLEL_MIN_SIZE = saved
+        numpy_blocks.BLOCK_SIZE, numpy_blocks.NUM_THREADS, numpy_blocks.PARALLEL_MIN_SIZE = saved
 
 
 def assert_close(a, b, rtol=1e-5, atol=1e-6):

@@ -1,6 +1,6 @@
 """RNN, GRU, RNNCell and GRUCell (minigrad.nn.recurrent): gradients checked in float64, torch's
 parameter names and shapes, outputs and gradients equal to torch's with the weights copied over,
-and errors that name what was expected (issue 31: word_language_model's RNN_TANH and GRU models)."""
+and errors that name what was expected (the RNN_TANH and GRU models of PyTorch's word_language_model run)."""
 
 import numpy as np
 import pytest

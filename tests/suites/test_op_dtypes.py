@@ -1,5 +1,6 @@
-"""The op cases a reliability pass found leaking numpy errors or giving results other than
-PyTorch's (issue 16), one row each; ``test_fuzz_ops.py`` looks for more of them."""
+"""Ops on the inputs where numpy's own behaviour differs from PyTorch's (integer and bool dtypes,
+empty and 0-d tensors, out-of-range values): each gives PyTorch's result or a minigrad error that
+names the op, never a numpy error, one case per row; ``test_fuzz_ops.py`` looks for more of them."""
 
 from __future__ import annotations
 

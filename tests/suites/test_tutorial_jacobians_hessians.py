@@ -1,5 +1,5 @@
 """PyTorch's tutorial "Jacobians, Hessians, hvp, vhp, and more: composing function transforms",
-walked through with minigrad in place of torch (issue 15).
+walked through with minigrad in place of torch: each step gives the tutorial's results.
 
 Source: pytorch/tutorials, intermediate_source/jacobians_hessians.py. Each step below makes the
 tutorial's calls in its order, with ``torch`` bound to minigrad and ``F`` to minigrad.nn.functional.

@@ -5,7 +5,7 @@ a small ``Graph`` of its own: placeholders for the values it reads, its member n
 ``program(group)`` (``codegen.program``) reads such a sub-graph as a recipe (an optional matmul computed first, the
 elementwise ops in order, an optional reduction at the end) and ``generate(group)`` turns the recipe
 into a kernel for the group's device: on the CPU one C function compiled by the system compiler
-(``codegen.c``, ``backend="c"``) or a blocked numpy function (``codegen.cpu``, ``backend="numpy"``,
+(``codegen.c``, ``backend="c"``) or a blocked numpy function (``codegen.numpy_blocks``, ``backend="numpy"``,
 also what runs where C cannot), on a GPU a ``cupy.ElementwiseKernel`` or ``ReductionKernel``
 (``codegen.cuda``). Every kernel is called with the group's input arrays, returns its output array,
 and shows its code in ``.source``. The generators write each op as its class declares (``c``,
@@ -19,7 +19,7 @@ from typing import Any
 
 from minigrad.errors import ArgumentError
 from minigrad.graph.codegen import c, cuda
-from minigrad.graph.codegen import numpy_blocks as cpu
+from minigrad.graph.codegen import numpy_blocks
 from minigrad.graph.codegen.program import Program, is_anchor, program, reduces_rows, row_compatible
 from minigrad.graph.ir import Graph, Node
 
@@ -58,7 +58,7 @@ def generate(group: Graph, backend: str = "numpy") -> Any:
     On the CPU ``backend`` chooses compiled C or blocked numpy (``BACKENDS``)."""
     if _device_type(group.outputs[0]) == "cuda":
         return cuda.generate(group)
-    return c.generate(group) if check_backend(backend) == "c" else cpu.generate(group)
+    return c.generate(group) if check_backend(backend) == "c" else numpy_blocks.generate(group)
 
 
 def _device_type(node: Node) -> str:
