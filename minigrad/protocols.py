@@ -16,7 +16,8 @@ __all__ = ["ModuleLike", "is_module", "is_parameter", "is_sequential"]
 
 @runtime_checkable
 class ModuleLike(Protocol):
-    """A model: it has a training flag, switches modes, and lists its submodules and parameters."""
+    """A model: it has a training flag, switches modes, runs ``forward``, and lists its submodules,
+    parameters and buffers."""
 
     training: bool
 
@@ -27,6 +28,10 @@ class ModuleLike(Protocol):
     def modules(self) -> Iterator[Any]: ...
 
     def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Any]]: ...
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Any]]: ...
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def is_module(obj: Any) -> bool:

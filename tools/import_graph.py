@@ -210,21 +210,23 @@ def state_violations(root: Path) -> list[str]:
 
 
 def dot(edges: dict[str, set[str]]) -> str:
-    """The layer picture in Graphviz's language: one box per layer, bottom layer at the bottom,
-    holding its top-level packages and modules, and an arrow for each pair of layers that import."""
-    groups: dict[int, set[str]] = {i: set() for i in range(len(LAYERS))}
+    """The layer picture in Graphviz's language: one box per layer, the bottom layer at the bottom,
+    naming its packages and top-level modules (with the modules of ``backend`` and ``compat``), and
+    an arrow from each layer to the one below, which it builds on."""
+    groups: dict[int, dict[str, set[str]]] = {i: {} for i in range(len(LAYERS))}
     for module in edges:
         parts = module.split(".")
-        shown = ".".join(parts[:3]) if parts[:2] == ["minigrad", "compat"] else ".".join(parts[:2])
-        groups[layer_of(module)].add(shown.replace("minigrad.", "", 1) if shown != "minigrad" else "__init__")
-    uses = {(layer_of(a), layer_of(b)) for a in edges for b in edges[a] if layer_of(a) != layer_of(b)}
+        top = parts[1] if len(parts) > 1 else "__init__"
+        children = groups[layer_of(module)].setdefault(top, set())
+        if top in ("backend", "compat") and len(parts) > 2:
+            children.add(parts[2])
     lines = ["digraph layers {", '  rankdir=BT; node [shape=box, fontname="Helvetica", fontsize=11];',
              '  edge [color="#888888"];']
     for i, (title, _) in enumerate(LAYERS):
-        names = sorted(groups[i])
+        names = [f"{top} ({', '.join(sorted(kids))})" if kids else top for top, kids in sorted(groups[i].items())]
         rows = "\\n".join(", ".join(names[j:j + 4]) for j in range(0, len(names), 4))
         lines.append(f'  L{i} [label="{i}. {title}\\n{rows}"];')
-    lines += [f"  L{a} -> L{b};" for a, b in sorted(uses) if b == a - 1 or (a, b) == (len(LAYERS) - 1, 0)]
+    lines += [f"  L{i} -> L{i - 1};" for i in range(len(LAYERS) - 1, 0, -1)]
     lines.append("}")
     return "\n".join(lines) + "\n"
 

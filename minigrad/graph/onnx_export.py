@@ -176,7 +176,8 @@ def _graph_of(obj: Any, inputs: tuple) -> tuple[Graph, dict, list[str], str]:
     if not callable(obj):
         raise TypeError(f"export_onnx: expected a Module, a Graph, a TracedFunction or a function, "
                         f"got {type(obj).__name__}")
-    was_training = is_module(obj) and obj.training
+    a_module = is_module(obj)
+    was_training = a_module and obj.training
     if was_training:
         obj.eval()
     try:
@@ -191,10 +192,10 @@ def _graph_of(obj: Any, inputs: tuple) -> tuple[Graph, dict, list[str], str]:
                                     "the input; the exported graph would hold the example input's values as a "
                                     "constant. Compute with tensor ops instead")
     graph = traced.graph
-    weights = chain(obj.named_parameters(), obj.named_buffers()) if is_module else ()
+    weights = chain(obj.named_parameters(), obj.named_buffers()) if a_module else ()
     names = {id(t.array): name for name, t in weights}
-    fn = obj.forward if is_module else obj
-    title = type(obj).__name__ if is_module else getattr(obj, "__name__", "fn")
+    fn = obj.forward if a_module else obj
+    title = type(obj).__name__ if a_module else getattr(obj, "__name__", "fn")
     return graph, names, list(positional_names(fn, len(inputs), 0, "input")), title
 
 

@@ -1,6 +1,6 @@
 """C kernels for fused groups: one C loop per group, compiled by the system compiler (chapter 03).
 
-The blocked numpy kernel (``codegen.cpu``) still pays numpy's cost per call: a dozen ufunc calls
+The blocked numpy kernel (``codegen.numpy_blocks``) still pays numpy's cost per call: a dozen ufunc calls
 per block, each giving up and retaking the GIL. Written as one C loop, each element goes through
 the whole chain in registers, the compiler vectorises the loop (``tanhf`` and ``expf`` through
 glibc's vector math library) and OpenMP shares it among the cores:
