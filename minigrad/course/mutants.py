@@ -354,9 +354,9 @@ MUTANTS: list[Mutant] = [
 ]
 
 # The tests that exercise each region (pytest node ids, each inside its chapter's CHAPTER_TESTS files).
-_PIPE, _PASSES, _AMP, _CKPT, _DIST, _FUSION = ("tests/data/test_input_pipeline.py", "tests/graph/test_passes.py", "tests/test_amp.py",
-                                               "tests/memory/test_checkpoint.py", "tests/distributed/test_distributed.py",
-                                               "tests/graph/test_fusion.py")
+_PIPE, _PASSES, _AMP, _CKPT, _DIST, _FUSION = ("tests/data/test_input_pipeline.py", "tests/graph/test_passes.py",
+                                               "tests/test_amp.py", "tests/memory/test_checkpoint.py",
+                                               "tests/distributed/test_distributed.py", "tests/graph/test_fusion.py")
 REGION_TESTS: dict[str, list[str]] = {
     "chapter 01: topological order": [f"{T1}::TestTopologicalOrder"],
     "chapter 01: Function.apply records the in-edges": [f"{T1}::TestApplyEdges"],

@@ -47,11 +47,11 @@ _END = re.compile(r"^\s*### END SOLUTION\s*$")
 # The tests that check each chapter's regions (run with chapters 1..k written, later ones empty).
 CHAPTER_TESTS: dict[int, list[str]] = {
     1: ["tests/course/test_chapter01.py", "tests/data/test_input_pipeline.py", "tests/graph/test_graph_ir.py"],
-    2: ["tests/course/test_chapter02.py", "tests/autograd/test_engine.py", "tests/ops/test_broadcasting.py", "tests/autograd/test_gradcheck.py",
-        "tests/optim/test_optim.py", "tests/nn/test_nn_module.py", "tests/ops/test_softmax.py", "tests/test_serialization.py",
-        "tests/data/test_dataloader.py"],
-    3: ["tests/course/test_chapter03.py", "tests/graph/test_passes.py", "tests/graph/test_fusion.py", "tests/memory/test_checkpoint.py",
-        "tests/test_amp.py", "tests/memory/test_memory.py"],
+    2: ["tests/course/test_chapter02.py", "tests/autograd/test_engine.py", "tests/ops/test_broadcasting.py",
+        "tests/autograd/test_gradcheck.py", "tests/optim/test_optim.py", "tests/nn/test_nn_module.py",
+        "tests/ops/test_softmax.py", "tests/test_serialization.py", "tests/data/test_dataloader.py"],
+    3: ["tests/course/test_chapter03.py", "tests/graph/test_passes.py", "tests/graph/test_fusion.py",
+        "tests/memory/test_checkpoint.py", "tests/test_amp.py", "tests/memory/test_memory.py"],
     4: ["tests/distributed/test_distributed.py"],
 }
 # The lesson notebooks each check runs. Chapter 01's lessons after the first build models and call

@@ -21,7 +21,8 @@ from minigrad.nn import functional as F
 from minigrad.nn import init
 from minigrad.nn.linear import Linear
 from minigrad.nn.module import Module, Parameter
-from minigrad.distributed.parallel_ops import copy_to_parallel, gather_from_parallel, reduce_from_parallel, scatter_to_parallel
+from minigrad.distributed.parallel_ops import (copy_to_parallel, gather_from_parallel, reduce_from_parallel,
+                                               scatter_to_parallel)
 from minigrad._tensor import Tensor
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "copy_to_parallel", "gather_from_parallel",

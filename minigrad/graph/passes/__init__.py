@@ -2,8 +2,8 @@
 
 Each pass returns a new graph and leaves its input alone (``rewrite.py`` is how): dead code
 elimination, constant folding, common subexpression elimination, algebraic simplification,
-BatchNorm folding (on modules: ``minigrad.nn.fusion``) and elementwise fusion. ``PassManager`` runs a list of them and reports what
-each changed.
+BatchNorm folding (on modules: ``minigrad.nn.fusion``) and elementwise fusion. ``PassManager``
+runs a list of them and reports what each changed.
 """
 
 from minigrad.graph.passes.constant_folding import fold_constants, frozen_parameters

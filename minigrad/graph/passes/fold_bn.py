@@ -8,9 +8,9 @@ channel's filter scaled by ``s`` and a new bias. Folding removes a whole pass ov
 Two forms, as torch.fx's fuser has: ``minigrad.nn.fusion.fold_conv_bn(module)`` rewrites the
 layers of a model in eval mode (Conv2d + BatchNorm2d, Linear + BatchNorm1d in ``Sequential``s)
 with ``fold_weights``, and ``fold_batch_norm(graph)`` here finds the pattern in a traced graph,
-where BatchNorm is the ops ``Mul(conv, scale)`` then ``Add(., shift)``, known by what their classes declare (``affine``); run
-``fold_constants(graph, freeze=True)`` first so the weights, scale and shift are constants. The new
-weights are computed in float64.
+where BatchNorm is the ops ``Mul(conv, scale)`` then ``Add(., shift)``, known by what their
+classes declare (``affine``); run ``fold_constants(graph, freeze=True)`` first so the weights,
+scale and shift are constants. The new weights are computed in float64.
 """
 
 from __future__ import annotations
