@@ -35,8 +35,7 @@ import numpy
 import minigrad
 from bench_train import make_step, mlp
 from minigrad.graph import trace
-from minigrad.graph.codegen import cc
-from minigrad.graph.codegen import numpy_blocks
+from minigrad.graph.codegen import cc, numpy_blocks
 from minigrad.graph.executor import Executor
 from minigrad.graph.ir import op_kind
 from minigrad.graph.passes import eliminate_dead_code, fuse_elementwise

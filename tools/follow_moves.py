@@ -6,8 +6,8 @@ of a package file renames its module too (``minigrad/graph/codegen/cpu.py`` ->
 this rewrites, in order:
 
 - ``from P import X`` (``as`` names and several names per line included) where ``P.X`` moved: the
-  moved name goes to a ``from`` line of its own, under its new package and new name (``as X`` keeps
-  the local name when the file name changed);
+  moved name goes to a ``from`` line of its own under its new package, or stays on its line when
+  only its file name changed, and ``as X`` keeps the local name where the name changed;
 - every dotted module name and every path that moved (``minigrad.meta.to_meta``, ``"minigrad/meta.py"``,
   ``tests/test_ops.py``).
 
@@ -89,12 +89,17 @@ def _rewrite_from(text: str, modules: dict[str, str]) -> str:
             new = modules.get(f"{package}.{name.strip()}")
             if new is None:
                 kept.append(item)
+                continue
+            parent, _, leaf = new.rpartition(".")
+            local = local.strip() or name.strip()
+            as_local = "" if leaf == local else f" as {local}"
+            if parent == package:  # renamed in its package: it stays on its line
+                kept.append(leaf + as_local)
             else:
-                parent, _, leaf = new.rpartition(".")
-                local = local.strip() or name.strip()
-                moved.append(f"from {parent} import {leaf}" + ("" if leaf == local else f" as {local}"))
+                moved.append(f"from {parent} import {leaf}{as_local}")
         if not moved:
-            return match[0]
+            return match[0] if kept == [s.strip() for s in match["names"].split(",") if s.strip()] else \
+                f"{match['indent']}from {package} import {', '.join(kept)}{match['tail']}"
         indent, tail = match["indent"], match["tail"]
         lines = ([f"from {package} import {', '.join(kept)}"] if kept else []) + moved
         # a notebook's JSON source line: the indent ends in a quote, every line ends in \n",

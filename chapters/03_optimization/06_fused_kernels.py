@@ -39,8 +39,7 @@ import numpy as np
 import minigrad
 from minigrad import memory, nn
 from minigrad.graph import Executor, trace
-from minigrad.graph.codegen import c, cc, cuda
-from minigrad.graph.codegen import numpy_blocks
+from minigrad.graph.codegen import c, cc, cuda, numpy_blocks
 from minigrad.graph.passes import eliminate_dead_code, fuse_elementwise, fusion_groups
 from minigrad.graph.viz import draw_pair
 

@@ -11,8 +11,7 @@ import pytest
 import minigrad as mg
 from minigrad import nn
 from minigrad.graph import trace
-from minigrad.graph.codegen import cuda, program
-from minigrad.graph.codegen import numpy_blocks
+from minigrad.graph.codegen import cuda, numpy_blocks, program
 from minigrad.graph.ir import GraphError
 from minigrad.graph.passes import fuse_elementwise
 from minigrad.graph.trace import run_graph

@@ -39,6 +39,11 @@ def test_imports_module_names_and_paths_follow():
         'x = minigrad.backend.meta.xp; open("minigrad/graph/signature.py"); see tests/suites/test_ops.py\n')
 
 
+def test_a_module_renamed_in_its_package_stays_on_its_line():
+    assert follow_moves.rewrite("from minigrad.graph.codegen import c, cpu, cuda\n", PAIRS, True, PUBLIC) == \
+        "from minigrad.graph.codegen import c, numpy_blocks as cpu, cuda\n"
+
+
 def test_a_notebook_source_line_stays_json():
     line = '    "from minigrad import allocator, nn\\n",\n'
     assert follow_moves.rewrite(line, PAIRS, False, PUBLIC) == (

@@ -18,8 +18,7 @@ import os
 from typing import Any
 
 from minigrad.errors import ArgumentError
-from minigrad.graph.codegen import c, cuda
-from minigrad.graph.codegen import numpy_blocks
+from minigrad.graph.codegen import c, cuda, numpy_blocks
 from minigrad.graph.codegen.program import Program, is_anchor, program, reduces_rows, row_compatible
 from minigrad.graph.ir import Graph, Node
 

@@ -45,8 +45,7 @@ import warnings
 from typing import Any
 
 from minigrad.backend import cpu as _cpu_device
-from minigrad.graph.codegen import cc
-from minigrad.graph.codegen import numpy_blocks as cpu
+from minigrad.graph.codegen import cc, numpy_blocks as cpu
 from minigrad.graph.codegen.program import Dialect, Program, expression
 from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
