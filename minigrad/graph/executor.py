@@ -3,7 +3,8 @@
 ``run_graph`` keeps every intermediate value until the end. Knowing the whole graph ahead of time,
 an executor does better: it plans when each value is last read and drops it right after, so
 memory returns while the graph still runs, and it can predict the peak before anything runs. It
-runs the interpreter's steps (``minigrad.graph.interpret``), prepared once per node.
+runs the interpreter's steps (``minigrad.graph.interpret``), prepared once per node, one after
+another or, where the cost model says it pays, independent ones at once (``minigrad.graph.parallel``).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import functools
 import itertools
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from minigrad.autograd import mode
 from minigrad.graph.interpret import EFFECT_OPS, apply_effect, keeps_ctx, node_step, run_node, source_tensor
-from minigrad.graph.ir import SOURCE_OPS, Graph, Node
+from minigrad.graph.ir import SOURCE_OPS, Graph, GraphError, Node
 from minigrad.graph.overlap import helper, plan_overlap
+from minigrad.graph.parallel import ParallelPlan, Slot, helpers, plan_parallel, run_parallel
 from minigrad.graph.writeback import plan_writes, ufunc_args
 from minigrad._tensor import Tensor
 
@@ -35,9 +36,15 @@ class Executor:
     For each value it plans the step of its last reader and drops its reference right after that
     step; the most bytes live at once over the schedule is the *planned peak*, computed from node
     shapes and dtypes. Views (reshape, permute, broadcast) share their input's buffer, so they cost
-    nothing and keep that buffer alive. With ``parallel=True`` the nodes of each level (no node
-    depends on another of its level) run at once in a thread pool: numpy releases the GIL in its
-    kernels. Side effects (``copy_``, ``set_grad``) apply at the end, in order, except the updates
+    nothing and keep that buffer alive. With ``parallel="auto"`` independent nodes run at once on
+    ``max_workers`` threads (2 by default; numpy releases the GIL in its kernels) when the cost
+    model's simulation (``parallel_plan``, ``minigrad.graph.parallel``) says it pays, and one after
+    another otherwise; ``parallel=True`` always runs the threaded scheduler. Threaded, buffers are
+    freed when their last reader finishes, whichever thread ran it, and ``timeline=True`` records
+    each node's ``Slot`` (thread, start, end) in ``timeline``; the planned peak is the sequential
+    order's, which concurrent branches may exceed. Ordering edges (``Node.after``) hold in every
+    mode; a ``call`` node runs on the main thread where the order puts it.
+    Side effects (``copy_``, ``set_grad``) apply at the end, in order, except the updates
     that ``minigrad.graph.writeback`` plans into their tensors: those values are computed straight
     into the tensor's memory (an optimizer's new weights and momentum), so their copies have
     nothing left to do.
@@ -53,20 +60,32 @@ class Executor:
     the pool computes excepted), writes included: where a compiled step's time goes.
     """
 
-    def __init__(self, graph: Graph, parallel: bool = False, max_workers: int | None = None) -> None:
-        self.graph, self.parallel, self.max_workers = graph, parallel, max_workers
+    def __init__(self, graph: Graph, parallel: bool | str = False, max_workers: int | None = None) -> None:
+        if parallel not in (False, True, "auto"):
+            raise ValueError(f"Executor: parallel must be False, True or 'auto', got {parallel!r}")
+        self.graph, self.max_workers = graph, max_workers or 2
         self.schedule = [n for n in graph.topological_order() if n.op != "output"]
-        self.steps = graph.levels() if parallel else [[n] for n in self.schedule]
-        self.steps = [[n for n in level if n.op != "output"] for level in self.steps]
+        self.steps = [[n] for n in self.schedule]
         self.effects = [n for n in self.schedule if n.op in EFFECT_OPS]
+        for e in self.effects:
+            if e.followers:  # the writes apply after every node has run, so nothing can wait for one
+                raise GraphError(f"Executor: {', '.join(f.name for f in e.followers)} is ordered after the write "
+                                 f"{e.name} ({e.op}), which applies at the end of the run; use a call node to write "
+                                 "in the middle of a graph")
         self._keep_ctx = {n for n in self.schedule if keeps_ctx(n)}
         self.writes = plan_writes(self.steps, self.effects, graph.outputs, self._keep_ctx)
+        self.parallel_plan: ParallelPlan | None = None
+        if parallel:  # the values written into tensors wait for every node before them (see parallel.py)
+            self.parallel_plan = plan_parallel(self.schedule, self.max_workers, frozenset(self.writes.into),
+                                               force=parallel is True)
+        self.parallel = self.parallel_plan is not None and (parallel is True or self.parallel_plan.pays)
+        self.timeline: list[Slot] = []
         # the sources whose arrays decide whether a call may write in place (see _apart)
         self._watched = list(dict.fromkeys([*self.writes.into.values(), *(n for p in self.writes.overlaps for n in p)]))
         self._seen: tuple[list, bool] | None = None  # the watched arrays of the last check, and its answer
         self._in_place = True  # this call writes the planned values into their tensors
         self._work = self._plan_work()
-        self.overlap = {} if parallel else plan_overlap(self.schedule, self.writes.into, self._keep_ctx)
+        self.overlap = {} if self.parallel else plan_overlap(self.schedule, self.writes.into, self._keep_ctx)
         self._waits: dict[int, list[Node]] = {}
         for n, k in self.overlap.items():
             self._waits.setdefault(k, []).append(n)
@@ -80,39 +99,46 @@ class Executor:
         self.planned_total = sum(_nbytes(n) for n in owned)
         self.measured_peak: int | None = None
         self.node_seconds: dict[Node, float] = {}
+        if self.parallel:
+            self._prepare_parallel()
 
     # -- running ------------------------------------------------------------------------------------
-    def run(self, inputs: Sequence[Tensor], measure: bool = False, time_nodes: bool = False) -> list[Any]:
+    def run(self, inputs: Sequence[Tensor], measure: bool = False, time_nodes: bool = False,
+            timeline: bool = False) -> list[Any]:
         """Execute the graph; returns the output arrays. ``measure=True`` records the measured peak
         of the bytes the run allocates in ``measured_peak`` (None without the memory tracker);
-        ``time_nodes=True`` each node's seconds in ``node_seconds``."""
+        ``time_nodes=True`` each node's seconds in ``node_seconds`` (one node after another);
+        ``timeline=True`` each node's thread, start and end in ``timeline``."""
         if len(inputs) != len(self.graph.placeholders):
             raise TypeError(f"Executor.run: the graph takes {len(self.graph.placeholders)} input(s), got {len(inputs)}")
         if time_nodes:
             self.node_seconds = {}
+        self.timeline = [] if timeline else self.timeline
+        run = self._run_parallel if self.parallel and not time_nodes else self._run
         track = _tracker() if measure else None
         if track is None:
             self.measured_peak = None
-            return self._run(inputs, clock=time_nodes)
+            return run(inputs, clock=time_nodes, timeline=timeline)
         with track() as mem:
-            outputs = self._run(inputs, report=True)
+            outputs = run(inputs, report=True)
         self.measured_peak = mem.peak - mem.start
         return outputs
 
     def __call__(self, *inputs: Tensor) -> list[Any]:
         return self.run(inputs)
 
-    def _run(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False) -> list[Any]:
+    def _run(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False,
+             timeline: bool = False) -> list[Any]:
         given = dict(zip(self.graph.placeholders, inputs))
         env: dict[Node, Any] = {n: x.array for n, x in given.items()}
         ctxs: dict[Node, Any] = {}
         self._in_place = not self._watched or self._apart(given)
-        pool = ThreadPoolExecutor(self.max_workers) if self.parallel else None
-        overlap = bool(self.overlap) and not report and not clock
+        overlap = bool(self.overlap) and not report and not clock and not timeline
         thread = helper() if overlap else None
         pending: dict[Node, Any] = {}  # products running on the helper thread
+        t0 = time.perf_counter()
         try:
-            for k, (pooled, calls, frees, ctx_frees, new) in enumerate(self._work):
+            for k, (calls, frees, ctx_frees, new) in enumerate(self._work):
                 if overlap:
                     for n in self._waits.get(k, ()):
                         env[n] = pending.pop(n).result()[0]
@@ -120,20 +146,17 @@ class Executor:
                         n = calls[0][0]
                         pending[n] = thread.submit(self._launch[n], [env[i] for i in n.inputs])
                         calls = ()
-                if pooled:  # compute on the pool's threads, store here
-                    futures = [pool.submit(compute, [env[i] for i in n.inputs]) for n, compute in pooled]
                 for n, call in calls:
-                    if clock:
+                    if clock or timeline:
                         start = time.perf_counter()
                         call(env, ctxs)
-                        self.node_seconds[n] = time.perf_counter() - start
+                        end = time.perf_counter()
+                        if clock:
+                            self.node_seconds[n] = end - start
+                        if timeline:
+                            self.timeline.append(Slot(n, 0, start - t0, end - t0))
                     else:
                         call(env, ctxs)
-                if pooled:
-                    for (n, _), f in zip(pooled, futures):
-                        env[n], ctx = f.result()
-                        if n in self._keep_ctx:
-                            ctxs[n] = ctx
                 if report:  # the memory tracker counts each new buffer, as it counts each new Tensor
                     for n in new:
                         _report(env[n])
@@ -144,8 +167,60 @@ class Executor:
             for n, f in pending.items():  # values only the writes or the output read
                 env[n] = f.result()[0]
         finally:
-            if pool is not None:
-                pool.shutdown()
+            for f in pending.values():  # an error here: let the helper finish before its inputs go away
+                f.exception()
+        self._apply_effects(env, given, clock)
+        return [env[n] for n in self.graph.outputs]
+
+    def _prepare_parallel(self) -> None:
+        """What the threaded run needs per node: its step (run here) and how many nodes read its
+        value (and its ctx) before it can be freed; values an effect or the output reads stay."""
+        self._calls = {n: node_step(n, self._compute(n), n in self._keep_ctx) for n in self.schedule
+                       if n.op != "placeholder" and n.op not in EFFECT_OPS}
+        self._readers = {n: len({u for u in n.users if u.op not in EFFECT_OPS and u.op != "output"})
+                         for n in self.schedule}
+        self._kept = {n for n in self.schedule for u in n.users if u.op == "output" or u.op in EFFECT_OPS}
+        self._ctx_readers = {n: sum(u.op == "saved" for u in n.users) for n in self._keep_ctx}
+        self._pool = helpers(self.max_workers - 1)
+
+    def _run_parallel(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False,
+                      timeline: bool = False) -> list[Any]:
+        """The threaded run: ``run_parallel`` with this executor's steps; a value goes as soon as
+        its last reader is done, whichever order the threads finish in."""
+        given = dict(zip(self.graph.placeholders, inputs))
+        env: dict[Node, Any] = {n: x.array for n, x in given.items()}
+        ctxs: dict[Node, Any] = {}
+        self._in_place = not self._watched or self._apart(given)
+        readers, ctx_readers = dict(self._readers), dict(self._ctx_readers)
+
+        def store(n: Node, value: Any, ctx: Any) -> None:
+            env[n] = value
+            if n in self._keep_ctx:
+                ctxs[n] = ctx
+            done(n)
+
+        def inline(n: Node) -> None:
+            call = self._calls.get(n)
+            if call is not None:
+                call(env, ctxs)
+                done(n)
+
+        def done(n: Node) -> None:
+            if report and n in env and n.op not in _FROM_OUTSIDE and n not in self.writes.into:
+                _report(env[n])
+            for i in set(n.inputs):  # drop the last references: the buffer can be freed now
+                readers[i] -= 1
+                if readers[i] == 0 and i not in self._kept:
+                    env.pop(i, None)
+                if n.op == "saved" and i in ctx_readers:
+                    ctx_readers[i] -= 1
+                    if ctx_readers[i] == 0:
+                        del ctxs[i]
+            if readers.get(n) == 0 and n not in self._kept:
+                env.pop(n, None)
+
+        run_parallel(self.parallel_plan, self.schedule, self._pool, lambda n, arrays: self._compute(n)(arrays),
+                     inline, store, lambda n: [env[i] for i in n.inputs], self.timeline if timeline else None)
         self._apply_effects(env, given, clock)
         return [env[n] for n in self.graph.outputs]
 
@@ -189,9 +264,9 @@ class Executor:
         return last
 
     def _plan_work(self) -> list[tuple]:
-        """For each step: the ops for the thread pool (with their compute functions), the nodes to
-        run here with their calls (ops and structural nodes: sources, getitem, saved), the values
-        and ctxs to drop after it, and the nodes whose values are new buffers (for the memory tracker)."""
+        """For each step (one node): the nodes to run with their calls (ops and structural nodes:
+        sources, getitem, saved), the values and ctxs to drop after it, and the nodes whose values
+        are new buffers (for the memory tracker)."""
         step_of = {n: k for k, step in enumerate(self.steps) for n in step}
         frees: list[list[Node]] = [[] for _ in self.steps]
         ctx_frees: list[list[Node]] = [[] for _ in self.steps]
@@ -202,13 +277,10 @@ class Executor:
                 ctx_frees[max(step_of[u] for u in n.users if u.op == "saved")].append(n)
         work = []
         for step, free, ctx_free in zip(self.steps, frees, ctx_frees):
-            ops = [n for n in step if not _is_structural(n)]
-            threaded = {n for n in ops if self.parallel and len(ops) > 1}
-            pooled = [(n, self._compute(n)) for n in ops if n in threaded]
-            inline = [n for n in ops if n not in threaded] + [n for n in step if n.op in _STRUCTURAL]
+            inline = [n for n in step if not _is_structural(n)] + [n for n in step if n.op in _STRUCTURAL]
             new = [n for n in step if n.op not in _FROM_OUTSIDE and n.op not in EFFECT_OPS
                    and n not in self.writes.into]
-            work.append((pooled, [(n, node_step(n, self._compute(n), n in self._keep_ctx)) for n in inline], free,
+            work.append(([(n, node_step(n, self._compute(n), n in self._keep_ctx)) for n in inline], free,
                          ctx_free, new))
         return work
 
