@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import minigrad as mg
 from minigrad.graph import Graph, GraphError, trace
-from minigrad.graph.executor import Executor
+from minigrad.graph.executor import TRIALS, Executor
 from minigrad.graph.parallel import MIN_HANDOFF_SECONDS, node_seconds, plan_parallel
 from minigrad.graph.passes import (PassManager, default_passes, eliminate_common_subexpressions, eliminate_dead_code,
                                    fold_constants, fuse_elementwise, simplify)
@@ -257,3 +257,22 @@ def test_the_cost_model_keeps_small_graphs_sequential_and_runs_wide_products_in_
     assert ordered.parallel == pytest.approx(ordered.sequential) and not ordered.pays
     with pytest.raises(ValueError, match="parallel must be"):
         Executor(wide, parallel="yes")
+
+
+def test_auto_times_both_ways_first_and_keeps_the_faster():
+    def heads(x, *ws):
+        return sum(((x @ w).tanh() @ w.T for w in ws), start=x)
+    ins = [randn(256, 256) for _ in range(5)]
+    graph = trace(heads, *ins).graph
+    want = to_numpy(Executor(graph).run(ins)[0])
+    ex = Executor(graph, parallel="auto")
+    for _ in range(2 * TRIALS):  # the real trial: either way may win on a busy machine
+        np.testing.assert_allclose(to_numpy(ex.run(ins)[0]), want, rtol=1e-12)
+    assert ex.measured_choice is not None and ex._trials is None
+    for threaded_seconds, keeps in ((2.0, False), (0.5, True)):  # the decision, fed known times
+        ex = Executor(graph, parallel="auto")
+        for _ in range(TRIALS):
+            ex._trial(True, threaded_seconds)
+            ex._trial(False, 1.0)
+        assert ex.parallel is keeps and ("threaded" if keeps else "sequential") in ex.measured_choice
+        np.testing.assert_allclose(to_numpy(ex.run(ins)[0]), want, rtol=1e-12)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import statistics
 import time
 from typing import Any, Callable, Sequence
 
@@ -19,13 +20,14 @@ from minigrad.autograd import mode
 from minigrad.graph.interpret import EFFECT_OPS, apply_effect, keeps_ctx, node_step, run_node, source_tensor
 from minigrad.graph.ir import SOURCE_OPS, Graph, GraphError, Node
 from minigrad.graph.overlap import helper, plan_overlap
-from minigrad.graph.parallel import ParallelPlan, Slot, helpers, plan_parallel, run_parallel
+from minigrad.graph.parallel import PAYS_BELOW, ParallelPlan, Slot, helpers, plan_parallel, run_parallel
 from minigrad.graph.writeback import plan_writes, ufunc_args
 from minigrad._tensor import Tensor
 
 __all__ = ["Executor"]
 
 _FROM_OUTSIDE = SOURCE_OPS  # memory the graph does not own
+TRIALS = 5  # timed calls of each way before parallel="auto" settles
 _STRUCTURAL = (SOURCE_OPS - {"placeholder"}) | {"getitem", "saved"}  # values looked up, not computed
 
 
@@ -39,7 +41,9 @@ class Executor:
     nothing and keep that buffer alive. With ``parallel="auto"`` independent nodes run at once on
     ``max_workers`` threads (2 by default; numpy releases the GIL in its kernels) when the cost
     model's simulation (``parallel_plan``, ``minigrad.graph.parallel``) says it pays, and one after
-    another otherwise; ``parallel=True`` always runs the threaded scheduler. Threaded, buffers are
+    another otherwise; where the model says it pays, the first ``2 * TRIALS`` calls time both ways
+    in turn and the faster stays (``measured_choice`` says what they measured: a busy second core
+    makes the model's promise void). ``parallel=True`` always runs the threaded scheduler. Threaded, buffers are
     freed when their last reader finishes, whichever thread ran it, and ``timeline=True`` records
     each node's ``Slot`` (thread, start, end) in ``timeline``; the planned peak is the sequential
     order's, which concurrent branches may exceed. Ordering edges (``Node.after``) hold in every
@@ -55,7 +59,7 @@ class Executor:
     ``run(..., measure=True)`` when the memory tracker (``minigrad.memory.track``) is available.
     ``writes`` is the plan of updates computed in place (``minigrad.graph.writeback``), and
     ``overlap`` maps the big matrix products that run on a helper thread while the graph goes on
-    (``minigrad.graph.overlap``; not with ``parallel``, nor while measuring) to the step that waits.
+    (``minigrad.graph.overlap``; in the sequential run, not while measuring) to the step that waits.
     ``run(..., time_nodes=True)`` records in ``node_seconds`` the seconds each node took (the ops
     the pool computes excepted), writes included: where a compiled step's time goes.
     """
@@ -79,13 +83,16 @@ class Executor:
             self.parallel_plan = plan_parallel(self.schedule, self.max_workers, frozenset(self.writes.into),
                                                force=parallel is True)
         self.parallel = self.parallel_plan is not None and (parallel is True or self.parallel_plan.pays)
+        # "auto": the model proposes, the first calls measure; both ways are timed in turn and the faster stays
+        self._trials: dict[bool, list[float]] | None = ({True: [], False: []} if parallel == "auto" and self.parallel
+                                                        else None)
         self.timeline: list[Slot] = []
         # the sources whose arrays decide whether a call may write in place (see _apart)
         self._watched = list(dict.fromkeys([*self.writes.into.values(), *(n for p in self.writes.overlaps for n in p)]))
         self._seen: tuple[list, bool] | None = None  # the watched arrays of the last check, and its answer
         self._in_place = True  # this call writes the planned values into their tensors
         self._work = self._plan_work()
-        self.overlap = {} if self.parallel else plan_overlap(self.schedule, self.writes.into, self._keep_ctx)
+        self.overlap = plan_overlap(self.schedule, self.writes.into, self._keep_ctx)  # the sequential run's
         self._waits: dict[int, list[Node]] = {}
         for n, k in self.overlap.items():
             self._waits.setdefault(k, []).append(n)
@@ -99,6 +106,7 @@ class Executor:
         self.planned_total = sum(_nbytes(n) for n in owned)
         self.measured_peak: int | None = None
         self.node_seconds: dict[Node, float] = {}
+        self.measured_choice: str | None = None  # parallel="auto": what its first calls measured
         if self.parallel:
             self._prepare_parallel()
 
@@ -114,11 +122,19 @@ class Executor:
         if time_nodes:
             self.node_seconds = {}
         self.timeline = [] if timeline else self.timeline
-        run = self._run_parallel if self.parallel and not time_nodes else self._run
+        parallel = self.parallel and not time_nodes
+        trial = self._trials is not None and not (measure or time_nodes or timeline)
+        if trial:  # alternate, parallel first
+            parallel = len(self._trials[True]) <= len(self._trials[False])
+        run = self._run_parallel if parallel else self._run
         track = _tracker() if measure else None
         if track is None:
             self.measured_peak = None
-            return run(inputs, clock=time_nodes, timeline=timeline)
+            start = time.perf_counter()
+            outputs = run(inputs, clock=time_nodes, timeline=timeline)
+            if trial:
+                self._trial(parallel, time.perf_counter() - start)
+            return outputs
         with track() as mem:
             outputs = run(inputs, report=True)
         self.measured_peak = mem.peak - mem.start
@@ -171,6 +187,17 @@ class Executor:
                 f.exception()
         self._apply_effects(env, given, clock)
         return [env[n] for n in self.graph.outputs]
+
+    def _trial(self, parallel: bool, seconds: float) -> None:
+        """Record one timed call of ``parallel="auto"``; after ``TRIALS`` of each way, keep the
+        threaded run only if its median is clearly below the sequential one's."""
+        self._trials[parallel].append(seconds)
+        if min(len(t) for t in self._trials.values()) >= TRIALS:
+            par, seq = (statistics.median(self._trials[k]) for k in (True, False))
+            self.parallel = par < PAYS_BELOW * seq
+            self.measured_choice = (f"measured {par * 1e3:.3f} ms threaded vs {seq * 1e3:.3f} ms sequential: "
+                                    f"{'threaded' if self.parallel else 'sequential'}")
+            self._trials = None
 
     def _prepare_parallel(self) -> None:
         """What the threaded run needs per node: its step (run here) and how many nodes read its
