@@ -401,6 +401,8 @@ def _short(v: Any) -> str:
         return text if v.step is None else f"{text}:{v.step}"
     if v is Ellipsis:
         return "..."
+    if hasattr(v, "__code__"):  # a call node's function: its name, not its address
+        return v.__qualname__
     text = str(v) if not isinstance(v, str) else repr(v)
     if " at 0x" in text:
         return type(v).__name__

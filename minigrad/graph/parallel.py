@@ -34,11 +34,11 @@ __all__ = ["HANDOFF_SECONDS", "MIN_HANDOFF_SECONDS", "ParallelPlan", "Slot", "he
 
 # The model's figures, measured on the 2-core machine the course runs on (benchmarks/bench_parallel.py):
 HANDOFF_SECONDS = 40e-6  # submit a node to a pool thread and collect its result
-MIN_HANDOFF_SECONDS = 150e-6  # a node estimated below this stays on the main thread: the GIL-free part is too short
+MIN_HANDOFF_SECONDS = 100e-6  # a node estimated below this stays on the main thread: the GIL-free part is too short
 PAYS_BELOW = 0.9  # go parallel only when the simulated time is under 90% of the sequential one
 _OP_SECONDS = 4e-6  # a node's Python overhead (dispatch, argument checks), GIL held
-_MAC_SECONDS = 1 / 8e9  # one multiply-add of a float64 product on one core
-_ELEMENT_SECONDS = 2e-9  # one element of an elementwise op or a reduction
+_MAC_SECONDS_PER_BYTE = 1 / 1.8e11  # one multiply-add per byte of its dtype: 4.4e10/s in float32 on one core
+_ELEMENT_SECONDS = 0.5e-9  # one element read or written by an elementwise op or a reduction
 
 
 def node_seconds(n: Node) -> float:
@@ -48,9 +48,11 @@ def node_seconds(n: Node) -> float:
         return 0.0
     if n.op == "call":
         return _OP_SECONDS
+    if getattr(n.fn, "returns_view", False):  # a view moves no data
+        return _OP_SECONDS
     macs = multiply_adds(n)
     elements = sum(_size(i) for i in n.inputs) + _size(n)
-    return _OP_SECONDS + macs * _MAC_SECONDS + elements * _ELEMENT_SECONDS
+    return _OP_SECONDS + macs * _MAC_SECONDS_PER_BYTE * getattr(n.dtype, "itemsize", 4) + elements * _ELEMENT_SECONDS
 
 
 def multiply_adds(n: Node) -> int:
