@@ -26,7 +26,7 @@
 # simulated schedule; draw a multi-head attention graph's schedule on two threads as a timeline,
 # simulated and measured; see the model keep a graph of small ops sequential; then break a program
 # by letting the executor reorder an in-place write, and fix it with an ordering edge, the same
-# edge a CUDA event draws between two streams. **Time:** about 15 minutes (13 reading, under a
+# edge a CUDA event draws between two streams. **Time:** about 25 minutes (23 reading, under a
 # minute running).
 
 # %%
@@ -89,7 +89,10 @@ for name, (seq, par) in cases.items():
     verdict = "pays" if seq / par > 1.05 else "does not pay"
     print(f"{name:14} one after the other {seq * 1e6:9.1f} us, two threads {par * 1e6:9.1f} us: "
           f"x{seq / par:.2f}, {verdict}")
-print(f"load average now: {os.getloadavg()[0]:.2f} (on 2 cores, other work takes the second core away)")
+paying = [name for name, (seq, par) in cases.items() if seq / par > 1.05]
+small_loss = max(par / seq for name, (seq, par) in cases.items() if name in ("matmul 64", "exp 1,000", "10 ops on 16"))
+print(f"pays here, now: {', '.join(paying) or 'nothing'}; the small ops' pairs take up to x{small_loss:.1f} longer "
+      f"threaded. Load average {os.getloadavg()[0]:.2f}: on 2 cores, other work takes the second core away")
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 2.6))
@@ -104,10 +107,11 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The big products and the big ufunc gain (on a quiet machine by up to the full 2x; the figure
-# printed above is this machine's, now); everything small loses, some by more than 10x, since
-# handing work to a thread and collecting it costs tens of microseconds. So a scheduler has to
-# know the sizes: that is what its cost model is for.
+# Read the verdicts above with the load average beside them. Only a product or a ufunc big
+# enough to outlast the hand-off can gain, and only when the second core is free; a small op
+# always loses, since handing work to a thread and collecting it costs tens of microseconds
+# (`HANDOFF_SECONDS` below), more than the op itself. So a scheduler has to know the sizes, and
+# has to check what it gains: that is what its cost model and its trial are for.
 #
 # ## 2. The cost model and the ready set
 # `node_seconds(node)` estimates a node's time from what the graph knows before anything runs:
@@ -196,11 +200,12 @@ print(f"sequential {seq * 1e3:.2f} ms, two threads {par * 1e3:.2f} ms: "
       f"(load average {os.getloadavg()[0]:.2f})")
 
 # %% [markdown]
-# On a quiet 2-core machine the heads' products overlap and the step comes out faster; on a
-# loaded one the helper waits for a core and the threaded run can lose. That is why
-# `parallel="auto"` does not trust the model alone: its first calls time both ways in turn and
-# keep the faster (`measured_choice`). `benchmarks/bench_parallel.py` prints the same comparison
-# for an Inception-style block and two narrow graphs, beside PyTorch's `torch.jit.fork`.
+# The verdict printed above is this run's: the heads' products can only overlap when the second
+# core is free, and when other work holds it the helper thread waits and the threaded run loses.
+# That is why `parallel="auto"` does not trust the model alone: its first calls time both ways in
+# turn and keep the faster (`measured_choice`), so turning it on costs no more than noise.
+# `benchmarks/bench_parallel.py` prints the same comparison for an Inception-style block and two
+# narrow graphs, beside PyTorch's `torch.jit.fork`.
 #
 # ## 4. Where it loses: small ops
 # Four branches of elementwise ops on a 32x32 array: plenty of independence, nothing big. Every
