@@ -14,6 +14,7 @@ import minigrad as mg
 from minigrad.graph import Graph, GraphError, trace
 from minigrad.graph.executor import TRIALS, Executor
 from minigrad.graph.parallel import MIN_HANDOFF_SECONDS, node_seconds, plan_parallel
+from minigrad.graph.streams import plan_streams
 from minigrad.graph.passes import (PassManager, default_passes, eliminate_common_subexpressions, eliminate_dead_code,
                                    fold_constants, fuse_elementwise, simplify)
 from minigrad.graph.trace import TENSOR_ARG, run_graph
@@ -276,3 +277,94 @@ def test_auto_times_both_ways_first_and_keeps_the_faster():
             ex._trial(False, 1.0)
         assert ex.parallel is keeps and ("threaded" if keeps else "sequential") in ex.measured_choice
         np.testing.assert_allclose(to_numpy(ex.run(ins)[0]), want, rtol=1e-12)
+
+
+# -- cuda: branches on streams, events for the edges ------------------------------------------------------
+class Stream:
+    """A recording stand-in for a cupy stream: the fake runs every kernel at once, so what is
+    checked is the order a GPU would be bound to, read from the log (what each stream queued)."""
+
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def record(self):
+        event = f"{self.name}#{sum(e[0] == 'record' and e[1] == self.name for e in self.log) + 1}"
+        self.log.append(("record", self.name, event))
+        return event
+
+    def wait_event(self, event):
+        self.log.append(("wait", self.name, event))
+
+    def __enter__(self):
+        self.log.append(("enter", self.name, None))
+
+    def __exit__(self, *exc):
+        pass
+
+
+def ordered_on_the_gpu(log, first, then):
+    """Whether a GPU must finish log entry ``first`` before it starts entry ``then``: a path along
+    each stream's queue order and from each event's record to its waits."""
+    after = {k: [] for k in range(len(log))}
+    last_on, recorded = {}, {}
+    for k, (kind, stream, event) in enumerate(log):
+        if stream in last_on:
+            after[last_on[stream]].append(k)
+        last_on[stream] = k
+        if kind == "record":
+            recorded[event] = k
+        elif kind == "wait":
+            after[recorded[event]].append(k)
+    seen, stack = set(), [first]
+    while stack:
+        k = stack.pop()
+        if k == then:
+            return True
+        if k not in seen:
+            seen.add(k)
+            stack.extend(after[k])
+    return False
+
+
+def heads_on(device):
+    ins = [mg.randn(16, 16, device=device, dtype=mg.float64) for _ in range(4)]
+    return trace(lambda x, *ws: sum((((x @ w).tanh() @ w.T) for w in ws), start=x), *ins), ins
+
+
+@pytest.mark.parametrize("drop_events", [False, True])
+def test_on_cuda_branches_go_to_streams_and_events_order_every_edge(simulated_cuda, monkeypatch, drop_events):
+    log = []
+    monkeypatch.setattr(simulated_cuda.cuda, "Stream", lambda non_blocking: Stream(f"side{len(log)}", log),
+                        raising=False)
+    monkeypatch.setattr(simulated_cuda.cuda, "get_current_stream", lambda: Stream("current", log), raising=False)
+    traced, ins = heads_on("cuda")
+    ex = Executor(traced.graph, parallel=True, max_workers=3)
+    assert ex.stream_plan is not None and ex.parallel and ex.stream_plan.used == 3
+    if drop_events:  # what the check below catches: a plan without its events
+        ex.stream_plan = ex.stream_plan._replace(waits={})
+    got = ex.run(ins)
+    want = Executor(traced.graph).run(ins)
+    np.testing.assert_allclose(to_numpy(got[0]), to_numpy(want[0]), rtol=1e-12)
+    enters = [k for k, entry in enumerate(log) if entry[0] == "enter"]
+    nodes = [step[0] for step in ex.steps]
+    assert len(enters) == len(nodes)
+    where = dict(zip(nodes, enters))
+    plan = ex.stream_plan
+    edges = [(p, n) for n in nodes if n in plan.stream_of for p in n.predecessors if p in plan.stream_of]
+    broken = [(p.name, n.name) for p, n in edges if not ordered_on_the_gpu(log, where[p], where[n])]
+    assert bool(broken) == drop_events, broken
+    assert log[-1][0] == "wait" and log[-1][1] == "current"  # the join: the caller's stream waits for the side streams
+
+
+def test_on_cuda_values_read_across_streams_live_to_the_end_and_writes_wait_for_every_stream():
+    g = trace(lambda x, w: (x @ w).exp() + (x @ w.T).tanh(), randn(8, 8), randn(8, 8)).graph
+    schedule = [n for n in g.topological_order() if n.op != "output"]
+    plan = plan_streams(schedule, streams=2)
+    add = next(n for n in g if n.op == "Add")
+    assert len({plan.stream_of[i] for i in add.inputs}) == 2  # the two branches went to two streams
+    assert set(plan.waits[add]) & set(add.inputs) <= plan.crossing and plan.waits[add]
+    assert set(plan.waits[add]) <= plan.recorded
+    exp = next(n for n in g if n.op == "Exp")
+    tanh = next(n for n in g if n.op == "Tanh")
+    barred = plan_streams(schedule, streams=2, barrier=frozenset([tanh]))  # as if tanh wrote into a tensor
+    assert exp in barred.waits[tanh] and exp not in plan.waits.get(tanh, ())

@@ -26,7 +26,7 @@
 # simulated schedule; draw a multi-head attention graph's schedule on two threads as a timeline,
 # simulated and measured; see the model keep a graph of small ops sequential; then break a program
 # by letting the executor reorder an in-place write, and fix it with an ordering edge, the same
-# edge a CUDA event draws between two streams. **Time:** about 25 minutes (23 reading, under a
+# edge a CUDA event draws between two streams. **Time:** about 26 minutes (25 reading, under a
 # minute running).
 
 # %%
@@ -47,6 +47,7 @@ from minigrad.graph import trace
 from minigrad.graph.executor import Executor
 from minigrad.graph.parallel import HANDOFF_SECONDS, MIN_HANDOFF_SECONDS, node_seconds
 from minigrad.graph.passes import eliminate_common_subexpressions
+from minigrad.graph.streams import plan_streams
 
 minigrad.manual_seed(0)
 
@@ -304,7 +305,28 @@ print("w * 2 before the write:", before, " after it:", after)
 # branches becomes an *event*: `e = cupy.cuda.Event(); e.record(stream_a); stream_b.wait_event(e)`
 # makes everything later on `stream_b` wait for what `stream_a` had queued, the GPU's ordering
 # edge. Forget it, and a kernel on `stream_b` reads a buffer before the write on `stream_a` lands,
-# or (as above) after.
+# or (as above) after. On cuda, `Executor(graph, parallel=True)` queues the graph this way; its
+# plan (`minigrad.graph.streams.plan_streams`) needs no GPU to read. For the attention graph: each
+# node continues the stream of the input it extends, new branches go to the stream with less work,
+# and every edge between streams becomes an event.
+
+# %%
+schedule = [n for n in graph.topological_order() if n.op != "output"]
+streams = plan_streams(schedule, streams=2)
+for s in range(2):
+    on = [n for n in schedule if streams.stream_of.get(n) == s]
+    print(f"stream {s}: {len(on)} nodes, {sum(n.op == 'Matmul' for n in on)} products")
+print(f"{sum(len(w) for w in streams.waits.values())} events; the first three:")
+for n, waits in list(streams.waits.items())[:3]:
+    for p in waits:
+        print(f"  record after {p.name} ({p.op}) on stream {streams.stream_of[p]}, "
+              f"wait before {n.name} ({n.op}) on stream {streams.stream_of[n]}")
+print(f"{len(streams.crossing)} values read across streams: kept to the end of the run")
+
+# %% [markdown]
+# The crossing values stay to the end because CuPy's pool gives a freed buffer to the next
+# allocation on the stream that made it, and that allocation would not wait for the reader on
+# the other stream.
 #
 # ## Summary
 # - A graph is a partial order: nodes with no path between them may run in any order, or at once.

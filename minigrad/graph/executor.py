@@ -21,6 +21,7 @@ from minigrad.graph.interpret import EFFECT_OPS, apply_effect, keeps_ctx, node_s
 from minigrad.graph.ir import SOURCE_OPS, Graph, GraphError, Node
 from minigrad.graph.overlap import helper, plan_overlap
 from minigrad.graph.parallel import PAYS_BELOW, ParallelPlan, Slot, helpers, plan_parallel, run_parallel
+from minigrad.graph.streams import StreamPlan, plan_streams, run_streams
 from minigrad.graph.writeback import plan_writes, ufunc_args
 from minigrad._tensor import Tensor
 
@@ -43,11 +44,13 @@ class Executor:
     model's simulation (``parallel_plan``, ``minigrad.graph.parallel``) says it pays, and one after
     another otherwise; where the model says it pays, the first ``2 * TRIALS`` calls time both ways
     in turn and the faster stays (``measured_choice`` says what they measured: a busy second core
-    makes the model's promise void). ``parallel=True`` always runs the threaded scheduler. Threaded, buffers are
-    freed when their last reader finishes, whichever thread ran it, and ``timeline=True`` records
-    each node's ``Slot`` (thread, start, end) in ``timeline``; the planned peak is the sequential
-    order's, which concurrent branches may exceed. Ordering edges (``Node.after``) hold in every
-    mode; a ``call`` node runs on the main thread where the order puts it.
+    makes the model's promise void). ``parallel=True`` always runs the threaded scheduler.
+    Threaded, buffers are freed when their last reader finishes, whichever thread ran it, and
+    ``timeline=True`` records each node's ``Slot`` (thread, start, end) in ``timeline``; the planned
+    peak is the sequential order's, which concurrent branches may exceed. On cuda, ``parallel``
+    puts branches on ``max_workers`` CUDA streams instead, with events for the edges between them
+    (``stream_plan``, ``minigrad.graph.streams``). Ordering edges (``Node.after``) hold in every
+    mode; a ``call`` node runs on the main thread (the current stream) where the order puts it.
     Side effects (``copy_``, ``set_grad``) apply at the end, in order, except the updates
     that ``minigrad.graph.writeback`` plans into their tensors: those values are computed straight
     into the tensor's memory (an optimizer's new weights and momentum), so their copies have
@@ -79,13 +82,19 @@ class Executor:
         self._keep_ctx = {n for n in self.schedule if keeps_ctx(n)}
         self.writes = plan_writes(self.steps, self.effects, graph.outputs, self._keep_ctx)
         self.parallel_plan: ParallelPlan | None = None
-        if parallel:  # the values written into tensors wait for every node before them (see parallel.py)
+        self.stream_plan: StreamPlan | None = None
+        device = next((n.meta["device"] for n in self.schedule if n.meta.get("device") is not None), None)
+        if parallel and getattr(device, "type", "cpu") == "cuda":  # branches on streams, not threads
+            self.stream_plan = plan_streams(self.schedule, self.max_workers, frozenset(self.writes.into))
+            self._device, self._side_streams = device, None
+        elif parallel:  # the values written into tensors wait for every node before them (see parallel.py)
             self.parallel_plan = plan_parallel(self.schedule, self.max_workers, frozenset(self.writes.into),
                                                force=parallel is True)
-        self.parallel = self.parallel_plan is not None and (parallel is True or self.parallel_plan.pays)
+        self.parallel = ((self.parallel_plan is not None and (parallel is True or self.parallel_plan.pays))
+                         or (self.stream_plan is not None and self.stream_plan.used > 1))
         # "auto": the model proposes, the first calls measure; both ways are timed in turn and the faster stays
         self._trials: dict[bool, list[float]] | None = ({True: [], False: []} if parallel == "auto" and self.parallel
-                                                        else None)
+                                                        and self.parallel_plan is not None else None)
         self.timeline: list[Slot] = []
         # the sources whose arrays decide whether a call may write in place (see _apart)
         self._watched = list(dict.fromkeys([*self.writes.into.values(), *(n for p in self.writes.overlaps for n in p)]))
@@ -107,7 +116,7 @@ class Executor:
         self.measured_peak: int | None = None
         self.node_seconds: dict[Node, float] = {}
         self.measured_choice: str | None = None  # parallel="auto": what its first calls measured
-        if self.parallel:
+        if self.parallel and self.parallel_plan is not None:
             self._prepare_parallel()
 
     # -- running ------------------------------------------------------------------------------------
@@ -126,7 +135,8 @@ class Executor:
         trial = self._trials is not None and not (measure or time_nodes or timeline)
         if trial:  # alternate, parallel first
             parallel = len(self._trials[True]) <= len(self._trials[False])
-        run = self._run_parallel if parallel else self._run
+        run = (self._run if not parallel else self._run_streams if self.stream_plan is not None
+               else self._run_parallel)
         track = _tracker() if measure else None
         if track is None:
             self.measured_peak = None
@@ -185,6 +195,38 @@ class Executor:
         finally:
             for f in pending.values():  # an error here: let the helper finish before its inputs go away
                 f.exception()
+        self._apply_effects(env, given, clock)
+        return [env[n] for n in self.graph.outputs]
+
+    def _run_streams(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False,
+                     timeline: bool = False) -> list[Any]:
+        """On cuda: the sequential steps, each queued on its stream with the plan's events; a value
+        read on another stream than its own stays to the end (see ``minigrad.graph.streams``)."""
+        given = dict(zip(self.graph.placeholders, inputs))
+        env: dict[Node, Any] = {n: x.array for n, x in given.items()}
+        ctxs: dict[Node, Any] = {}
+        self._in_place = not self._watched or self._apart(given)
+        xp, plan = self._device.xp, self.stream_plan
+        with xp.cuda.Device(self._device.index):
+            if self._side_streams is None:  # made once: a stream is a GPU resource
+                self._side_streams = [xp.cuda.Stream(non_blocking=True) for _ in range(plan.streams - 1)]
+            side = [xp.cuda.get_current_stream(), *self._side_streams]
+
+            def queue(calls: list, frees: list, ctx_frees: list, new: list) -> Callable[[], None]:
+                def step() -> None:
+                    for _, call in calls:
+                        call(env, ctxs)
+                    if report:
+                        for n in new:
+                            _report(env[n])
+                    for n in frees:
+                        if n not in plan.crossing:
+                            del env[n]
+                    for n in ctx_frees:
+                        del ctxs[n]
+                return step
+
+            run_streams(plan, side, [(step[0], queue(*work)) for step, work in zip(self.steps, self._work)])
         self._apply_effects(env, given, clock)
         return [env[n] for n in self.graph.outputs]
 
