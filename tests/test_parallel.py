@@ -368,3 +368,18 @@ def test_on_cuda_values_read_across_streams_live_to_the_end_and_writes_wait_for_
     tanh = next(n for n in g if n.op == "Tanh")
     barred = plan_streams(schedule, streams=2, barrier=frozenset([tanh]))  # as if tanh wrote into a tensor
     assert exp in barred.waits[tanh] and exp not in plan.waits.get(tanh, ())
+
+
+def test_compile_passes_parallel_to_its_executor():
+    model = mg.nn.Sequential(mg.nn.Linear(8, 8), mg.nn.Tanh()).to(mg.float64)
+    fast = mg.compile(model, parallel="auto")
+    x = randn(4, 8)
+    with mg.no_grad():
+        want = to_numpy(model(x))
+        fast(x)
+        got = to_numpy(fast(x))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    (entry,) = [e for e in fast._cache.values() if e is not None]
+    assert entry.executor.parallel_plan is not None and not entry.executor.parallel  # a chain: nothing beside it
+    with pytest.raises(ValueError, match="parallel must be"):
+        mg.compile(model, parallel=2)
