@@ -256,6 +256,10 @@ def test_the_cost_model_keeps_small_graphs_sequential_and_runs_wide_products_in_
     assert not Executor(chain, parallel="auto").parallel  # a chain has nothing to run beside it
     ordered = plan_parallel([n for n in wide.topological_order() if n.op != "output"], workers=1)
     assert ordered.parallel == pytest.approx(ordered.sequential) and not ordered.pays
+    ins = [randn(256, 256) for _ in range(5)]
+    alone = Executor(wide, parallel=True, max_workers=1)  # the scheduler with no helper: every node inline
+    alone.run(ins, timeline=True)
+    assert {s.thread for s in alone.timeline} == {0}
     with pytest.raises(ValueError, match="parallel must be"):
         Executor(wide, parallel="yes")
 

@@ -250,7 +250,7 @@ class Executor:
                          for n in self.schedule}
         self._kept = {n for n in self.schedule for u in n.users if u.op == "output" or u.op in EFFECT_OPS}
         self._ctx_readers = {n: sum(u.op == "saved" for u in n.users) for n in self._keep_ctx}
-        self._pool = helpers(self.max_workers - 1)
+        self._pool = helpers(self.max_workers - 1) if self.max_workers > 1 else None  # one worker: all inline
 
     def _run_parallel(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False,
                       timeline: bool = False) -> list[Any]:
