@@ -254,7 +254,7 @@ def check(graph, parallel):
     e = Executor(graph, parallel=parallel)
     got = e.run([x, w, d], timeline=True)[0]
     order = [s.node.name for s in sorted(e.timeline, key=lambda s: s.start) if s.node.op in ("Matmul", "call")]
-    print(f"parallel={parallel!s:5}  ran {' then '.join(order):20}  y[0,0] = {got[0, 0]:.4f} "
+    print(f"parallel={parallel!s:5}  ran {' then '.join(order):20}  y[0,0] = {got[0, 0]:.3f} "
           f"({'right' if np.isclose(got[0, 0], want) else 'WRONG: the product read the new w'})")
 
 
