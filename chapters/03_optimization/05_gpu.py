@@ -25,7 +25,7 @@
 # measure the host's copy bandwidth; hide copies behind compute with a prefetcher; measure the
 # fixed cost of dispatching an op; count the kernels fusion saves on a GPU and read the CUDA source
 # it generates; time the fused chain against eager.
-# **Time:** about 26 minutes (25 reading, under a minute running).
+# **Time:** about 27 minutes (26 reading, 6 s running).
 #
 # **No GPU figures yet.** minigrad has not been run on a GPU so far. The figures this notebook
 # would show from one are pending a run of `benchmarks/gpu_check.sh` on a machine with an NVIDIA
