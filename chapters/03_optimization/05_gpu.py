@@ -201,8 +201,9 @@ plain, recording = (overhead[k] / overhead["numpy a + b"] for k in list(overhead
 print(f"minigrad's call costs {plain:.1f}x numpy's, {recording:.1f}x when it records the graph")
 
 # %% [markdown]
-# numpy's own call costs around a microsecond (checking its arguments, resolving the loop for the
-# dtypes, allocating the result). minigrad's call is a multiple of that, the ratio printed above:
+# numpy's own call costs on the order of a microsecond (the first line above: checking its
+# arguments, resolving the loop for the dtypes, allocating the result). minigrad's call is a
+# multiple of that, the ratio printed above:
 # around numpy's call it looks up the modes in force, checks that the inputs share a device, wraps
 # the result in a Tensor, and when an input requires grad it records the graph node that backward
 # will walk. On a GPU the launch adds its microseconds to that dispatch, and every op of a chain

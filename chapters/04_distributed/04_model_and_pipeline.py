@@ -195,12 +195,13 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The measured bubble falls as M grows, as the formula says, and stays above it: each micro-batch
-# also pays fixed costs the formula leaves out (sending activations and gradients, Python calls, a
-# sleeping process waking up late), which count as idle time and weigh more as the micro-batches
-# get smaller, so the margin tends to grow with M. Whether it grew at every step in this run is
-# printed above: on a busy machine, waiting for a free core adds a noise of its own to each
-# figure (the gaps in the measured schedule above).
+# The formula's bubble falls as M grows; whether the measured one fell at every step in this run,
+# stayed above the formula and drew away from it is printed above. It should stay above: each
+# micro-batch also pays fixed costs the formula leaves out (sending activations and gradients,
+# Python calls, a sleeping process waking up late), which count as idle time and weigh more as the
+# micro-batches get smaller, so the margin tends to grow with M. On a busy machine, waiting for a
+# free core adds a noise of its own to each figure (the gaps in the measured schedule above),
+# enough to undo the fall between two neighbouring values of M.
 #
 # With a kernel, the slider runs the two-rank job again for the number of micro-batches you pick
 # (a divisor of the batch of 32) and draws its schedule, its measured bubble beside the formula's.
