@@ -2,18 +2,37 @@
 
 Training scripts set ``backends.cudnn.benchmark = True`` or ``backends.cuda.matmul.allow_tf32 =
 True`` and ask ``backends.mps.is_available()``. minigrad computes with numpy on the CPU and with
-cupy on a GPU, which has neither cuDNN autotuning nor TF32 to switch, so these are plain settings
-that keep the values a program gives them and change nothing; the ``is_available`` questions answer
-for minigrad (no MPS, no cuDNN). Submodules are registered so ``import minigrad.backends.cudnn as
-cudnn`` works, as with torch (chapter 03 names the real switches).
+cupy on a GPU, which has no TF32 to switch, so most of these are plain settings that keep the
+values a program gives them and change nothing; the ``is_available`` questions answer for minigrad
+(no MPS, no cuDNN). One does act: ``autotune = True``, or torch's ``cudnn.benchmark = True``, makes
+conv2d time its algorithms per shape on first use and keep the fastest (``autotune_cache()``
+lists the choices; ``minigrad.ops.conv_algorithms``). Submodules are registered so ``import
+minigrad.backends.cudnn as cudnn`` works, as with torch (chapter 03 names the real switches).
 """
 
 from __future__ import annotations
 
 import sys
 import types
+from typing import Any
 
-__all__ = ["cuda", "cudnn", "mps"]
+__all__ = ["autotune", "autotune_cache", "clear_autotune_cache", "cuda", "cudnn", "mps"]
+
+autotune = False  # conv2d: pick the fastest algorithm per shape, timed on first use
+
+
+def autotune_cache() -> list[Any]:
+    """What autotuning chose so far: one ``TunedConv`` per conv2d shape (arguments, algorithm, ms of each)."""
+    from minigrad.ops import conv_algorithms
+
+    return conv_algorithms.autotune_cache()
+
+
+def clear_autotune_cache() -> None:
+    """Forget every choice, so that the next call of each shape is timed again."""
+    from minigrad.ops import conv_algorithms
+
+    conv_algorithms.clear_autotune_cache()
 
 
 def _module(name: str, doc: str, **attrs: object) -> types.ModuleType:
@@ -27,7 +46,8 @@ cuda = _module("cuda", "CUDA math settings: kept, without effect (cupy has no TF
                matmul=types.SimpleNamespace(allow_tf32=False, allow_fp16_reduced_precision_reduction=True,
                                             allow_bf16_reduced_precision_reduction=True),
                is_built=lambda: False)
-cudnn = _module("cudnn", "cuDNN settings: kept, without effect (minigrad does not use cuDNN).",
+cudnn = _module("cudnn", "cuDNN settings: kept; benchmark=True turns on conv2d autotuning as backends.autotune does, "
+                         "the others are without effect (minigrad does not use cuDNN).",
                 enabled=True, benchmark=False, deterministic=False, allow_tf32=True,
                 is_available=lambda: False, version=lambda: None)
 mps = _module("mps", "Apple's Metal backend: not in minigrad.", is_available=lambda: False, is_built=lambda: False)
