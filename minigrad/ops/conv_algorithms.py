@@ -144,13 +144,15 @@ def conv2d(xp, x, w, b, g, groups, keep_cols: bool) -> tuple[Any, Any]:
     return _run(name, xp, x, w, b, g, groups, keep_cols)
 
 
-def measure(run: Callable[[], Any], repeats: int = 3) -> float:
-    """Seconds of the fastest of ``repeats`` calls (tests replace it to inject timings)."""
-    best = float("inf")
+def measure(runs: dict[str, Callable[[], Any]], repeats: int = 5) -> dict[str, float]:
+    """Seconds of the fastest call of each run, the runs timed in turn ``repeats`` times so that a
+    busy spell of the machine hits them all alike (tests replace it to inject timings)."""
+    best = dict.fromkeys(runs, float("inf"))
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - t0)
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - t0)
     return best
 
 
@@ -188,9 +190,8 @@ def _run(name: str, xp, x, w, b, g, groups, keep_cols):
 
 
 def _tune(key: Key, xp, x, w, b, g, groups, keep_cols) -> TunedConv:
-    times = {}
-    for name, (_, applies) in ALGORITHMS.items():
-        if applies(x, w, g, groups):
-            _run(name, xp, x, w, b, g, groups, keep_cols)  # a first call warms caches and the allocator
-            times[name] = measure(lambda: _run(name, xp, x, w, b, g, groups, keep_cols)) * 1e3
-    return remember(x, w, g, groups, keep_cols, times)
+    runs = {name: (lambda name=name: _run(name, xp, x, w, b, g, groups, keep_cols))
+            for name, (_, applies) in ALGORITHMS.items() if applies(x, w, g, groups)}
+    for run in runs.values():  # a first call warms caches and the allocator
+        run()
+    return remember(x, w, g, groups, keep_cols, {name: s * 1e3 for name, s in measure(runs).items()})
