@@ -15,7 +15,6 @@ parameters alone (a transposed weight) go with the stage that reads them.
 from __future__ import annotations
 
 import functools
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -136,22 +135,21 @@ class PipelinePlan:
 
 
 def node_costs(graph: Graph, example: Sequence[Tensor] | None = None, repeats: int = 5) -> dict[Node, float]:
-    """Seconds of forward per op node: measured (the median of ``repeats`` runs of the node on the
-    values ``example`` gives) when ``example`` is given, else estimated from shapes (flops of the
-    products, bytes read and written by everything else, on a rough CPU)."""
+    """Seconds of forward per op node: measured when ``example`` is given (each node run on the
+    values ``example`` gives it, every node in turn ``repeats`` times so that a busy spell of the
+    machine hits them all alike, keeping each node's fastest run), else estimated from shapes
+    (flops of the products, bytes read and written by everything else, on a rough CPU)."""
     ops = [n for n in graph.topological_order() if n.fn is not None]
     if example is None:
         return {n: _estimate(n) for n in ops}
-    env = _values(graph, example)
-    costs = {}
-    for n in ops:
-        arrays = [env[i] for i in n.inputs]
-        times = []
-        for _ in range(repeats):
+    env = _values(graph, example)  # also a first run of every node, which warms caches
+    costs = dict.fromkeys(ops, float("inf"))
+    for _ in range(repeats):
+        for n in ops:
+            arrays = [env[i] for i in n.inputs]
             t0 = time.perf_counter()
             run_node(n, arrays)
-            times.append(time.perf_counter() - t0)
-        costs[n] = statistics.median(times)
+            costs[n] = min(costs[n], time.perf_counter() - t0)
     return costs
 
 
@@ -185,7 +183,7 @@ def partition(traced: Any, num_stages: int, example: Sequence[Tensor] | None = N
 
     if cuts is None:
         cuts = _balance(len(order), num_stages, stage_cost, live_bytes)
-    cuts = list(cuts)
+    cuts = [int(c) for c in cuts]
     if len(cuts) != num_stages - 1 or cuts != sorted(set(cuts)) or (cuts and (cuts[0] < 1 or cuts[-1] >= len(order))):
         raise PartitionError(f"partition: cuts {cuts} must be {num_stages - 1} increasing positions in 1.."
                              f"{len(order) - 1}")
