@@ -23,6 +23,7 @@ import numpy as np
 import minigrad
 import minigrad.backends
 from minigrad import nn, optim
+from minigrad.ops import conv_algorithms as algos
 
 
 def cnn(lib):
@@ -55,11 +56,19 @@ def cases(batch: int) -> tuple[dict[str, dict], float]:
         with minigrad.no_grad():
             model(mx)
 
-    minigrad.backends.clear_autotune_cache()
+    algos.clear_autotune_cache()
     t0 = time.perf_counter()
     step(True)
     infer(True)
     tuning = time.perf_counter() - t0
+    grads = []
+    for tuned in (False, True):  # whatever the tuner chose computes the same step
+        minigrad.backends.autotune = tuned
+        model.zero_grad()
+        nn.functional.cross_entropy(model(mx), my).backward()
+        grads.append([p.grad.numpy().copy() for p in model.parameters()])
+    for off, on in zip(*grads):
+        np.testing.assert_allclose(on, off, rtol=1e-4, atol=1e-5)
     runs = {"CNN training step": {"autotune off": lambda: step(False), "autotune on": lambda: step(True)},
             "CNN inference (no_grad)": {"autotune off": lambda: infer(False), "autotune on": lambda: infer(True)}}
     if torch is not None:
@@ -97,13 +106,12 @@ def main() -> None:
         line = f"{case:26}" + "".join(f"{t[n]:14.2f}" for n in names) + f"{t['autotune on'] / t['autotune off']:9.2f}x"
         if torch is not None:
             line += f"{t['autotune off'] / t['torch']:11.2f}x{t['autotune on'] / t['torch']:11.2f}x"
-        lines = [line]
-        print("\n".join(lines))
+        print(line)
     if torch is None:
         print("torch is not installed: minigrad's figures only (make torch installs it)")
     print(f"tuning (the first step and inference, every algorithm timed per conv shape): {tuning * 1e3:.0f} ms")
     print("what the tuner chose (ms of each algorithm; inf: does not apply):")
-    for e in minigrad.backends.autotune_cache():
+    for e in algos.autotune_cache():
         times = "  ".join(f"{k} {v:.2f}" for k, v in e.times_ms.items())
         print(f"  {str(e.input):18} x {str(e.weight):18} {'train' if e.with_grad else 'infer'}: {e.algorithm:12} ({times})")
     print(conditions())

@@ -5,34 +5,20 @@ True`` and ask ``backends.mps.is_available()``. minigrad computes with numpy on 
 cupy on a GPU, which has no TF32 to switch, so most of these are plain settings that keep the
 values a program gives them and change nothing; the ``is_available`` questions answer for minigrad
 (no MPS, no cuDNN). One does act: ``autotune = True``, or torch's ``cudnn.benchmark = True``, makes
-conv2d time its algorithms per shape on first use and keep the fastest (``autotune_cache()``
-lists the choices; ``minigrad.ops.conv_algorithms``). Submodules are registered so ``import
-minigrad.backends.cudnn as cudnn`` works, as with torch (chapter 03 names the real switches).
+conv2d time its algorithms per shape on first use and keep the fastest
+(``minigrad.ops.conv_algorithms.autotune_cache()`` lists the choices). Submodules are registered
+so ``import minigrad.backends.cudnn as cudnn`` works, as with torch (chapter 03 names the real
+switches).
 """
 
 from __future__ import annotations
 
 import sys
 import types
-from typing import Any
 
-__all__ = ["autotune", "autotune_cache", "clear_autotune_cache", "cuda", "cudnn", "mps"]
+__all__ = ["autotune", "cuda", "cudnn", "mps"]
 
 autotune = False  # conv2d: pick the fastest algorithm per shape, timed on first use
-
-
-def autotune_cache() -> list[Any]:
-    """What autotuning chose so far: one ``TunedConv`` per conv2d shape (arguments, algorithm, ms of each)."""
-    from minigrad.ops import conv_algorithms
-
-    return conv_algorithms.autotune_cache()
-
-
-def clear_autotune_cache() -> None:
-    """Forget every choice, so that the next call of each shape is timed again."""
-    from minigrad.ops import conv_algorithms
-
-    conv_algorithms.clear_autotune_cache()
 
 
 def _module(name: str, doc: str, **attrs: object) -> types.ModuleType:

@@ -136,14 +136,14 @@ def test_a_shape_is_timed_once_on_first_use_and_the_fastest_kept(monkeypatch):
     minigrad.backends.cudnn.benchmark = True  # torch's switch turns it on too
     want = F.conv2d(x, w, b, padding=1)
     assert calls == [["im2col", "im2col_nhwc", "winograd"]]  # every algorithm that applies, timed together
-    (entry,) = minigrad.backends.autotune_cache()
+    (entry,) = algos.autotune_cache()
     assert entry.algorithm == "im2col_nhwc" and entry.times_ms == {"im2col": 5.0, "im2col_nhwc": 2.0, "winograd": 9.0}
     assert (entry.input, entry.weight, entry.padding, entry.with_grad) == ((2, 4, 8, 8), (6, 4, 3, 3), (1, 1, 1, 1), False)
     again = F.conv2d(x, w, b, padding=1)
     assert len(calls) == 1  # cached: not timed again
     np.testing.assert_array_equal(again.numpy(), want.numpy())
-    minigrad.backends.clear_autotune_cache()
-    assert minigrad.backends.autotune_cache() == []
+    algos.clear_autotune_cache()
+    assert algos.autotune_cache() == []
 
 
 def test_half_precision_is_not_given_to_winograd():

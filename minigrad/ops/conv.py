@@ -122,7 +122,7 @@ class Conv2d(Op):
     def forward(ctx, x, w, b, g, groups):
         need_x, need_w = ctx.needs_input_grad[:2]
         # im2col, or with minigrad.backends.autotune the algorithm timed fastest for this shape
-        y, cols = conv_algorithms.conv2d(ctx.xp, x, w, b, g, groups, keep_cols=need_w)
+        y, cols = conv_algorithms.conv2d(ctx.xp, x, w, b, g, groups, need_w, _im2col)
         # keeping the columns for the weight gradient trades memory for a second im2col
         ctx.save_for_backward(x if need_w else None, w if need_x else None, cols if need_w else None)
         ctx.geometry, ctx.groups, ctx.hw, ctx.kernel = g, groups, x.shape[2:], w.shape[2:]

@@ -8,7 +8,8 @@ each 2x2 block of output from a 4x4 tile of input with 16 products where im2col 
 3x3 kernels at stride 1. With ``minigrad.backends.autotune = True`` (or PyTorch's
 ``backends.cudnn.benchmark = True``) the first call of each shape runs every algorithm that
 applies, keeps the fastest in a cache, and later calls use it, as cuDNN's autotuner does;
-``autotune_cache()`` lists what was chosen and the times. Without it, conv2d is im2col.
+``autotune_cache()`` lists what was chosen and the times. Without it, conv2d is im2col. This
+module sits below ``ops/conv.py`` in the imports, so conv hands in its ``_im2col`` (``columns``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from minigrad import backends
-from minigrad.ops import conv  # the window helpers; a module import, so the two files may import each other
 from minigrad.ops.layout import is_channels_last
 
 __all__ = ["ALGORITHMS", "TunedConv", "autotune_cache", "clear_autotune_cache", "conv2d", "measure", "remember"]
@@ -41,7 +41,7 @@ class TunedConv(NamedTuple):
     times_ms: dict
 
 
-# -- the algorithms: each returns (y, im2col's columns or None) -------------------------------------
+# -- the algorithms: each returns (y, im2col's columns or None); ``columns`` is conv's im2col --------
 def _finish(xp, y_nchw_t, b, x, o):
     """(O, N, OH, OW) plus bias, in the input's layout (channels_last in, channels_last out)."""
     if b is not None:
@@ -51,15 +51,15 @@ def _finish(xp, y_nchw_t, b, x, o):
     return xp.ascontiguousarray(y_nchw_t.transpose(1, 0, 2, 3))
 
 
-def im2col(xp, x, w, b, g, groups):
+def im2col(xp, x, w, b, g, groups, columns):
     """Every window as a column, then one (grouped) matrix product."""
-    cols = conv._im2col(xp, x, g, groups)
+    cols = columns(xp, x, g, groups)
     o = w.shape[0]
     y = (w.reshape(groups, o // groups, -1) @ cols).reshape(o, x.shape[0], *g.out_size(*x.shape[2:]))
     return _finish(xp, y, b, x, o), cols
 
 
-def im2col_nhwc(xp, x, w, b, g, groups):
+def im2col_nhwc(xp, x, w, b, g, groups, columns):
     """Windows channels-last: rows (N*OH*OW) of (KH*KW*C) numbers, times the weight (KH*KW*C, O),
     gives the output channels-last, which a channels_last input keeps with no copy."""
     n, c, h, wd = x.shape
@@ -82,7 +82,7 @@ def im2col_nhwc(xp, x, w, b, g, groups):
     return (y if is_channels_last(x) else xp.ascontiguousarray(y)), None
 
 
-def winograd(xp, x, w, b, g, groups):
+def winograd(xp, x, w, b, g, groups, columns):
     """F(2x2, 3x3): output = A^T [(G w G^T) * (B^T d B)] A over 4x4 input tiles d taken every 2
     pixels, the elementwise products summed over channels as 16 matrix products. The image is
     first laid out (H, W, N, C), so every transform is an add of whole (N, C) planes of strided
@@ -102,7 +102,8 @@ def winograd(xp, x, w, b, g, groups):
         xp.subtract(col[2], col[1], out=v[i, 2])
         xp.subtract(col[1], col[3], out=v[i, 3])
     gm = xp.asarray([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=x.dtype)
-    u = xp.ascontiguousarray((gm @ w @ gm.T).transpose(2, 3, 1, 0))  # G w G^T: (4, 4, C, O)
+    gw = xp.tensordot(xp.tensordot(gm, w, ([1], [2])), gm, ([3], [1]))  # G w G^T, as (4, O, C, 4)
+    u = xp.ascontiguousarray(gw.transpose(0, 3, 2, 1))  # (4, 4, C, O)
     m = (v.reshape(16, th * tw * n, c) @ u.reshape(16, c, o)).reshape(4, 4, th, tw, n, o)
     y = xp.empty((th, 2, tw, 2, n, o), dtype=x.dtype)
     for a, t in enumerate((m[0] + m[1] + m[2], m[1] - m[2] - m[3])):  # A^T m A, into every other pixel
@@ -130,18 +131,17 @@ ALGORITHMS: dict[str, tuple[Callable, Callable[..., bool]]] = {
 _cache: dict[Key, TunedConv] = {}
 
 
-def conv2d(xp, x, w, b, g, groups, keep_cols: bool) -> tuple[Any, Any]:
+def conv2d(xp, x, w, b, g, groups, keep_cols: bool, columns: Callable) -> tuple[Any, Any]:
     """Conv2d's forward on arrays: (y, im2col's columns when ``keep_cols``, for the weight
     gradient). im2col unless autotuning is on, then the algorithm cached for this shape, timed
     here on first use."""
     name = "im2col"
     if backends.autotune or backends.cudnn.benchmark:
-        key = _key(x, w, g, groups, keep_cols)
-        entry = _cache.get(key)
+        entry = _cache.get(_key(x, w, g, groups, keep_cols))
         if entry is None:
-            entry = _tune(key, xp, x, w, b, g, groups, keep_cols)
+            entry = _tune(xp, x, w, b, g, groups, keep_cols, columns)
         name = entry.algorithm
-    return _run(name, xp, x, w, b, g, groups, keep_cols)
+    return _run(name, xp, x, w, b, g, groups, keep_cols, columns)
 
 
 def measure(runs: dict[str, Callable[[], Any]], repeats: int = 5) -> dict[str, float]:
@@ -182,15 +182,15 @@ def _key(x, w, g, groups, keep_cols) -> Key:
     return (device, str(x.dtype), tuple(x.shape), tuple(w.shape), tuple(g), groups, is_channels_last(x), keep_cols)
 
 
-def _run(name: str, xp, x, w, b, g, groups, keep_cols):
-    y, cols = ALGORITHMS[name][0](xp, x, w, b, g, groups)
+def _run(name: str, xp, x, w, b, g, groups, keep_cols, columns):
+    y, cols = ALGORITHMS[name][0](xp, x, w, b, g, groups, columns)
     if keep_cols and cols is None:  # the weight gradient reads im2col's columns: making them is part of the cost
-        cols = conv._im2col(xp, x, g, groups)
+        cols = columns(xp, x, g, groups)
     return y, cols
 
 
-def _tune(key: Key, xp, x, w, b, g, groups, keep_cols) -> TunedConv:
-    runs = {name: (lambda name=name: _run(name, xp, x, w, b, g, groups, keep_cols))
+def _tune(xp, x, w, b, g, groups, keep_cols, columns) -> TunedConv:
+    runs = {name: (lambda name=name: _run(name, xp, x, w, b, g, groups, keep_cols, columns))
             for name, (_, applies) in ALGORITHMS.items() if applies(x, w, g, groups)}
     for run in runs.values():  # a first call warms caches and the allocator
         run()
