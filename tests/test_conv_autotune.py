@@ -117,6 +117,8 @@ def test_the_choice_is_the_fastest_in_the_cache_ties_to_the_first_listed():
     assert pick({"im2col": 1.0, "im2col_nhwc": 2.0, "winograd": 3.0}) == "im2col"
     assert pick({"im2col": 2.0, "im2col_nhwc": 1.0, "winograd": 1.0}) == "im2col_nhwc"  # a tie: listed first
     assert pick({"im2col": 1.0, "im2col_nhwc": 1.0, "winograd": 1.0}) == "im2col"
+    assert pick({"im2col": 1.0, "im2col_nhwc": 0.95}) == "im2col"  # within the margin: the default stays
+    assert pick({"im2col": 1.0, "im2col_nhwc": 0.89, "winograd": 0.95}) == "im2col_nhwc"
     strided = geometry((6, 4, 3, 3), dict(stride=2))  # winograd does not apply: its time does not count
     entry = algos.remember(x.array, w.array, strided, 1, False, {"im2col": 2.0, "winograd": 0.5})
     assert entry.algorithm == "im2col" and entry.times_ms["winograd"] == float("inf")

@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple
 from minigrad import backends
 from minigrad.ops.layout import is_channels_last
 
-__all__ = ["ALGORITHMS", "TunedConv", "autotune_cache", "clear_autotune_cache", "conv2d", "measure", "remember"]
+__all__ = ["ALGORITHMS", "MARGIN", "TunedConv", "autotune_cache", "clear_autotune_cache", "conv2d", "measure", "remember"]
 
 Key = tuple  # (device, dtype, x shape, w shape, geometry, groups, channels last, keeps im2col's columns)
 
@@ -129,6 +129,9 @@ ALGORITHMS: dict[str, tuple[Callable, Callable[..., bool]]] = {
     "winograd": (winograd, _winograd_applies),
 }
 _cache: dict[Key, TunedConv] = {}
+# another algorithm replaces im2col only when at least this much faster: on a busy machine two
+# timings of the same work differ by a few percent, and a choice made on noise helps nobody
+MARGIN = 0.9
 
 
 def conv2d(xp, x, w, b, g, groups, keep_cols: bool, columns: Callable) -> tuple[Any, Any]:
@@ -158,11 +161,14 @@ def measure(runs: dict[str, Callable[[], Any]], repeats: int = 5) -> dict[str, f
 
 def remember(x, w, g, groups: int, keep_cols: bool, times_ms: dict[str, float]) -> TunedConv:
     """Put timings for a shape in the cache (as if measured): the fastest applicable algorithm is
-    chosen, ties going to the one listed first in ``ALGORITHMS``."""
+    chosen, ties going to the one listed first in ``ALGORITHMS``, and im2col (the default) is kept
+    unless the fastest takes under ``MARGIN`` of its time."""
     key = _key(x, w, g, groups, keep_cols)
     usable = {k: ALGORITHMS[k][1](x, w, g, groups) for k in ALGORITHMS}
     times = {k: (times_ms.get(k, float("inf")) if usable[k] else float("inf")) for k in ALGORITHMS}
     best = min(ALGORITHMS, key=lambda k: (times[k], list(ALGORITHMS).index(k)))
+    if not times[best] < MARGIN * times["im2col"]:
+        best = "im2col"
     entry = _cache[key] = TunedConv(tuple(x.shape), tuple(w.shape), g.stride, g.padding, g.dilation, groups,
                                     key[6], keep_cols, best, times)
     return entry
