@@ -102,8 +102,8 @@ def winograd(xp, x, w, b, g, groups, columns):
         xp.subtract(col[2], col[1], out=v[i, 2])
         xp.subtract(col[1], col[3], out=v[i, 3])
     gm = xp.asarray([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=x.dtype)
-    gw = xp.tensordot(xp.tensordot(gm, w, ([1], [2])), gm, ([3], [1]))  # G w G^T, as (4, O, C, 4)
-    u = xp.ascontiguousarray(gw.transpose(0, 3, 2, 1))  # (4, 4, C, O)
+    gw = (gm @ w.transpose(2, 3, 1, 0).reshape(3, 3 * c * o)).reshape(4, 3, c * o)  # G w, kernel rows
+    u = gm @ gw  # ... G^T, every (C, O) pair at once: (4, 4, C*O)
     m = (v.reshape(16, th * tw * n, c) @ u.reshape(16, c, o)).reshape(4, 4, th, tw, n, o)
     y = xp.empty((th, 2, tw, 2, n, o), dtype=x.dtype)
     for a, t in enumerate((m[0] + m[1] + m[2], m[1] - m[2] - m[3])):  # A^T m A, into every other pixel
