@@ -144,6 +144,9 @@ def test_graphs_a_pipeline_cannot_run_are_refused():
     ids = trace(lambda v: (v * 2).long().float() + v, x)
     with pytest.raises(PartitionError, match="floating point values only"):
         partition(ids, 2, cuts=[2])
+    assert partition(ids, 2).cuts != [2]  # chosen, the cut goes where only floats are alive
+    with pytest.raises(PartitionError, match="no cut into 4 stages sends floating point values only"):
+        partition(ids, 4)  # 4 nodes: every cut needed, one of them through the integers
 
 
 needs_mpi = pytest.mark.skipif(not dist.is_available() or launcher.find_mpiexec() is None,

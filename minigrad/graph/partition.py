@@ -172,7 +172,9 @@ def partition(traced: Any, num_stages: int, example: Sequence[Tensor] | None = N
     for n in graph.topological_order():  # parameter-only nodes join the first stage that reads them
         if n.fn is not None and n not in dependent:
             fwd[_first_reader(n, order)] += costs.get(n, 0.0) * BACKWARD_FACTOR
-    live_bytes = [_live_bytes(graph, order, placeholder, c) for c in range(len(order) + 1)]
+    lives = [_live(graph, order, placeholder, c) for c in range(len(order) + 1)]
+    live_bytes = [sum(_nbytes(n) for n in live) for live in lives]
+    sendable = [all(_floating(n) for n in live) for live in lives]  # a tuple or integers cannot be cut through
     prefix = [0.0]
     for t in fwd:
         prefix.append(prefix[-1] + t)
@@ -182,12 +184,12 @@ def partition(traced: Any, num_stages: int, example: Sequence[Tensor] | None = N
         return prefix[j] - prefix[i] + 2 * link / link_bytes_per_s  # activation forward, gradient back
 
     if cuts is None:
-        cuts = _balance(len(order), num_stages, stage_cost, live_bytes)
+        cuts = _balance(len(order), num_stages, stage_cost, live_bytes, sendable)
     cuts = [int(c) for c in cuts]
     if len(cuts) != num_stages - 1 or cuts != sorted(set(cuts)) or (cuts and (cuts[0] < 1 or cuts[-1] >= len(order))):
         raise PartitionError(f"partition: cuts {cuts} must be {num_stages - 1} increasing positions in 1.."
                              f"{len(order) - 1}")
-    return _plan(graph, order, placeholder, cuts, fwd, costs, link_bytes_per_s)
+    return _plan(graph, order, placeholder, cuts, costs, link_bytes_per_s)
 
 
 # -- the stage as a Module -------------------------------------------------------------------------
@@ -290,19 +292,22 @@ def _live(graph: Graph, order: list[Node], placeholder: Node, c: int) -> list[No
     return [n for n in [placeholder] + order[:c] if n is out or any(u in after for u in n.users)]
 
 
-def _live_bytes(graph: Graph, order: list[Node], placeholder: Node, c: int) -> int:
-    return sum(_nbytes(n) for n in _live(graph, order, placeholder, c)) if 0 < c < len(order) else 0
+def _floating(n: Node) -> bool:
+    return n.shape is not None and n.dtype is not None and n.dtype.kind == "f"
 
 
-def _balance(length: int, num_stages: int, stage_cost: Any, live_bytes: list[int]) -> list[int]:
+def _balance(length: int, num_stages: int, stage_cost: Any, live_bytes: list[int], sendable: list[bool]) -> list[int]:
     """The cuts that minimise the slowest stage's cost, ties going to fewer bytes across the cuts
-    (dynamic programming over prefix lengths: best[s][j] for order[:j] in s stages)."""
+    (dynamic programming over prefix lengths: best[s][j] for order[:j] in s stages), cutting only
+    where every value alive is a floating point tensor."""
     inf = (float("inf"), 0)
     best = [[inf] * (length + 1) for _ in range(num_stages + 1)]
     back = [[0] * (length + 1) for _ in range(num_stages + 1)]
     best[0][0] = (0.0, 0)
     for s in range(1, num_stages + 1):
         for j in range(s, length - (num_stages - s) + 1):
+            if j < length and not sendable[j]:
+                continue
             for i in range(s - 1, j):
                 if best[s - 1][i] == inf:
                     continue
@@ -310,6 +315,9 @@ def _balance(length: int, num_stages: int, stage_cost: Any, live_bytes: list[int
                 cand = (max(worst, stage_cost(i, j)), sent + (live_bytes[i] if i else 0))
                 if cand < best[s][j]:
                     best[s][j], back[s][j] = cand, i
+    if best[num_stages][length] == inf:
+        raise PartitionError(f"partition: no cut into {num_stages} stages sends floating point values only "
+                             "(a tuple of results or integer values is alive at every candidate cut)")
     cuts, j = [], length
     for s in range(num_stages, 1, -1):
         j = back[s][j]
@@ -317,8 +325,8 @@ def _balance(length: int, num_stages: int, stage_cost: Any, live_bytes: list[int
     return cuts[::-1]
 
 
-def _plan(graph: Graph, order: list[Node], placeholder: Node, cuts: list[int], fwd: list[float],
-          costs: dict[Node, float], link_bytes_per_s: float) -> PipelinePlan:
+def _plan(graph: Graph, order: list[Node], placeholder: Node, cuts: list[int], costs: dict[Node, float],
+          link_bytes_per_s: float) -> PipelinePlan:
     bounds = [0] + cuts + [len(order)]
     owner: dict[Node, int] = {placeholder: 0}
     for s in range(len(bounds) - 1):
@@ -336,7 +344,7 @@ def _plan(graph: Graph, order: list[Node], placeholder: Node, cuts: list[int], f
                                      "fall in one stage)")
     live = [[placeholder]] + [_live(graph, order, placeholder, c) for c in cuts]
     for n in (n for cut in live[1:] for n in cut):
-        if n.dtype is None or n.dtype.kind != "f":
+        if not _floating(n):
             raise PartitionError(f"partition: {n.name} ({n.op}, dtype {n.dtype}) crosses a cut; the stages send "
                                  "floating point values only, so cut where no such value is alive")
     stages = []
