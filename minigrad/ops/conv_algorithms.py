@@ -196,8 +196,14 @@ def _run(name: str, xp, x, w, b, g, groups, keep_cols, columns):
 
 
 def _tune(xp, x, w, b, g, groups, keep_cols, columns) -> TunedConv:
-    runs = {name: (lambda name=name: _run(name, xp, x, w, b, g, groups, keep_cols, columns))
-            for name, (_, applies) in ALGORITHMS.items() if applies(x, w, g, groups)}
+    def timed(name: str) -> Callable[[], None]:
+        def run() -> None:
+            _run(name, xp, x, w, b, g, groups, keep_cols, columns)
+            if hasattr(xp, "cuda"):  # cupy launches kernels and returns: time them to their end
+                xp.cuda.get_current_stream().synchronize()
+        return run
+
+    runs = {name: timed(name) for name, (_, applies) in ALGORITHMS.items() if applies(x, w, g, groups)}
     for run in runs.values():  # a first call warms caches and the allocator
         run()
     return remember(x, w, g, groups, keep_cols, {name: s * 1e3 for name, s in measure(runs).items()})
