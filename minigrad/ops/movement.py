@@ -214,11 +214,19 @@ def _infer_shape(op: str, x: Tensor, shape: Sequence[int]) -> tuple:
 
 
 def _viewable(old: tuple, strides: tuple, new: tuple) -> bool:
-    """Can ``new`` be laid over memory of shape ``old`` and ``strides`` without a copy? PyTorch's
-    rule: walking from the last dim, old dims that are contiguous with each other form chunks, and
-    every chunk must be the product of a run of new dims."""
+    """Can ``new`` be laid over memory of shape ``old`` and ``strides`` (in elements) without a
+    copy? When not, ``reshape`` must copy and ``view`` refuses. PyTorch's rule: walking from the
+    last dim, neighbouring old dims whose elements are one evenly spaced run (``stride[d-1] ==
+    size[d] * stride[d]``, size-1 dims never breaking a run) form a chunk; every chunk must be the
+    product of a run of new dims, which then step through it with the chunk's innermost stride.
+
+    (3, 4) with strides (4, 1) is one chunk of 12: any shape of 12 elements is a view. Its
+    transpose, (4, 3) with strides (1, 4), is two chunks, 4 and 3: (2, 2, 3) is a view, (12,) or
+    (3, 4) is not. ``x[:, ::2]`` of a (4, 6) tensor, (4, 3) with strides (6, 2), is one chunk of
+    12 elements two apart: ``view(12)`` works, with stride 2. A new dim of size 1 fits anywhere."""
     if not old or math.prod(old) == 0:
         return True
+    ### BEGIN SOLUTION chapter 01: strided views: when reshape must copy
     n = len(new) - 1
     base, chunk, view = strides[-1], 1, 1
     for d in range(len(old) - 1, -1, -1):
@@ -232,6 +240,7 @@ def _viewable(old: tuple, strides: tuple, new: tuple) -> bool:
             if d > 0:
                 base, chunk, view = strides[d - 1], 1, 1
     return n == -1
+    ### END SOLUTION
 
 
 def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
@@ -242,8 +251,8 @@ def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
 def view(x: Tensor, shape: Sequence[int]) -> Tensor:
     """Like ``reshape``, but always a view: raises when x's layout needs a copy (then use reshape)."""
     shape = _infer_shape("view", x, shape)
-    if not _viewable(x.shape, x.array.strides, shape):
-        strides = tuple(s // x.array.itemsize for s in x.array.strides)
+    strides = tuple(s // x.array.itemsize for s in x.array.strides)
+    if not _viewable(x.shape, strides, shape):
         raise ShapeError(
             f"view: a tensor of shape {tuple(x.shape)} with strides {strides} (not contiguous) cannot be viewed "
             f"as shape {shape} without a copy; use .reshape(...) or .contiguous() first"
