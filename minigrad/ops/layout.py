@@ -146,7 +146,8 @@ def positions(xp, size: Sequence[int], stride: Sequence[int], offset: int):
     """The storage position of every element of a view with this geometry, shaped like the view."""
     axes = [xp.arange(n, dtype=backend.int64).reshape((1,) * d + (n,) + (1,) * (len(size) - d - 1))
             for d, n in enumerate(size)]
-    return xp.broadcast_to(xp.asarray(storage_index(axes, stride, offset), dtype=backend.int64), tuple(size))
+    pos = storage_index(axes, stride, offset)  # the axes broadcast to the view's shape
+    return pos if axes else xp.full((), pos, dtype=backend.int64)
 
 
 class AsStrided(Op):

@@ -214,8 +214,10 @@ def _infer_shape(op: str, x: Tensor, shape: Sequence[int]) -> tuple:
 
 
 def _viewable(old: tuple, strides: tuple, new: tuple) -> bool:
-    """Can ``new`` be laid over memory of shape ``old`` and ``strides`` (in elements) without a
-    copy? When not, ``reshape`` must copy and ``view`` refuses. PyTorch's rule: walking from the
+    """Can ``new`` be laid over memory of shape ``old`` and ``strides`` without a copy? When not,
+    ``reshape`` must copy and ``view`` refuses. The strides are numpy's, in bytes: the rule only
+    compares a stride with multiples of another, so it reads the same in elements, as below
+    (``view`` then skips converting them on every call). PyTorch's rule: walking from the
     last dim, neighbouring old dims whose elements are one evenly spaced run (``stride[d-1] ==
     size[d] * stride[d]``, size-1 dims never breaking a run) form a chunk; every chunk must be the
     product of a run of new dims, which then step through it with the chunk's innermost stride.
@@ -251,8 +253,8 @@ def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
 def view(x: Tensor, shape: Sequence[int]) -> Tensor:
     """Like ``reshape``, but always a view: raises when x's layout needs a copy (then use reshape)."""
     shape = _infer_shape("view", x, shape)
-    strides = tuple(s // x.array.itemsize for s in x.array.strides)
-    if not _viewable(x.shape, strides, shape):
+    if not _viewable(x.shape, x.array.strides, shape):
+        strides = tuple(s // x.array.itemsize for s in x.array.strides)
         raise ShapeError(
             f"view: a tensor of shape {tuple(x.shape)} with strides {strides} (not contiguous) cannot be viewed "
             f"as shape {shape} without a copy; use .reshape(...) or .contiguous() first"
