@@ -134,7 +134,7 @@ def storage_index(index: Sequence[Any], stride: Sequence[int], storage_offset: A
     ``storage_offset + index[0]*stride[0] + index[1]*stride[1] + ...``.
 
     Element [1, 2] of a (3, 4) row-major view at offset 0 (strides (4, 1)) is storage element 6;
-    of its transpose (strides (1, 4)) it is 9; of ``x[:, 1:3]`` (strides (4, 1), offset 1) it is 7.
+    of its transpose (strides (1, 4)) it is 9; element [2, 1] of ``x[:, 1:3]`` (strides (4, 1), offset 1) is 10.
     The index entries may also be integer arrays that broadcast together (``positions`` passes
     one ``arange`` per dim, shaped to its own axis): the same sum, element by element."""
     ### BEGIN SOLUTION chapter 01: strided views: index to offset
