@@ -225,8 +225,8 @@ def shares_storage(a, b):
 class TestStorageIndex:
     def test_offsets_of_one_element_worked_out_by_hand(self):
         # element [1, 2] of x = arange(12).reshape(3, 4): row 1 starts at 4, plus 2 -> 6; of x.T,
-        # strides (1, 4): 1 + 8 -> 9; of x[:, 1:3], strides (4, 1) from offset 1: 1 + 4 + 2 -> 7
-        for index, stride, offset, want in [((1, 2), (4, 1), 0, 6), ((1, 2), (1, 4), 0, 9), ((1, 2), (4, 1), 1, 7),
+        # strides (1, 4): 1 + 8 -> 9; element [2, 1] of x[:, 1:3], strides (4, 1) from offset 1: 1 + 8 + 1 -> 10
+        for index, stride, offset, want in [((1, 2), (4, 1), 0, 6), ((1, 2), (1, 4), 0, 9), ((2, 1), (4, 1), 1, 10),
                                             ((1, 0, 2), (12, 4, 1), 5, 19), ((2,), (3,), 4, 10), ((), (), 3, 3)]:
             got = storage_index(index, stride, offset)
             assert got == want, (f"element {index} of a view with strides {stride} at storage offset {offset} is "
