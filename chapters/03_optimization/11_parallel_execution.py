@@ -26,8 +26,8 @@
 # simulated schedule; draw a multi-head attention graph's schedule on two threads as a timeline,
 # simulated and measured; see the model keep a graph of small ops sequential; then break a program
 # by letting the executor reorder an in-place write, and fix it with an ordering edge, the same
-# edge a CUDA event draws between two streams. **Time:** about 26 minutes (25 reading, under a
-# minute running).
+# edge a CUDA event draws between two streams.
+# **Time:** about 26 minutes (25 reading, 5 s running).
 
 # %%
 import os
