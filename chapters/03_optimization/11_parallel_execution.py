@@ -110,8 +110,8 @@ plt.show()
 # %% [markdown]
 # Read the verdicts above with the load average beside them. Only a product or a ufunc big
 # enough to outlast the hand-off can gain, and only when the second core is free; a small op
-# always loses, since handing work to a thread and collecting it costs tens of microseconds
-# (`HANDOFF_SECONDS` below), more than the op itself. So a scheduler has to know the sizes, and
+# loses (the last line says by how much here), since handing work to a thread and collecting it
+# costs tens of microseconds (`HANDOFF_SECONDS` below), more than the op itself. So a scheduler has to know the sizes, and
 # has to check what it gains: that is what its cost model and its trial are for.
 #
 # ## 2. The cost model and the ready set
