@@ -23,7 +23,7 @@
 # **You will:** watch `if` and loops reshape the graph, trace a function into a static graph and
 # replay it, find what tracing freezes, measure what a static graph saves by caching its
 # execution order, and see how version counters catch in-place writes to saved values.
-# **Time:** about 25 minutes (20 reading, 4 s running).
+# **Time:** about 23 minutes (22 reading, 7 s running).
 
 # %%
 from collections import Counter
