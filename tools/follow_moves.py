@@ -119,7 +119,7 @@ def rewrite(text: str, pairs: list[tuple[str, str]], inside_package: bool, publi
         if old in everywhere:
             text = re.sub(pattern, in_imports[old], text)
         else:  # a public name: messages and docstrings keep it; only the package's own imports change
-            text = re.sub(rf"^([ \t]*(?:from|import) .*)$",
+            text = re.sub(rf"^([ \t]*(?:from|import) [^#\n]*)",  # the statement, not its comment
                           lambda m: re.sub(pattern, in_imports[old], m[1]), text, flags=re.M)
     for old, new in sorted(pairs, key=lambda p: len(p[0]), reverse=True):
         text = re.sub(rf"(?<![\w/.]){re.escape(old)}(?![\w/])", new, text)

@@ -67,6 +67,10 @@ PROCESS_WIDE: dict[tuple[str, str], str] = {
     ("minigrad.distributed.process_group", "_transport"): "the MPI or NCCL transport of that process group",
     ("minigrad.distributed.process_group", "_watcher"): "the one thread that watches that group's peers",
     ("minigrad.graph.overlap", "_helper"): "one helper thread per process, started on first use",
+    ("minigrad.ops.conv_algorithms", "_autotune"): "conv2d autotuning, switched for the whole process as "
+                                                   "torch.backends.cudnn.benchmark is (minigrad.backends.autotune)",
+    ("minigrad.ops.conv_algorithms", "_cudnn_benchmark"): "the same switch under torch's name "
+                                                          "(minigrad.backends.cudnn.benchmark)",
 }
 # Where per-thread state may live: the mode stack and grad mode's context variables.
 PER_THREAD_HOMES = ("minigrad.autograd.mode", "minigrad.autograd.grad_mode")

@@ -173,7 +173,7 @@ print(numpy_blocks.generate(gate).source)
 # the cell below checks the kernel it writes for this group.
 
 # %%
-# Check: your expression walk (minigrad.graph.codegen.cpu._block_code) on the gate group
+# Check: your expression walk (minigrad.graph.codegen.numpy_blocks._block_code) on the gate group
 from minigrad.course import answer
 from minigrad.graph.trace import run_graph
 

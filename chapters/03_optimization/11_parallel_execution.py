@@ -285,7 +285,7 @@ check(fixed, parallel=True)
 # subexpression; with the second ordered after the write, CSE keeps them apart (without the edge
 # it would merge them, which is right for a graph that promises nothing about the write). Dead
 # code elimination keeps a `call` and the nodes it waits for; constant folding and fusion leave an
-# ordered node where it is (`tests/test_parallel.py` checks each pass).
+# ordered node where it is (`tests/graph/test_parallel.py` checks each pass).
 
 # %%
 g = trace(lambda w, d: (w * 2, w * 2), minigrad.randn(3), minigrad.randn(3)).graph

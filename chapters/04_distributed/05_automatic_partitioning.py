@@ -162,7 +162,7 @@ for s in range(1, res_plan.num_stages):
           f"= {res_plan.stages[s].recv_bytes} bytes")
 
 # %% [markdown]
-# `GraphStage` (what `plan.stage_module(s)` returns) runs a stage's nodes as a `Module`: it
+# `GraphStage(plan, s)` (in `minigrad.distributed.autopipe`) runs a stage's nodes as a `Module`: it
 # unpacks the values it receives from one flat tensor, applies each node's `Function` with
 # autograd on, and packs what the later stages need into one flat tensor again, so
 # `ScheduleGPipe` from 04.4 runs it unchanged.

@@ -16,13 +16,31 @@ from __future__ import annotations
 import sys
 import types
 
+from minigrad.ops import conv_algorithms
+
 __all__ = ["autotune", "cuda", "cudnn", "mps"]
 
-autotune = False  # conv2d: pick the fastest algorithm per shape, timed on first use
+
+def _switch(name: str) -> property:
+    """A module attribute that reads and sets conv2d's autotuning switch ``name``, which lives with
+    the op (``minigrad.ops.conv_algorithms``), below this layer of torch's names."""
+    return property(lambda self: conv_algorithms.autotune_switch(name),
+                    lambda self, on: conv_algorithms.set_autotune(on, name))
 
 
-def _module(name: str, doc: str, **attrs: object) -> types.ModuleType:
-    mod = types.ModuleType(f"minigrad.backends.{name}", doc)  # the public path, as torch.backends.cudnn
+class _Backends(types.ModuleType):
+    autotune = _switch("autotune")  # conv2d: pick the fastest algorithm per shape, timed on first use
+
+
+class _Cudnn(types.ModuleType):
+    benchmark = _switch("cudnn.benchmark")  # torch's spelling of the same switch
+
+
+sys.modules[__name__].__class__ = _Backends
+
+
+def _module(name: str, doc: str, kind: type = types.ModuleType, **attrs: object) -> types.ModuleType:
+    mod = kind(f"minigrad.backends.{name}", doc)  # the public path, as torch.backends.cudnn
     mod.__dict__.update(attrs)
     sys.modules[mod.__name__] = mod
     return mod
@@ -34,6 +52,6 @@ cuda = _module("cuda", "CUDA math settings: kept, without effect (cupy has no TF
                is_built=lambda: False)
 cudnn = _module("cudnn", "cuDNN settings: kept; benchmark=True turns on conv2d autotuning as backends.autotune does, "
                          "the others are without effect (minigrad does not use cuDNN).",
-                enabled=True, benchmark=False, deterministic=False, allow_tf32=True,
+                _Cudnn, enabled=True, deterministic=False, allow_tf32=True,
                 is_available=lambda: False, version=lambda: None)
 mps = _module("mps", "Apple's Metal backend: not in minigrad.", is_available=lambda: False, is_built=lambda: False)

@@ -20,7 +20,7 @@ from minigrad.distributed.collectives import (
 from minigrad.distributed.ring import ring_all_reduce
 from minigrad.distributed.ddp import DistributedDataParallel
 from minigrad.distributed.sampler import DistributedSampler
-from minigrad.distributed.pipeline import PipelineStage, ScheduleGPipe, gpipe_bubble, split_sequential
+from minigrad.distributed.pipeline_parallel import PipelineStage, ScheduleGPipe, gpipe_bubble, split_sequential
 from minigrad.distributed.autopipe import auto_pipeline_stage
 from minigrad.distributed.model_parallel import ColumnParallelLinear, RowParallelLinear
 from minigrad.distributed.launcher import launch

@@ -7,8 +7,8 @@ cost (its forward time, measured or estimated from its shape, times three for fo
 backward that costs about twice as much), and a dynamic program places the N-1 cuts so that the
 slowest stage, compute plus the bytes it sends and receives, is as fast as possible. The values
 alive across a cut (every value made before it and read after it) are what the stages send each
-other; ``GraphStage`` runs one stage's nodes as a ``Module`` whose input and output pack those
-values into one flat tensor, so ``ScheduleGPipe`` runs it unchanged. Nodes computed from
+other; ``minigrad.distributed.autopipe.GraphStage`` runs one stage's nodes as a ``Module`` whose
+input and output pack those values into one flat tensor, so ``ScheduleGPipe`` runs it unchanged. Nodes computed from
 parameters alone (a transposed weight) go with the stage that reads them.
 """
 
@@ -19,14 +19,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from minigrad.backend import cpu
-from minigrad.graph.interpret import ARRAY_ARG, TENSOR_ARG, keeps_ctx, node_step, run_node
+from minigrad.graph.interpret import keeps_ctx, node_step, run_node
 from minigrad.graph.ir import SOURCE_OPS, Graph, Node, _escape
-from minigrad.nn.module import Module, Parameter
-from minigrad.ops import cat
-from minigrad._tensor import Tensor, _wrap
+from minigrad._tensor import Tensor
 
-__all__ = ["GraphStage", "PartitionError", "PipelinePlan", "StageCost", "node_costs", "partition"]
+__all__ = ["PartitionError", "PipelinePlan", "StageCost", "node_costs", "partition"]
 
 BACKWARD_FACTOR = 3.0  # forward + backward ~ 3x forward: backward computes two products per product
 # the estimated cost model: a rough CPU, so that estimated and measured costs have the same unit
@@ -103,10 +100,6 @@ class PipelinePlan:
             return self.owner[node]
         readers = [self.owner[u] for u in node.users if u in self.owner]
         return min(readers) if readers else None
-
-    def stage_module(self, stage: int) -> GraphStage:
-        """Stage ``stage`` as a Module for ``PipelineStage`` (its parameters are the model's own)."""
-        return GraphStage(self, stage)
 
     def to_dot(self, rankdir: str = "TB") -> str:
         """The graph as DOT text with every node filled with its stage's colour and each stage a
@@ -190,60 +183,6 @@ def partition(traced: Any, num_stages: int, example: Sequence[Tensor] | None = N
         raise PartitionError(f"partition: cuts {cuts} must be {num_stages - 1} increasing positions in 1.."
                              f"{len(order) - 1}")
     return _plan(graph, order, placeholder, cuts, costs, link_bytes_per_s)
-
-
-# -- the stage as a Module -------------------------------------------------------------------------
-class GraphStage(Module):
-    """Run one stage of a plan with autograd: unpack the values it receives from one flat tensor
-    (the first stage takes the model's input itself), apply its nodes' Functions, and pack the
-    values the next stages need (the last stage returns the model's output itself)."""
-
-    def __init__(self, plan: PipelinePlan, stage: int) -> None:
-        super().__init__()
-        if not 0 <= stage < plan.num_stages:
-            raise PartitionError(f"GraphStage: the plan has stages 0..{plan.num_stages - 1}, got {stage}")
-        self.stage, self.first, self.last = stage, stage == 0, stage == plan.num_stages - 1
-        self.receives = plan.live[stage]
-        self.sends = plan.live[stage + 1] if not self.last else list(plan.graph.outputs)
-        mine = [n for n in plan.graph.topological_order() if plan.owner.get(n) == stage]
-        self.steps = [n for n in mine if n.fn is not None or n.op == "getitem"]
-        self.sources = {}
-        for n in plan.graph.topological_order():
-            if n.op in ("parameter", "constant") and any(plan.owner.get(u) == stage for u in n.users):
-                self.sources[n] = n.meta["target"] if n.op == "parameter" else n.attrs["value"]
-        params = [t for t in self.sources.values() if isinstance(t, Parameter)]
-        for k, p in enumerate(params):  # the model's own Parameters: their .grad is the model's
-            self.register_parameter(f"p{k}", p)
-
-    def forward(self, x: Tensor) -> Tensor:
-        env: dict[Node, Any] = dict(self.sources)
-        if self.first:
-            env[self.receives[0]] = x
-        else:
-            start = 0
-            for n in self.receives:
-                size = _size(n.shape)
-                env[n] = x[start:start + size].reshape(n.shape)
-                start += size
-        for n in self.steps:
-            if n.op == "getitem":
-                env[n] = env[n.inputs[0]][n.attrs["index"]]
-                continue
-            it = iter(n.inputs)
-            args = []
-            for k in n.meta["args"]:
-                if k == TENSOR_ARG:
-                    v = env[next(it)]
-                    args.append(v if isinstance(v, Tensor) else _wrap(v, n.meta.get("ctx_device", cpu)))
-                elif k == ARRAY_ARG:
-                    v = env[next(it)]
-                    args.append(v.array if isinstance(v, Tensor) else v)
-                else:
-                    args.append(n.attrs[k])
-            env[n] = n.fn.apply(*args, **{k: n.attrs[k] for k in n.meta["kwargs"]})
-        if self.last:
-            return env[self.sends[0]]
-        return cat([env[n].reshape(-1) for n in self.sends])
 
 
 # -- helpers -----------------------------------------------------------------------------------------

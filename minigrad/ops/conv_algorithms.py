@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, NamedTuple
 
-from minigrad import backends
 from minigrad.ops.layout import is_channels_last
 
 __all__ = ["ALGORITHMS", "MARGIN", "TunedConv", "autotune_cache", "clear_autotune_cache", "conv2d", "measure", "remember"]
@@ -129,9 +128,33 @@ ALGORITHMS: dict[str, tuple[Callable, Callable[..., bool]]] = {
     "winograd": (winograd, _winograd_applies),
 }
 _cache: dict[Key, TunedConv] = {}
+# The switches, process-wide as torch's cudnn.benchmark is. A program sets them by torch's names,
+# minigrad.backends.autotune and minigrad.backends.cudnn.benchmark (minigrad/compat/backends.py),
+# which call set_autotune: the setting lives here, with the op that reads it.
+_autotune = False
+_cudnn_benchmark = False
 # another algorithm replaces im2col only when at least this much faster: on a busy machine two
 # timings of the same work differ by a few percent, and a choice made on noise helps nobody
 MARGIN = 0.9
+
+
+def set_autotune(on: bool, switch: str = "autotune") -> None:
+    """Turn conv2d autotuning on or off for the process; ``switch`` names which of torch's two
+    spellings says so (``"autotune"`` or ``"cudnn.benchmark"``): tuning runs while either is on."""
+    global _autotune, _cudnn_benchmark
+    if switch == "autotune":
+        _autotune = bool(on)
+    elif switch == "cudnn.benchmark":
+        _cudnn_benchmark = bool(on)
+    else:
+        raise ValueError(f"set_autotune: expected switch 'autotune' or 'cudnn.benchmark', got {switch!r}")
+
+
+def autotune_switch(switch: str = "autotune") -> bool:
+    """The setting of one switch (``"autotune"`` or ``"cudnn.benchmark"``)."""
+    if switch not in ("autotune", "cudnn.benchmark"):
+        raise ValueError(f"autotune_switch: expected switch 'autotune' or 'cudnn.benchmark', got {switch!r}")
+    return _autotune if switch == "autotune" else _cudnn_benchmark
 
 
 def conv2d(xp, x, w, b, g, groups, keep_cols: bool, columns: Callable) -> tuple[Any, Any]:
@@ -139,7 +162,7 @@ def conv2d(xp, x, w, b, g, groups, keep_cols: bool, columns: Callable) -> tuple[
     gradient). im2col unless autotuning is on, then the algorithm cached for this shape, timed
     here on first use."""
     name = "im2col"
-    if backends.autotune or backends.cudnn.benchmark:
+    if _autotune or _cudnn_benchmark:
         entry = _cache.get(_key(x, w, g, groups, keep_cols))
         if entry is None:
             entry = _tune(xp, x, w, b, g, groups, keep_cols, columns)

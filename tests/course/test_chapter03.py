@@ -10,7 +10,7 @@ import numpy as np
 
 import minigrad as mg
 from minigrad.graph import trace
-from minigrad.graph.codegen import cpu
+from minigrad.graph.codegen import numpy_blocks as cpu
 from minigrad.graph.passes import fold_constants, fuse_elementwise
 from minigrad.graph.trace import run_graph
 from helpers import to_numpy

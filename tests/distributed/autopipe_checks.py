@@ -1,5 +1,5 @@
 """A pipeline cut automatically from the traced graph, checked on every rank: ``mpiexec -n N
-python autopipe_checks.py`` (tests/test_partition.py launches it with N = 2 and 4).
+python autopipe_checks.py`` (tests/graph/test_partition.py launches it with N = 2 and 4).
 
 Every rank builds the same model (a residual block, and the input read again by the last layer,
 so values pass through the middle stages), traces it at the micro-batch's shape, and runs its own

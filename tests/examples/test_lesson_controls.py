@@ -15,7 +15,7 @@ from minigrad.distributed import is_available  # noqa: E402
 from minigrad.distributed.launcher import find_mpiexec  # noqa: E402
 from minigrad.examples import controls  # noqa: E402
 
-SCRIPT = Path(__file__).resolve().parent.parent / "chapters" / "04_distributed" / "scripts" / "parallel_model.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "chapters" / "04_distributed" / "scripts" / "parallel_model.py"
 
 
 @pytest.fixture(autouse=True)

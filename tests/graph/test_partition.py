@@ -13,10 +13,11 @@ import minigrad
 import minigrad.distributed as dist
 from minigrad import nn
 from minigrad.distributed import launcher
+from minigrad.distributed.autopipe import GraphStage
 from minigrad.graph import trace
 from minigrad.graph.partition import BACKWARD_FACTOR, PartitionError, node_costs, partition
 
-HERE = Path(__file__).resolve().parent / "distributed"
+HERE = Path(__file__).resolve().parents[1] / "distributed"
 
 
 class Residual(nn.Module):
@@ -44,7 +45,7 @@ def run_stages(plan, x):
     ins, outs, h = [], [], x
     for s in range(plan.num_stages):
         h = h.detach().requires_grad_(s > 0)
-        out = plan.stage_module(s)(h)
+        out = GraphStage(plan, s)(h)
         ins.append(h)
         outs.append(out)
         h = out

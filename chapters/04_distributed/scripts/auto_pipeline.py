@@ -17,6 +17,7 @@ import minigrad
 import minigrad.distributed as dist
 from minigrad import nn
 from minigrad.graph import trace
+from minigrad.distributed.autopipe import GraphStage
 from minigrad.graph.partition import partition
 
 dist.init_process_group("mpi")
@@ -46,7 +47,7 @@ for how in ("hand", "automatic"):
     if how == "hand":  # split_sequential's layer counts: one graph node per layer here
         counts = [len(s) for s in dist.split_sequential(model, world)]
         plan = partition(traced, world, cuts=list(np.cumsum(counts)[:-1]))
-        stage = dist.PipelineStage(plan.stage_module(rank))
+        stage = dist.PipelineStage(GraphStage(plan, rank))
     else:
         stage, plan = dist.auto_pipeline_stage(traced, [micro])
     schedule = dist.ScheduleGPipe(stage, M, loss_fn=nn.MSELoss())
