@@ -164,7 +164,7 @@ print(numpy_blocks.generate(gate).source)
 
 # %% [markdown]
 # In the build track you write the walk that produces `block`'s lines: the body of `_block_code`
-# in `codegen/cpu.py`, the region *the numpy-block kernel's expression walk* (`python -m
+# in `codegen/numpy_blocks.py`, the region *the numpy-block kernel's expression walk* (`python -m
 # minigrad.course regions`). It visits the group's ops in order, writes each op's ufunc calls
 # (its class's `ufunc` or `cpu` declaration) with its operands' block names, sends the last op's
 # value into the output block `o`, and reuses a scratch buffer as soon as the last op that reads
@@ -180,7 +180,7 @@ from minigrad.graph.trace import run_graph
 (want,) = run_graph(trace(gelu_gate, *small).graph, small)  # eager: one op at a time
 got = answer(np.asarray(run_graph(gate_graph, small)[0]))  # the fused graph runs the kernel your walk wrote
 assert np.array_equal(got, np.asarray(want)), "the kernel must compute what the ops compute one at a time, bit for bit"
-header = cpu.generate(gate).source.split("def block(")[1].split(")")[0]
+header = numpy_blocks.generate(gate).source.split("def block(")[1].split(")")[0]
 scratch = answer([name for name in header.split(", ") if name.startswith("s")])
 assert scratch == ["s0", "s1"], f"the gate group's values are never more than two alive at once: s0, s1; got {scratch}"
 print("your walk's kernel matches eager evaluation, with", len(scratch), "scratch buffers")
