@@ -3,9 +3,10 @@
 The blocked numpy kernel (``codegen.cpu``) still pays numpy's cost per call: a dozen ufunc calls
 per block, each giving up and retaking the GIL. Written as one C loop, each element goes through
 the whole chain in registers, the compiler vectorises the loop (``tanhf`` and ``expf`` through
-glibc's vector math library) and OpenMP shares it among the cores:
+glibc's vector math library) and OpenMP shares it among the cores
+(one thread per physical core, in pieces sized for the machine: ``codegen.machine``):
 
-    #pragma omp parallel for simd schedule(simd: dynamic, 131072)
+    #pragma omp parallel for simd schedule(simd: dynamic, 131072) num_threads(2)
     for (long i = 0; i < 4194304; i++) {
         float a0 = x0[i];
         float v1 = a0 * a0;  // %3 Mul
@@ -55,7 +56,6 @@ __all__ = ["CKernel", "KernelWarning", "generate", "unsupported"]
 
 xp = _cpu_device.xp
 _C_TYPES = {"bool": "_Bool", "float32": "float", "float64": "double"}
-CHUNKS = 32  # pieces a parallel loop is cut into
 # glibc's vector math functions: declared ``simd`` here, as -ffast-math would (codegen.cc says why not it)
 _VECTOR_MATH = ("exp", "log", "sin", "cos", "tanh", "pow", "erf", "log1p")
 _warned: set[str] = set()
@@ -345,10 +345,17 @@ def _index(dims: list[int], full: tuple[bool, ...]) -> str:
 
 
 def _shared(n: int, simd: bool = False) -> str:
-    """The OpenMP pragma that shares ``n`` iterations among threads in ``CHUNKS`` pieces handed out
-    as threads ask: on a busy machine a thread the OS has not run yet leaves its share to the others."""
-    chunk = max(1, n // CHUNKS)
-    return f"parallel for simd schedule(simd: dynamic, {chunk})" if simd else f"parallel for schedule(dynamic, {chunk})"
+    """The OpenMP pragma that shares ``n`` iterations among this machine's threads (one per
+    physical core, ``cc.machine()``; ``$OMP_NUM_THREADS`` when set) in pieces handed out as threads
+    ask: on a busy machine a thread the OS has not run yet leaves its share to the others. A
+    vectorised loop's pieces are whole vectors of the machine's width."""
+    machine = cc.machine()
+    wanted = os.environ.get("OMP_NUM_THREADS", "").strip()
+    threads = int(wanted) if wanted.isdigit() and int(wanted) > 0 else machine.threads
+    chunk = machine._replace(threads=threads).chunk(n, machine.vector_bits // 32 if simd else 1)
+    clause = "" if wanted else f" num_threads({threads})"
+    return (f"parallel for simd schedule(simd: dynamic, {chunk}){clause}" if simd
+            else f"parallel for schedule(dynamic, {chunk}){clause}")
 
 
 def _loops(dims: list[int], body: list[str], size: int) -> list[str]:
