@@ -65,8 +65,14 @@ class Executor:
         self._watched = list(dict.fromkeys([*self.writes.into.values(), *(n for p in self.writes.overlaps for n in p)]))
         self._seen: tuple[list, bool] | None = None  # the watched arrays of the last check, and its answer
         self._in_place = True  # this call writes the planned values into their tensors
+        self._results_into: dict[Node, list] = {}  # a kernel with several results -> the tensor each goes into
+        for v, target in self.writes.into.items():
+            if v.op == "getitem":
+                self._results_into.setdefault(v.inputs[0], [None] * v.inputs[0].attrs["results"])[
+                    v.attrs["index"]] = target.meta["target"]
         self._work = self._plan_work()
-        self.overlap = {} if parallel else plan_overlap(self.schedule, self.writes.into, self._keep_ctx)
+        writers = {**self.writes.into, **dict.fromkeys(self._results_into)}  # the steps that write into tensors
+        self.overlap = {} if parallel else plan_overlap(self.schedule, writers, self._keep_ctx)
         self._waits: dict[int, list[Node]] = {}
         for n, k in self.overlap.items():
             self._waits.setdefault(k, []).append(n)
@@ -214,8 +220,12 @@ class Executor:
 
     def _compute(self, n: Node) -> Callable[[list], tuple[Any, Any]]:
         """``run_node`` for ``n``; for a value planned into a tensor, a call that writes it there."""
+        if n in self._results_into:
+            kernel, tensors = n.fn, self._results_into[n]
+            return lambda arrays: (kernel(*arrays, out=tuple(t.array if t is not None else None for t in tensors)
+                                          if self._in_place else None), None)
         target = self.writes.into.get(n)
-        if target is None:
+        if target is None or n.op == "getitem":  # a result of the kernel above: looked up
             return functools.partial(run_node, n)
         t = target.meta["target"]
         if n.op == "fused":
