@@ -109,3 +109,20 @@ def test_the_numpy_backend_and_shared_producers_are_left_alone():
     fused = fuse_elementwise(graph, backend="c")
     assert not any(isinstance(n.fn, c.MultiKernel) for n in fuse_updates(fused, backend="c"))
     assert [n.op for n in fuse_updates(fused, backend="numpy")] == [n.op for n in fused]
+
+
+def test_the_parallel_executor_runs_the_merged_updates_as_the_serial_one_does():
+    _, graph = train_both(OPTIMIZERS["Adam"][0], steps=1)
+    tensors = list(dict.fromkeys(n.meta["target"] for n in graph if n.op == "parameter"))
+    before = [t.array.copy() for t in tensors]
+    rng = np.random.default_rng(1)
+    inputs = [mg.tensor(rng.standard_normal((10, 6))), mg.tensor(rng.standard_normal((10, 3)))]
+    results = []
+    for parallel in (False, True):
+        for t, a in zip(tensors, before):
+            t.array[...] = a
+        Executor(graph, parallel=parallel).run(inputs)
+        results.append([t.array.copy() for t in tensors])
+    assert any((a != b).any() for a, b in zip(before, results[0]))  # the step did update them
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)

@@ -213,7 +213,7 @@ class Executor:
             pooled = [(n, self._compute(n)) for n in ops if n in threaded]
             inline = [n for n in ops if n not in threaded] + [n for n in step if n.op in _STRUCTURAL]
             new = [n for n in step if n.op not in _FROM_OUTSIDE and n.op not in EFFECT_OPS
-                   and n not in self.writes.into]
+                   and n not in self.writes.into and n not in self._results_into]  # its getitems report
             work.append((pooled, [(n, node_step(n, self._compute(n), n in self._keep_ctx)) for n in inline], free,
                          ctx_free, new))
         return work

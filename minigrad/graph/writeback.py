@@ -9,7 +9,9 @@ finds, before anything runs, the values that can be computed into their tensor's
 nothing left to do, the copies that a later copy into the same tensor overwrites anyway, and the new
 gradients that may become ``.grad`` without a copy (as eager's engine keeps a gradient no one else
 holds). Before fusion, ``drop_overwritten_copies`` removes the overwritten copies from the graph, so
-that ``m = buf * 0.9`` is read by ``m + g`` alone and both fuse into one kernel.
+that ``m = buf * 0.9`` is read by ``m + g`` alone and both fuse into one kernel. A kernel with
+several results (``passes.update_fusion``: the new momentum and the new weight) writes each into
+its tensor when it runs, so its results are planned at its step.
 """
 
 from __future__ import annotations

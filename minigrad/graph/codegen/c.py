@@ -26,7 +26,10 @@ per stretch of ops between reductions (``_by_rows``); a reduction declares its C
 Groups ending in any other reduction, dtypes C does not share with numpy (float16, integers) and
 ops without a ``c`` declaration keep the blocked numpy kernel (``unsupported`` says why). The
 library is built on the first call (``codegen.cc``); where no compiler is found or it fails,
-the numpy kernel runs instead and a ``KernelWarning`` says why, once.
+the numpy kernel runs instead and a ``KernelWarning`` says why, once. Elementwise groups of one
+shape that feed each other and are each stored (an optimizer's update: the new momentum, then the
+weight) can also be one loop with several results, which loads every operand of an element
+before it stores any (``generate_multi``, ``MultiKernel``; ``passes.update_fusion`` makes them).
 
 OpenMP does not survive ``fork``: libgomp keeps its pool of threads after a parallel loop, and a
 forked child (a ``DataLoader`` worker) inherits the pool's bookkeeping but not its threads, so its
