@@ -152,7 +152,8 @@ class MultiKernel:
 
     def __init__(self, group: Graph, name: str, source: str, leaves: list[int], types: list[str],
                  parts: list[tuple[Any, list]]) -> None:
-        self.group, self.name, self.source, self.parts, self._leaves, self._types = group, name, source, parts, leaves, types
+        self.group, self.name, self.source, self.parts = group, name, source, parts
+        self._leaves, self._types = leaves, types
         results = group.outputs
         self._results = [(tuple(r.shape), xp.dtype(str(r.dtype))) for r in results]
         self.ops = tuple(op for kernel, _ in parts for op in kernel.ops)

@@ -27,7 +27,8 @@ import subprocess
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["Machine", "choose", "cpu_flags", "physical_cores", "probe", "probe_key"]
+__all__ = ["Machine", "choose", "compiler_extensions", "cpu_flags", "dumps", "loads", "physical_cores", "probe",
+           "probe_key"]
 
 PIECES_PER_THREAD = 16  # a parallel loop's pieces per thread: a thread the OS runs late leaves its share
 _X86 = ("x86_64", "amd64", "i386", "i686")
@@ -125,7 +126,7 @@ def physical_cores() -> int:
     for n in cpus:
         topology = Path(f"/sys/devices/system/cpu/cpu{n}/topology")
         try:
-            cores.add(((topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip()))
+            cores.add(tuple((topology / f).read_text().strip() for f in ("physical_package_id", "core_id")))
         except OSError:
             cores.add(("cpu", str(n)))  # no topology: count the CPU as a core
     return max(1, len(cores))
@@ -165,6 +166,7 @@ def probe(cc: str | None) -> Machine:
 
 
 def dumps(key: str, machine: Machine) -> str:
+    """The cache file's text: the machine and the probe key it answers."""
     return json.dumps({"key": key, **machine.to_json()}) + "\n"
 
 
