@@ -108,7 +108,7 @@ def case(title: str, model: nn.Sequential, x: minigrad.Tensor, repeats: int, ste
         act_ratio, time_ratio = mem[name][0] / base_act, ms[name] / ms["none"]
         met = act_ratio <= MEMORY_TARGET and time_ratio <= time_target
         lines.append(f"target, {name}: activations <= {MEMORY_TARGET:.0%} for <= {time_target}x the time: "
-                     f"{act_ratio:.0%} for {time_ratio:.2f}x ({'met' if met else 'not met'})")
+                     f"{act_ratio:.1%} for {time_ratio:.3f}x ({'met' if met else 'not met'})")
         verdicts.append(f"{title.split(':')[0]} {lines[-1]}")
     return lines
 
