@@ -8,7 +8,7 @@ import pytest
 
 import minigrad
 from minigrad import nn
-from minigrad.autograd import gradcheck
+from minigrad.autograd import gradcheck, gradgradcheck
 from minigrad.errors import ShapeError
 
 rng = np.random.default_rng(0)
@@ -119,3 +119,29 @@ def test_lstm_bad_inputs_name_expected_and_actual():
         lstm(minigrad.randn(5, 2, 4), (minigrad.zeros(1, 2, 3), minigrad.zeros(1, 2, 3)))
     with pytest.raises(ShapeError, match=r"LSTMCell: expected input of shape \(batch, 4\).*got \(2, 5\)"):
         nn.LSTMCell(4, 3)(minigrad.randn(2, 5))
+
+
+def test_lstm_through_time_is_twice_differentiable():
+    minigrad.manual_seed(0)
+    lstm = nn.LSTM(2, 3, num_layers=2, bidirectional=True).double()
+    x = minigrad.tensor(rng.standard_normal((4, 2, 2)), requires_grad=True)
+    state = tuple(minigrad.tensor(rng.standard_normal((4, 2, 3)), requires_grad=True) for _ in range(2))
+    assert gradcheck(lambda x, h, c: lstm(x, (h, c))[0], (x, *state))
+    assert gradgradcheck(lambda x, h, c: lstm(x, (h, c))[1][1], (x, *state))
+
+
+@pytest.mark.parametrize("make", [lambda: nn.LSTM(3, 4), lambda: nn.GRU(3, 4), lambda: nn.RNN(3, 4)])
+def test_a_step_of_the_sequence_loop_records_a_few_nodes(make):
+    """Each time step adds a fixed handful of graph nodes (its slice of the input's projection is
+    shared, its product with weight_hh, the gate op, its place in the output), not one per gate."""
+    def nodes(length):
+        out, _ = make()(minigrad.randn(length, 2, 3))
+        seen, todo = set(), [out.grad_fn]
+        while todo:
+            fn = todo.pop()
+            if fn is not None and fn not in seen:
+                seen.add(fn)
+                todo.extend(e[0] for e in fn.next_functions if e is not None)
+        return len(seen)
+
+    assert nodes(9) - nodes(5) <= 4 * 4

@@ -1,0 +1,131 @@
+"""The gate arithmetic of one LSTM or GRU step as one op each (chapter 02's recurrences, made fast).
+
+An LSTM step is one matrix product (the gates' pre-activations, ``x W_ih^T + h W_hh^T + b``) and
+then a dozen elementwise operations on slices of it: three sigmoids, two tanhs, the cell update.
+As separate ops that is a dozen graph nodes per time step, each paying Python's dispatch, so a
+28-step sequence spends its time recording nodes rather than computing. ``LSTMGates`` does the
+elementwise part in one forward pass over the (N, 4H) pre-activations, and ``GRUGates`` the
+GRU's, and ``Unbind`` gives the loop its steps in one node; their backward rules are built from minigrad ops, so a recurrent network stays
+differentiable twice (gradgradcheck). Gate order is PyTorch's: i, f, g, o and r, z, n.
+"""
+
+from __future__ import annotations
+
+from minigrad._tensor import Tensor
+from minigrad.errors import ShapeError
+from minigrad.ops.elementwise import sigmoid, tanh
+from minigrad.ops.indexing import _dim_of
+from minigrad.ops.movement import cat, stack
+from minigrad.ops.op import Op
+
+__all__ = ["gru_gates", "lstm_gates", "unbind"]
+
+_NO_ONNX = "one step's gates: ONNX's LSTM and GRU ops take a whole sequence, and no emitter writes them"
+
+
+def _sigmoid(xp, a):
+    return 0.5 + 0.5 * xp.tanh(0.5 * a)  # as ops.Sigmoid: never overflows, unlike 1 / (1 + exp(-a))
+
+
+class LSTMGates(Op):
+    """``(gates, c) -> (h', c')``: ``c' = f * c + i * g``, ``h' = o * tanh(c')`` with i, f, o the
+    sigmoids and g the tanh of the four (N, H) blocks of ``gates``."""
+
+    onnx_refused = _NO_ONNX
+
+    @staticmethod
+    def forward(ctx, gates, c):
+        xp, n = ctx.xp, c.shape[-1]
+        s = _sigmoid(xp, gates)  # i, f and o at once (the g block is recomputed as a tanh below)
+        c_next = s[..., n:2 * n] * c + s[..., :n] * xp.tanh(gates[..., 2 * n:3 * n])
+        h_next = s[..., 3 * n:] * xp.tanh(c_next)
+        ctx.save_for_backward(gates, c, c_next)
+        return h_next, c_next
+
+    @staticmethod
+    def backward(ctx, gh, gc):
+        gates, c, c_next = ctx.saved_tensors
+        n = c.shape[-1]
+        s = sigmoid(gates)
+        i, f, o, g = s[..., :n], s[..., n:2 * n], s[..., 3 * n:], tanh(gates[..., 2 * n:3 * n])
+        tc = tanh(c_next)
+        dc = gc + gh * o * (1 - tc * tc)  # through c' directly and through h' = o * tanh(c')
+        ds = s * (1 - s)
+        dgates = cat([dc * g * ds[..., :n], dc * c * ds[..., n:2 * n], dc * i * (1 - g * g),
+                      gh * tc * ds[..., 3 * n:]], -1)
+        return dgates, dc * f
+
+
+class GRUGates(Op):
+    """``(gx, gh, h) -> h'``: r, z = sigmoid(gx + gh) of the first two blocks,
+    ``n = tanh(gx_n + r * gh_n)``, ``h' = (1 - z) * n + z * h``; ``gx`` and ``gh`` are the input's and
+    the hidden state's (N, 3H) projections, each with its own bias, as in PyTorch."""
+
+    onnx_refused = _NO_ONNX
+
+    @staticmethod
+    def forward(ctx, gx, gh, h):
+        xp, k = ctx.xp, h.shape[-1]
+        rz = _sigmoid(xp, gx[..., :2 * k] + gh[..., :2 * k])
+        n = xp.tanh(gx[..., 2 * k:] + rz[..., :k] * gh[..., 2 * k:])
+        ctx.save_for_backward(gx, gh, h)
+        return n + rz[..., k:] * (h - n)
+
+    @staticmethod
+    def backward(ctx, g):
+        gx, gh, h = ctx.saved_tensors
+        k = h.shape[-1]
+        rz = sigmoid(gx[..., :2 * k] + gh[..., :2 * k])
+        r, z, hn = rz[..., :k], rz[..., k:], gh[..., 2 * k:]
+        n = tanh(gx[..., 2 * k:] + r * hn)
+        dn = g * (1 - z) * (1 - n * n)  # at n's pre-activation
+        drz = cat([dn * hn, g * (h - n)], -1) * rz * (1 - rz)
+        return cat([drz, dn], -1), cat([drz, dn * r], -1), g * z
+
+
+class Unbind(Op):
+    """The slices ``x[t]`` along ``dim`` as views, in one node: the sequence loop's steps. Indexing
+    each step apart would give each its own backward, and each of those a dense gradient of the
+    whole sequence; here the steps' gradients meet once, in one ``stack``."""
+
+    kind = "movement"
+    returns_view = True
+    onnx_refused = "unbind's emitter (Split, then Squeeze) is not written yet"
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        ctx.dim = dim
+        return tuple(x[(slice(None),) * dim + (t,)] for t in range(x.shape[dim]))
+
+    @staticmethod
+    def backward(ctx, *grads): return stack(grads, ctx.dim), None
+
+
+def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
+    """The slices of ``input`` along ``dim``, each without that dim, as ``torch.unbind``."""
+    d = _dim_of(input, dim, "unbind")
+    if input.shape[d] == 0:
+        return ()
+    out = Unbind.apply(input, d)
+    return out if type(out) is tuple else (out,)
+
+
+def _check(op: str, name: str, t: Tensor, shape: tuple) -> None:
+    if tuple(t.shape) != shape:
+        raise ShapeError(f"{op}: expected {name} of shape {shape}, got {tuple(t.shape)}")
+
+
+def lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """One LSTM step after its matrix product: the (..., 4H) pre-activations and the cell state
+    (..., H) give the next ``(h, c)``."""
+    _check("lstm_gates", "gates", gates, (*c.shape[:-1], 4 * c.shape[-1]))
+    return LSTMGates.apply(gates, c)
+
+
+def gru_gates(gx: Tensor, gh: Tensor, h: Tensor) -> Tensor:
+    """One GRU step after its two matrix products: the input's and the hidden state's (..., 3H)
+    projections and the state (..., H) give the next state."""
+    shape = (*h.shape[:-1], 3 * h.shape[-1])
+    _check("gru_gates", "gx", gx, shape)
+    _check("gru_gates", "gh", gh, shape)
+    return GRUGates.apply(gx, gh, h)
