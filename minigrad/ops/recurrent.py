@@ -16,7 +16,7 @@ from minigrad.errors import ShapeError
 from minigrad.ops.elementwise import sigmoid, tanh
 from minigrad.ops.indexing import _dim_of
 from minigrad.ops.movement import cat, stack
-from minigrad.ops.op import Op
+from minigrad.ops.op import GRADIENT_OP, Op
 
 __all__ = ["gru_gates", "lstm_gates", "unbind"]
 
@@ -38,22 +38,55 @@ class LSTMGates(Op):
         xp, n = ctx.xp, c.shape[-1]
         s = _sigmoid(xp, gates)  # i, f and o at once (the g block is recomputed as a tanh below)
         c_next = s[..., n:2 * n] * c + s[..., :n] * xp.tanh(gates[..., 2 * n:3 * n])
-        h_next = s[..., 3 * n:] * xp.tanh(c_next)
-        ctx.save_for_backward(gates, c, c_next)
-        return h_next, c_next
+        ctx.save_for_backward(gates, c)
+        return s[..., 3 * n:] * xp.tanh(c_next), c_next
 
     @staticmethod
-    def backward(ctx, gh, gc):
-        gates, c, c_next = ctx.saved_tensors
+    def backward(ctx, gh, gc): return LSTMGatesBackward.apply(gh, gc, *ctx.saved_tensors)
+
+
+class LSTMGatesBackward(Op):
+    """The gradients of ``LSTMGates`` in one pass: ``(gh, gc, gates, c) -> (d gates, d c)``, with
+    dc = gc + gh * o * (1 - tanh(c')^2) the gradient reaching c' (through c' and through h');
+    differentiable again for higher orders, as ``SigmoidBackward`` is."""
+
+    onnx_refused = GRADIENT_OP
+
+    @staticmethod
+    def forward(ctx, gh, gc, gates, c):
+        xp, n = ctx.xp, c.shape[-1]
+        s = _sigmoid(xp, gates)
+        i, f, o, g = s[..., :n], s[..., n:2 * n], s[..., 3 * n:], xp.tanh(gates[..., 2 * n:3 * n])
+        t = xp.tanh(f * c + i * g)
+        dc = gc + gh * o * (1 - t * t)
+        ds = s * (1 - s)  # each sigmoid's slope
+        ds[..., :n] *= dc * g
+        ds[..., n:2 * n] *= dc * c
+        ds[..., 2 * n:3 * n] = dc * i * (1 - g * g)
+        ds[..., 3 * n:] *= gh * t
+        ctx.save_for_backward(gh, gc, gates, c)
+        return ds, dc * f
+
+    @staticmethod
+    def backward(ctx, u, v):
+        """Second derivatives: the chain rule through forward's expressions, one cotangent per
+        quantity (w reaches dc, cn reaches c'), then each gate's through its own slope."""
+        gh, gc, gates, c = ctx.saved_tensors
         n = c.shape[-1]
         s = sigmoid(gates)
         i, f, o, g = s[..., :n], s[..., n:2 * n], s[..., 3 * n:], tanh(gates[..., 2 * n:3 * n])
-        tc = tanh(c_next)
-        dc = gc + gh * o * (1 - tc * tc)  # through c' directly and through h' = o * tanh(c')
-        ds = s * (1 - s)
-        dgates = cat([dc * g * ds[..., :n], dc * c * ds[..., n:2 * n], dc * i * (1 - g * g),
-                      gh * tc * ds[..., 3 * n:]], -1)
-        return dgates, dc * f
+        ui, uf, ug, uo = u[..., :n], u[..., n:2 * n], u[..., 2 * n:3 * n], u[..., 3 * n:]
+        di, df, do, dg = i * (1 - i), f * (1 - f), o * (1 - o), 1 - g * g
+        t = tanh(f * c + i * g)
+        dt = 1 - t * t
+        dc = gc + gh * o * dt
+        w = ui * g * di + uf * c * df + ug * i * dg + v * f
+        cn = (uo * gh * do - 2 * w * gh * o * t) * dt
+        d_i = (ui * dc * g * (1 - 2 * i) + ug * dc * dg + cn * g) * di
+        d_f = (uf * dc * c * (1 - 2 * f) + v * dc + cn * c) * df
+        d_g = (ui * dc * di - 2 * ug * dc * i * g + cn * i) * dg
+        d_o = (w * gh * dt + uo * gh * t * (1 - 2 * o)) * do
+        return w * o * dt + uo * t * do, w, cat([d_i, d_f, d_g, d_o], -1), uf * dc * df + cn * f
 
 
 class GRUGates(Op):
