@@ -11,6 +11,7 @@ differentiable twice (gradgradcheck). Gate order is PyTorch's: i, f, g, o and r,
 
 from __future__ import annotations
 
+from minigrad import backend
 from minigrad._tensor import Tensor
 from minigrad.errors import ShapeError
 from minigrad.ops.elementwise import sigmoid, tanh
@@ -24,7 +25,16 @@ _NO_ONNX = "one step's gates: ONNX's LSTM and GRU ops take a whole sequence, and
 
 
 def _sigmoid(xp, a):
-    return 0.5 + 0.5 * xp.tanh(0.5 * a)  # as ops.Sigmoid: never overflows, unlike 1 / (1 + exp(-a))
+    # one exp: numpy's exp is about twice as fast as its tanh, and these are most of a step's
+    # arithmetic; for a << 0, exp(-a) overflows to inf, and 1 / inf is the right 0
+    with backend.numpy.errstate(over="ignore"):
+        e = xp.exp(-a)
+    e += 1
+    return xp.reciprocal(e, out=e)
+
+
+def _tanh(xp, a):
+    return 2 * _sigmoid(xp, 2 * a) - 1  # tanh(a) = 2 sigmoid(2a) - 1: the same one exp
 
 
 class LSTMGates(Op):
@@ -37,9 +47,9 @@ class LSTMGates(Op):
     def forward(ctx, gates, c):
         xp, n = ctx.xp, c.shape[-1]
         s = _sigmoid(xp, gates)  # i, f and o at once (the g block is recomputed as a tanh below)
-        c_next = s[..., n:2 * n] * c + s[..., :n] * xp.tanh(gates[..., 2 * n:3 * n])
+        c_next = s[..., n:2 * n] * c + s[..., :n] * _tanh(xp, gates[..., 2 * n:3 * n])
         ctx.save_for_backward(gates, c)
-        return s[..., 3 * n:] * xp.tanh(c_next), c_next
+        return s[..., 3 * n:] * _tanh(xp, c_next), c_next
 
     @staticmethod
     def backward(ctx, gh, gc): return LSTMGatesBackward.apply(gh, gc, *ctx.saved_tensors)
@@ -56,8 +66,8 @@ class LSTMGatesBackward(Op):
     def forward(ctx, gh, gc, gates, c):
         xp, n = ctx.xp, c.shape[-1]
         s = _sigmoid(xp, gates)
-        i, f, o, g = s[..., :n], s[..., n:2 * n], s[..., 3 * n:], xp.tanh(gates[..., 2 * n:3 * n])
-        t = xp.tanh(f * c + i * g)
+        i, f, o, g = s[..., :n], s[..., n:2 * n], s[..., 3 * n:], _tanh(xp, gates[..., 2 * n:3 * n])
+        t = _tanh(xp, f * c + i * g)
         dc = gc + gh * o * (1 - t * t)
         ds = s * (1 - s)  # each sigmoid's slope
         ds[..., :n] *= dc * g
@@ -100,7 +110,7 @@ class GRUGates(Op):
     def forward(ctx, gx, gh, h):
         xp, k = ctx.xp, h.shape[-1]
         rz = _sigmoid(xp, gx[..., :2 * k] + gh[..., :2 * k])
-        n = xp.tanh(gx[..., 2 * k:] + rz[..., :k] * gh[..., 2 * k:])
+        n = _tanh(xp, gx[..., 2 * k:] + rz[..., :k] * gh[..., 2 * k:])
         ctx.save_for_backward(gx, gh, h)
         return n + rz[..., k:] * (h - n)
 
