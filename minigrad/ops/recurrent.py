@@ -24,17 +24,38 @@ __all__ = ["gru_gates", "lstm_gates", "unbind"]
 _NO_ONNX = "one step's gates: ONNX's LSTM and GRU ops take a whole sequence, and no emitter writes them"
 
 
-def _sigmoid(xp, a):
-    # one exp: numpy's exp is about twice as fast as its tanh, and these are most of a step's
-    # arithmetic; for a << 0, exp(-a) overflows to inf, and 1 / inf is the right 0
+# The activations below take one exp each, written in place: numpy's float32 exp is about twice
+# as fast as its tanh, and the gate arithmetic, not the matrix product, is most of a step's time.
+# For a << 0, exp(-a) overflows to inf, and 1 / (1 + inf) is the right 0.
+def _sigmoid_(xp, e):
+    """``e`` holds -a on entry (or -2a) and sigmoid(a) (sigmoid(2a)) on return."""
     with backend.numpy.errstate(over="ignore"):
-        e = xp.exp(-a)
+        xp.exp(e, out=e)
     e += 1
     return xp.reciprocal(e, out=e)
 
 
 def _tanh(xp, a):
-    return 2 * _sigmoid(xp, 2 * a) - 1  # tanh(a) = 2 sigmoid(2a) - 1: the same one exp
+    """tanh(a) = 2 sigmoid(2a) - 1, in a new array."""
+    t = _sigmoid_(xp, a * -2)
+    t *= 2
+    t -= 1
+    return t
+
+
+def _sigmoid(xp, a):
+    return _sigmoid_(xp, -a)
+
+
+def _lstm_activations(xp, gates, n: int):
+    """The four gates of an LSTM activated in one pass: sigmoid for i, f and o, tanh for g."""
+    scale = xp.full(4 * n, -1, gates.dtype)
+    scale[2 * n:3 * n] = -2
+    s = _sigmoid_(xp, gates * scale)
+    g = s[..., 2 * n:3 * n]  # a view: sigmoid(2a) becomes tanh(a) in place
+    g *= 2
+    g -= 1
+    return s[..., :n], s[..., n:2 * n], g, s[..., 3 * n:]
 
 
 class LSTMGates(Op):
@@ -45,11 +66,13 @@ class LSTMGates(Op):
 
     @staticmethod
     def forward(ctx, gates, c):
-        xp, n = ctx.xp, c.shape[-1]
-        s = _sigmoid(xp, gates)  # i, f and o at once (the g block is recomputed as a tanh below)
-        c_next = s[..., n:2 * n] * c + s[..., :n] * _tanh(xp, gates[..., 2 * n:3 * n])
+        i, f, g, o = _lstm_activations(ctx.xp, gates, c.shape[-1])
+        c_next = f * c
+        c_next += i * g
+        h_next = _tanh(ctx.xp, c_next)
+        h_next *= o
         ctx.save_for_backward(gates, c)
-        return s[..., 3 * n:] * _tanh(xp, c_next), c_next
+        return h_next, c_next
 
     @staticmethod
     def backward(ctx, gh, gc): return LSTMGatesBackward.apply(gh, gc, *ctx.saved_tensors)
@@ -65,17 +88,23 @@ class LSTMGatesBackward(Op):
     @staticmethod
     def forward(ctx, gh, gc, gates, c):
         xp, n = ctx.xp, c.shape[-1]
-        s = _sigmoid(xp, gates)
-        i, f, o, g = s[..., :n], s[..., n:2 * n], s[..., 3 * n:], _tanh(xp, gates[..., 2 * n:3 * n])
-        t = _tanh(xp, f * c + i * g)
-        dc = gc + gh * o * (1 - t * t)
-        ds = s * (1 - s)  # each sigmoid's slope
-        ds[..., :n] *= dc * g
-        ds[..., n:2 * n] *= dc * c
-        ds[..., 2 * n:3 * n] = dc * i * (1 - g * g)
-        ds[..., 3 * n:] *= gh * t
+        i, f, g, o = _lstm_activations(xp, gates, n)
+        c_next = f * c
+        c_next += i * g
+        t = _tanh(xp, c_next)
+        dc = t * t  # then gc + gh * o * (1 - t^2), in place
+        dc -= 1
+        dc *= -o
+        dc *= gh
+        dc += gc
+        d = xp.empty_like(gates)  # each gate's upstream gradient times its activation's slope
+        d[..., :n] = dc * g * (1 - i) * i
+        d[..., n:2 * n] = dc * c * (1 - f) * f
+        d[..., 2 * n:3 * n] = dc * i * (1 - g * g)
+        d[..., 3 * n:] = gh * t * (1 - o) * o
         ctx.save_for_backward(gh, gc, gates, c)
-        return ds, dc * f
+        dc *= f
+        return d, dc
 
     @staticmethod
     def backward(ctx, u, v):
