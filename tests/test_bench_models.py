@@ -43,3 +43,20 @@ def test_the_table_row_says_whether_each_target_is_met():
     assert "1.20x <= 1.5x met" in line and "0.80x <= 1.2x met" in line
     assert "not met" in bench.row("x", {"minigrad": 4.0, "torch": 2.0})
     assert "x <=" not in bench.row("x", {"minigrad": 4.0})  # no torch: no ratio
+
+
+@pytest.mark.parametrize("name", list(bench.WORKLOADS))
+def test_the_compiled_step_computes_the_eager_one(name):
+    """The benchmark's compiled column times the same step: its losses equal eager minigrad's."""
+    losses = []
+    for compiled in (False, True):
+        minigrad.manual_seed(0)
+        _, step = bench.WORKLOADS[name](minigrad, **TINY[name])
+        first = float(step().item())  # the eager warm-up the benchmark runs before compiling
+        if compiled:
+            step, why = bench.compiled_step(step)  # traces and replays once
+            assert step is not None, why
+            losses.append([first] + [float(step().item()) for _ in range(2)])
+        else:
+            losses.append([first] + [float(step().item()) for _ in range(4)][2:])
+    numpy.testing.assert_allclose(losses[1], losses[0], rtol=1e-4, atol=1e-6, err_msg=name)
