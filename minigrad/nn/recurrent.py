@@ -22,7 +22,7 @@ from minigrad.nn import functional as F
 from minigrad.nn.module import Module, Parameter
 from minigrad.nn import init
 from minigrad.ops import cat, relu, stack, tanh
-from minigrad.ops.recurrent import gru_gates, unbind
+from minigrad.ops.recurrent import Stack, gru_gates, unbind
 from minigrad._tensor import Tensor
 
 __all__ = ["GRU", "GRUCell", "RNN", "RNNCell", "gru_cell", "rnn_cell"]
@@ -130,6 +130,7 @@ class _Stack(Module):
     gates = 1
     states = 1
     kind = "RNN"
+    hidden_bias_per_step = False  # True: bias_hh is added to each step's h W_hh^T (the GRU's reset gate scales both)
     _linear = staticmethod(F.linear)  # what applies a gate's weight (minigrad.quantization swaps it)
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
@@ -213,17 +214,21 @@ class _Stack(Module):
         state. Every step's input projection is one matrix product before the loop, so each step
         is one product with ``weight_hh`` and one gate op (``minigrad.ops.recurrent``)."""
         w_ih, w_hh, b_ih, b_hh = weights if len(weights) == 4 else (*weights, None, None)
-        length, linear = x.shape[0], self._linear
-        order = range(length - 1, -1, -1) if reverse else range(length)
-        if linear is F.linear:
-            inputs = unbind(F.linear(x, w_ih, b_ih))
-        else:  # a dynamically quantized weight picks its input's grid step by step
+        linear = self._linear
+        if linear is not F.linear:  # a dynamically quantized weight picks its input's grid step by step
             inputs = [linear(xt, w_ih, b_ih) for xt in unbind(x)]
-        out = [None] * length
-        for t in order:
-            state = self._step(inputs[t], linear(state[0], w_hh, b_hh), state)
+            hidden = lambda h: linear(h, w_hh, b_hh)  # noqa: E731
+        elif self.hidden_bias_per_step:
+            inputs = unbind(F.linear(x, w_ih, b_ih))
+            hidden = lambda h: F.linear(h, w_hh, b_hh)  # noqa: E731
+        else:  # both biases join the product over the whole sequence, and a step is one matmul
+            inputs = unbind(F.linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh))
+            hidden = w_hh.mT.__rmatmul__
+        out = [None] * len(inputs)
+        for t in (reversed(range(len(inputs))) if reverse else range(len(inputs))):
+            state = self._step(inputs[t], hidden(state[0]), state)
             out[t] = state[0]
-        return stack(out), state
+        return Stack.apply(0, *out), state
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -252,7 +257,7 @@ class RNN(_Stack):
 class GRU(_Stack):
     """A stack of GRUs over a whole sequence."""
 
-    gates, kind = 3, "GRU"
+    gates, kind, hidden_bias_per_step = 3, "GRU", True
 
     def _step(self, xg: Tensor, hg: Tensor, state: tuple) -> tuple:
         return (gru_gates(xg, hg, state[0]),)

@@ -30,7 +30,7 @@ def lstm_cell(x: Tensor, h: Tensor, c: Tensor, w_ih: Any, w_hh: Any, b_ih: Tenso
               b_hh: Tensor | None = None, linear: Callable[..., Tensor] = F.linear) -> tuple[Tensor, Tensor]:
     """One LSTM step: (N, input) and the state (N, hidden) twice -> the next (h, c). ``linear``
     applies a weight (a dynamically quantized LSTM passes its int8 product)."""
-    return lstm_gates(linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh), c)
+    return lstm_gates(linear(x, w_ih, b_ih), linear(h, w_hh, b_hh), c)
 
 
 class LSTMCell(Module):
@@ -86,4 +86,4 @@ class LSTM(_Stack):
         return super().forward(input, hx)
 
     def _step(self, xg: Tensor, hg: Tensor, state: tuple) -> tuple:
-        return lstm_gates(xg + hg, state[1])
+        return lstm_gates(xg, hg, state[1])

@@ -4,9 +4,10 @@ An LSTM step is one matrix product (the gates' pre-activations, ``x W_ih^T + h W
 then a dozen elementwise operations on slices of it: three sigmoids, two tanhs, the cell update.
 As separate ops that is a dozen graph nodes per time step, each paying Python's dispatch, so a
 28-step sequence spends its time recording nodes rather than computing. ``LSTMGates`` does the
-elementwise part in one forward pass over the (N, 4H) pre-activations, and ``GRUGates`` the
-GRU's, and ``Unbind`` gives the loop its steps in one node; their backward rules are built from minigrad ops, so a recurrent network stays
-differentiable twice (gradgradcheck). Gate order is PyTorch's: i, f, g, o and r, z, n.
+elementwise part in one forward pass over the (N, 4H) pre-activations, ``GRUGates`` the GRU's,
+and ``Unbind`` and ``Stack`` give the loop its steps and join its outputs in one node each. Their
+backward rules are built from minigrad ops, so a recurrent network stays differentiable twice
+(gradgradcheck). Gate order is PyTorch's: i, f, g, o and r, z, n.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from minigrad._tensor import Tensor
 from minigrad.errors import ShapeError
 from minigrad.ops.elementwise import sigmoid, tanh
 from minigrad.ops.indexing import _dim_of
-from minigrad.ops.movement import cat, stack
+from minigrad.ops.movement import cat
 from minigrad.ops.op import GRADIENT_OP, Op
 
 __all__ = ["gru_gates", "lstm_gates", "unbind"]
@@ -47,11 +48,14 @@ def _sigmoid(xp, a):
     return _sigmoid_(xp, -a)
 
 
-def _lstm_activations(xp, gates, n: int):
-    """The four gates of an LSTM activated in one pass: sigmoid for i, f and o, tanh for g."""
-    scale = xp.full(4 * n, -1, gates.dtype)
+def _lstm_activations(xp, xg, hg, n: int):
+    """The four gates of an LSTM from their two pre-activation terms, activated in one pass:
+    sigmoid for i, f and o, tanh for g."""
+    scale = xp.full(4 * n, -1, xg.dtype)
     scale[2 * n:3 * n] = -2
-    s = _sigmoid_(xp, gates * scale)
+    s = xg + hg
+    s *= scale
+    s = _sigmoid_(xp, s)
     g = s[..., 2 * n:3 * n]  # a view: sigmoid(2a) becomes tanh(a) in place
     g *= 2
     g -= 1
@@ -59,59 +63,64 @@ def _lstm_activations(xp, gates, n: int):
 
 
 class LSTMGates(Op):
-    """``(gates, c) -> (h', c')``: ``c' = f * c + i * g``, ``h' = o * tanh(c')`` with i, f, o the
-    sigmoids and g the tanh of the four (N, H) blocks of ``gates``."""
+    """``(xg, hg, c) -> (h', c')``: ``c' = f * c + i * g``, ``h' = o * tanh(c')`` with i, f, o the
+    sigmoids and g the tanh of the four (N, H) blocks of ``xg + hg``, the input's and the hidden
+    state's projections (the sum is taken here, not by a node of its own)."""
 
     onnx_refused = _NO_ONNX
 
     @staticmethod
-    def forward(ctx, gates, c):
-        i, f, g, o = _lstm_activations(ctx.xp, gates, c.shape[-1])
+    def forward(ctx, xg, hg, c):
+        i, f, g, o = _lstm_activations(ctx.xp, xg, hg, c.shape[-1])
         c_next = f * c
         c_next += i * g
         h_next = _tanh(ctx.xp, c_next)
         h_next *= o
-        ctx.save_for_backward(gates, c)
+        ctx.save_for_backward(xg, hg, c)
         return h_next, c_next
 
     @staticmethod
-    def backward(ctx, gh, gc): return LSTMGatesBackward.apply(gh, gc, *ctx.saved_tensors)
+    def backward(ctx, dh, dc):
+        d_gates, d_c = LSTMGatesBackward.apply(dh, dc, *ctx.saved_tensors)
+        return d_gates, d_gates, d_c
 
 
 class LSTMGatesBackward(Op):
-    """The gradients of ``LSTMGates`` in one pass: ``(gh, gc, gates, c) -> (d gates, d c)``, with
-    dc = gc + gh * o * (1 - tanh(c')^2) the gradient reaching c' (through c' and through h');
-    differentiable again for higher orders, as ``SigmoidBackward`` is."""
+    """The gradients of ``LSTMGates`` in one pass: ``(dh, dc, xg, hg, c) -> (d gates, d c)``, the
+    gradient of the gates' pre-activations (both terms get it) and of the cell state; with
+    dc' = dc + dh * o * (1 - tanh(c')^2) the gradient reaching c' (through c' and through h').
+    Differentiable again for higher orders, as ``SigmoidBackward`` is."""
 
     onnx_refused = GRADIENT_OP
 
     @staticmethod
-    def forward(ctx, gh, gc, gates, c):
+    def forward(ctx, dh, dc, xg, hg, c):
         xp, n = ctx.xp, c.shape[-1]
-        i, f, g, o = _lstm_activations(xp, gates, n)
+        i, f, g, o = _lstm_activations(xp, xg, hg, n)
         c_next = f * c
         c_next += i * g
         t = _tanh(xp, c_next)
-        dc = t * t  # then gc + gh * o * (1 - t^2), in place
-        dc -= 1
-        dc *= -o
-        dc *= gh
-        dc += gc
-        d = xp.empty_like(gates)  # each gate's upstream gradient times its activation's slope
-        d[..., :n] = dc * g * (1 - i) * i
-        d[..., n:2 * n] = dc * c * (1 - f) * f
-        d[..., 2 * n:3 * n] = dc * i * (1 - g * g)
-        d[..., 3 * n:] = gh * t * (1 - o) * o
-        ctx.save_for_backward(gh, gc, gates, c)
-        dc *= f
-        return d, dc
+        dcn = t * t  # then dc + dh * o * (1 - t^2), in place
+        dcn -= 1
+        dcn *= -o
+        dcn *= dh
+        dcn += dc
+        d = xp.empty(i.shape[:-1] + (4 * n,), dtype=dcn.dtype)  # each gate's gradient times its slope
+        d[..., :n] = dcn * g * (1 - i) * i
+        d[..., n:2 * n] = dcn * c * (1 - f) * f
+        d[..., 2 * n:3 * n] = dcn * i * (1 - g * g)
+        d[..., 3 * n:] = dh * t * (1 - o) * o
+        ctx.save_for_backward(dh, dc, xg, hg, c)
+        dcn *= f
+        return d, dcn
 
     @staticmethod
     def backward(ctx, u, v):
         """Second derivatives: the chain rule through forward's expressions, one cotangent per
-        quantity (w reaches dc, cn reaches c'), then each gate's through its own slope."""
-        gh, gc, gates, c = ctx.saved_tensors
+        quantity (w reaches dc', cn reaches c'), then each gate's through its own slope."""
+        gh, gc, xg, hg, c = ctx.saved_tensors
         n = c.shape[-1]
+        gates = xg + hg
         s = sigmoid(gates)
         i, f, o, g = s[..., :n], s[..., n:2 * n], s[..., 3 * n:], tanh(gates[..., 2 * n:3 * n])
         ui, uf, ug, uo = u[..., :n], u[..., n:2 * n], u[..., 2 * n:3 * n], u[..., 3 * n:]
@@ -125,7 +134,8 @@ class LSTMGatesBackward(Op):
         d_f = (uf * dc * c * (1 - 2 * f) + v * dc + cn * c) * df
         d_g = (ui * dc * di - 2 * ug * dc * i * g + cn * i) * dg
         d_o = (w * gh * dt + uo * gh * t * (1 - 2 * o)) * do
-        return w * o * dt + uo * t * do, w, cat([d_i, d_f, d_g, d_o], -1), uf * dc * df + cn * f
+        d_gates = cat([d_i, d_f, d_g, d_o], -1)
+        return w * o * dt + uo * t * do, w, d_gates, d_gates, uf * dc * df + cn * f
 
 
 class GRUGates(Op):
@@ -170,7 +180,23 @@ class Unbind(Op):
         return tuple(x[(slice(None),) * dim + (t,)] for t in range(x.shape[dim]))
 
     @staticmethod
-    def backward(ctx, *grads): return stack(grads, ctx.dim), None
+    def backward(ctx, *grads): return Stack.apply(ctx.dim, *grads), None
+
+
+class Stack(Op):
+    """``Unbind``'s inverse, the loop's outputs joined along a new ``dim`` in one node (``stack``
+    of ``minigrad.ops`` unsqueezes each and concatenates: two nodes a step, each with a backward)."""
+
+    kind = "movement"
+    onnx_refused = "an internal op of the recurrent layers (export refuses their gate ops anyway)"
+
+    @staticmethod
+    def forward(ctx, dim, *arrays):
+        ctx.dim = dim
+        return ctx.xp.stack(arrays, axis=dim)
+
+    @staticmethod
+    def backward(ctx, g): return (None, *unbind(g, ctx.dim))
 
 
 def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
@@ -187,11 +213,13 @@ def _check(op: str, name: str, t: Tensor, shape: tuple) -> None:
         raise ShapeError(f"{op}: expected {name} of shape {shape}, got {tuple(t.shape)}")
 
 
-def lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
-    """One LSTM step after its matrix product: the (..., 4H) pre-activations and the cell state
-    (..., H) give the next ``(h, c)``."""
-    _check("lstm_gates", "gates", gates, (*c.shape[:-1], 4 * c.shape[-1]))
-    return LSTMGates.apply(gates, c)
+def lstm_gates(xg: Tensor, hg: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """One LSTM step after its two matrix products: the input's and the hidden state's (..., 4H)
+    projections (biases included) and the cell state (..., H) give the next ``(h, c)``."""
+    shape = (*c.shape[:-1], 4 * c.shape[-1])
+    _check("lstm_gates", "xg", xg, shape)
+    _check("lstm_gates", "hg", hg, shape)
+    return LSTMGates.apply(xg, hg, c)
 
 
 def gru_gates(gx: Tensor, gh: Tensor, h: Tensor) -> Tensor:
