@@ -146,3 +146,16 @@ def test_a_step_of_the_sequence_loop_records_a_few_nodes(make):
         return len(seen)
 
     assert nodes(9) - nodes(5) <= 4 * 3
+
+
+def test_lstm_gates_backward_uses_forwards_activations_and_differentiates_again():
+    """LSTMGates hands its activations to its backward op; given or recomputed, the gradients
+    are the same, and the backward op's own backward is right (third derivatives of a step)."""
+    from minigrad.ops.recurrent import LSTMGates, LSTMGatesBackward
+    t = [minigrad.tensor(rng.standard_normal(s), requires_grad=True) for s in ((2, 3), (2, 3), (2, 12), (2, 12), (2, 3))]
+    h, c = LSTMGates.apply(*t[2:])
+    given = minigrad.grad((h * t[0]).sum() + (c * t[1]).sum(), t[2:])
+    recomputed = LSTMGatesBackward.apply(*t)
+    np.testing.assert_allclose(given[0].numpy(), recomputed[0].detach().numpy(), rtol=1e-14)
+    np.testing.assert_allclose(given[2].numpy(), recomputed[1].detach().numpy(), rtol=1e-14)
+    assert gradcheck(LSTMGatesBackward.apply, t) and gradgradcheck(LSTMGatesBackward.apply, t)

@@ -59,7 +59,12 @@ def _lstm_activations(xp, xg, hg, n: int):
     g = s[..., 2 * n:3 * n]  # a view: sigmoid(2a) becomes tanh(a) in place
     g *= 2
     g -= 1
-    return s[..., :n], s[..., n:2 * n], g, s[..., 3 * n:]
+    return s
+
+
+def _blocks(s, n: int):
+    """The (i, f, g, o) views of the activated gates."""
+    return s[..., :n], s[..., n:2 * n], s[..., 2 * n:3 * n], s[..., 3 * n:]
 
 
 class LSTMGates(Op):
@@ -71,35 +76,40 @@ class LSTMGates(Op):
 
     @staticmethod
     def forward(ctx, xg, hg, c):
-        i, f, g, o = _lstm_activations(ctx.xp, xg, hg, c.shape[-1])
+        s = _lstm_activations(ctx.xp, xg, hg, c.shape[-1])
+        i, f, g, o = _blocks(s, c.shape[-1])
         c_next = f * c
         c_next += i * g
-        h_next = _tanh(ctx.xp, c_next)
-        h_next *= o
-        ctx.save_for_backward(xg, hg, c)
-        return h_next, c_next
+        t = _tanh(ctx.xp, c_next)
+        # the activations and tanh(c') are kept, as im2col's columns are by Conv2d: backward then
+        # needs no exp at all (its own backward, for second derivatives, recomputes them from xg, hg, c)
+        ctx.save_for_backward(xg, hg, c, s, t)
+        return t * o, c_next
 
     @staticmethod
     def backward(ctx, dh, dc):
-        d_gates, d_c = LSTMGatesBackward.apply(dh, dc, *ctx.saved_tensors)
+        xg, hg, c, s, t = ctx.saved_tensors
+        d_gates, d_c = LSTMGatesBackward.apply(dh, dc, xg, hg, c, s.array, t.array)
         return d_gates, d_gates, d_c
 
 
 class LSTMGatesBackward(Op):
     """The gradients of ``LSTMGates`` in one pass: ``(dh, dc, xg, hg, c) -> (d gates, d c)``, the
-    gradient of the gates' pre-activations (both terms get it) and of the cell state; with
+    gradient of the gates' pre-activations (both terms get it) and of the cell state (``s`` and
+    ``t``, forward's activations and tanh(c'), spare recomputing them); with
     dc' = dc + dh * o * (1 - tanh(c')^2) the gradient reaching c' (through c' and through h').
     Differentiable again for higher orders, as ``SigmoidBackward`` is."""
 
     onnx_refused = GRADIENT_OP
 
     @staticmethod
-    def forward(ctx, dh, dc, xg, hg, c):
+    def forward(ctx, dh, dc, xg, hg, c, s=None, t=None):
         xp, n = ctx.xp, c.shape[-1]
-        i, f, g, o = _lstm_activations(xp, xg, hg, n)
-        c_next = f * c
-        c_next += i * g
-        t = _tanh(xp, c_next)
+        if s is None:  # the activations and tanh(c'), unless forward's are given
+            s = _lstm_activations(xp, xg, hg, n)
+        i, f, g, o = _blocks(s, n)
+        if t is None:
+            t = _tanh(xp, f * c + i * g)
         dcn = t * t  # then dc + dh * o * (1 - t^2), in place
         dcn -= 1
         dcn *= -o
@@ -135,7 +145,7 @@ class LSTMGatesBackward(Op):
         d_g = (ui * dc * di - 2 * ug * dc * i * g + cn * i) * dg
         d_o = (w * gh * dt + uo * gh * t * (1 - 2 * o)) * do
         d_gates = cat([d_i, d_f, d_g, d_o], -1)
-        return w * o * dt + uo * t * do, w, d_gates, d_gates, uf * dc * df + cn * f
+        return w * o * dt + uo * t * do, w, d_gates, d_gates, uf * dc * df + cn * f, None, None
 
 
 class GRUGates(Op):
