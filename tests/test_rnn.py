@@ -152,7 +152,8 @@ def test_lstm_gates_backward_uses_forwards_activations_and_differentiates_again(
     """LSTMGates hands its activations to its backward op; given or recomputed, the gradients
     are the same, and the backward op's own backward is right (third derivatives of a step)."""
     from minigrad.ops.recurrent import LSTMGates, LSTMGatesBackward
-    t = [minigrad.tensor(rng.standard_normal(s), requires_grad=True) for s in ((2, 3), (2, 3), (2, 12), (2, 12), (2, 3))]
+    shapes = ((2, 3), (2, 3), (2, 12), (2, 12), (2, 3))  # dh, dc, xg, hg, c
+    t = [minigrad.tensor(rng.standard_normal(s), requires_grad=True) for s in shapes]
     h, c = LSTMGates.apply(*t[2:])
     given = minigrad.grad((h * t[0]).sum() + (c * t[1]).sum(), t[2:])
     recomputed = LSTMGatesBackward.apply(*t)
