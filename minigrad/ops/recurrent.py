@@ -5,9 +5,11 @@ then a dozen elementwise operations on slices of it: three sigmoids, two tanhs, 
 As separate ops that is a dozen graph nodes per time step, each paying Python's dispatch, so a
 28-step sequence spends its time recording nodes rather than computing. ``LSTMGates`` does the
 elementwise part in one forward pass over the (N, 4H) pre-activations, ``GRUGates`` the GRU's,
-and ``Unbind`` and ``Stack`` give the loop its steps and join its outputs in one node each. Their
-backward rules are built from minigrad ops, so a recurrent network stays differentiable twice
-(gradgradcheck). Gate order is PyTorch's: i, f, g, o and r, z, n.
+and ``Unbind`` and ``Stack`` give the loop its steps and join its outputs in one node each. A
+gate op's backward is one op too (``LSTMGatesBackward``, ``GRUGatesBackward``, as Sigmoid's is
+``SigmoidBackward``), fed the activations forward kept, and whose own backward is built from
+minigrad ops, so a recurrent network stays differentiable at any order (gradgradcheck of the
+backward ops). Gate order is PyTorch's: i, f, g, o and r, z, n.
 """
 
 from __future__ import annotations
@@ -160,19 +162,56 @@ class GRUGates(Op):
         xp, k = ctx.xp, h.shape[-1]
         rz = _sigmoid(xp, gx[..., :2 * k] + gh[..., :2 * k])
         n = _tanh(xp, gx[..., 2 * k:] + rz[..., :k] * gh[..., 2 * k:])
-        ctx.save_for_backward(gx, gh, h)
+        ctx.save_for_backward(gx, gh, h, rz, n)  # r, z and n spare the backward op its exps
         return n + rz[..., k:] * (h - n)
 
     @staticmethod
     def backward(ctx, g):
-        gx, gh, h = ctx.saved_tensors
+        gx, gh, h, rz, n = ctx.saved_tensors
+        return GRUGatesBackward.apply(g, gx, gh, h, rz.array, n.array)
+
+
+class GRUGatesBackward(Op):
+    """The gradients of ``GRUGates`` in one pass: ``(g, gx, gh, h) -> (d gx, d gh, d h)`` (``rz``
+    and ``n``, forward's activations, spare recomputing them); differentiable again."""
+
+    onnx_refused = GRADIENT_OP
+
+    @staticmethod
+    def forward(ctx, g, gx, gh, h, rz=None, n=None):
+        xp, k = ctx.xp, h.shape[-1]
+        if rz is None:
+            rz = _sigmoid(xp, gx[..., :2 * k] + gh[..., :2 * k])
+        r, z, hn = rz[..., :k], rz[..., k:], gh[..., 2 * k:]
+        if n is None:
+            n = _tanh(xp, gx[..., 2 * k:] + r * hn)
+        dn = g * (1 - z) * (1 - n * n)  # at n's pre-activation
+        dr = dn * hn * (1 - r) * r
+        dz = g * (h - n) * (1 - z) * z
+        ctx.save_for_backward(g, gx, gh, h)
+        return (xp.concatenate([dr, dz, dn], -1), xp.concatenate([dr, dz, dn * r], -1), g * z)
+
+    @staticmethod
+    def backward(ctx, u, w, v):
+        """Second derivatives: forward's expressions differentiated back to front, ``b_x`` the
+        cotangent of quantity x (u, w and v those of the three gradients forward returned)."""
+        g, gx, gh, h = ctx.saved_tensors
         k = h.shape[-1]
         rz = sigmoid(gx[..., :2 * k] + gh[..., :2 * k])
         r, z, hn = rz[..., :k], rz[..., k:], gh[..., 2 * k:]
         n = tanh(gx[..., 2 * k:] + r * hn)
-        dn = g * (1 - z) * (1 - n * n)  # at n's pre-activation
-        drz = cat([dn * hn, g * (h - n)], -1) * rz * (1 - rz)
-        return cat([drz, dn], -1), cat([drz, dn * r], -1), g * z
+        sr, sz, sn = r * (1 - r), z * (1 - z), 1 - n * n
+        dn = g * (1 - z) * sn
+        ur, uz = u[..., :k] + w[..., :k], u[..., k:2 * k] + w[..., k:2 * k]  # dr and dz go to both
+        b_dn = u[..., 2 * k:] + w[..., 2 * k:] * r + ur * hn * sr
+        b_n = -uz * g * sz - 2 * b_dn * g * (1 - z) * n
+        b_z = v * g + uz * g * (h - n) * (1 - 2 * z) - b_dn * g * sn
+        b_g = v * z + uz * (h - n) * sz + b_dn * (1 - z) * sn
+        b_an = b_n * sn  # at n's pre-activation gx_n + r * hn
+        b_r = ur * dn * hn * (1 - 2 * r) + w[..., 2 * k:] * dn + b_an * hn
+        b_hn = ur * dn * sr + b_an * r
+        b_ar, b_az = b_r * sr, b_z * sz
+        return b_g, cat([b_ar, b_az, b_an], -1), cat([b_ar, b_az, b_hn], -1), uz * g * sz, None, None
 
 
 class Unbind(Op):
