@@ -11,8 +11,9 @@ sizes, ``tests/test_bench_models.py``). The workloads (chapter 02's layers at wo
   a linear decoder back to 2000 words, sequence 20 x batch 16, clip_grad_norm_(0.25), SGD.
 - ``dcgan``: pytorch/examples dcgan at 64x64: a generator of ConvTranspose2d+BatchNorm+ReLU, a
   discriminator of strided convs+LeakyReLU, BCELoss and two Adams; one step trains D on real and
-  fake images, then G. The full width (ngf=ndf=64, batch 64) takes seconds a step on one thread,
-  so the benchmark runs it at ngf=ndf=16, batch 16 (``--dcgan-width``, ``--dcgan-batch``).
+  fake images, then G. At the full width (ngf=ndf=64, batch 64) PyTorch alone took 3.5 s a step
+  on one thread of a 2-core AMD EPYC, so the benchmark runs ngf=ndf=16, batch 16 (about 1/64 of
+  the work; ``--dcgan-width``, ``--dcgan-batch`` set them).
 - ``gpt``: ng-video-lecture's ``gpt.py`` (one Linear per head for key, query and value, a masked
   softmax, heads joined with ``cat``, a ReLU MLP, pre-norm blocks) at block 16, width 32, 2 heads,
   its 6 layers, batch 32, with dropout 0 so the two frameworks compute the same step; AdamW.
