@@ -1,5 +1,6 @@
 """Chapter 01's regions against values worked out by hand: the order of a small graph, the edges
-Function.apply records, collate, the shuffle buffer, batching, and a checkpoint's save and load.
+Function.apply records, collate, the shuffle buffer, batching, a checkpoint's save and load, and
+the strided view arithmetic (index to offset, is_contiguous, when reshape must copy).
 
 These run with only chapter 01 written (no backward engine), without PyTorch; each class checks
 one region and is what ``python -m minigrad.course mutants 1`` runs for it. A failure states the
@@ -16,7 +17,8 @@ import minigrad as mg
 from minigrad.autograd import Function
 from minigrad.autograd.engine import topological_order
 from minigrad.data import Pipeline, default_collate
-from minigrad.errors import CheckpointError
+from minigrad.errors import CheckpointError, ShapeError
+from minigrad.ops.layout import channels_last, dense_in_order, positions, storage_index
 
 
 def names(order):
@@ -214,3 +216,111 @@ class TestCheckpoint:
             arrays = [n for n in z.namelist() if n.endswith(".npy")]
             assert len(arrays) == 1 and "metadata.json" in z.namelist()
             np.testing.assert_array_equal(np.load(io.BytesIO(z.read(arrays[0])), allow_pickle=False), [1.0, 2.0])
+
+
+def shares_storage(a, b):
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+class TestStorageIndex:
+    def test_offsets_of_one_element_worked_out_by_hand(self):
+        # element [1, 2] of x = arange(12).reshape(3, 4): row 1 starts at 4, plus 2 -> 6; of x.T,
+        # strides (1, 4): 1 + 8 -> 9; element [2, 1] of x[:, 1:3], strides (4, 1) from offset 1: 1 + 8 + 1 -> 10
+        for index, stride, offset, want in [((1, 2), (4, 1), 0, 6), ((1, 2), (1, 4), 0, 9), ((2, 1), (4, 1), 1, 10),
+                                            ((1, 0, 2), (12, 4, 1), 5, 19), ((2,), (3,), 4, 10), ((), (), 3, 3)]:
+            got = storage_index(index, stride, offset)
+            assert got == want, (f"element {index} of a view with strides {stride} at storage offset {offset} is "
+                                 f"storage element offset + sum(index * stride) = {want}; got {got}")
+
+    def test_every_position_of_a_window_view(self):
+        # windows of 3 over a signal of 6, one element apart, starting 1 element in
+        got = np.asarray(positions(np, (3, 3), (1, 1), 1)).tolist()
+        assert got == [[1, 2, 3], [2, 3, 4], [3, 4, 5]], f"positions of as_strided((3, 3), (1, 1), 1): got {got}"
+        got = np.asarray(positions(np, (2, 3), (1, 2), 0)).tolist()
+        assert got == [[0, 2, 4], [1, 3, 5]], f"positions of a column-major (2, 3) view, strides (1, 2): got {got}"
+
+    def test_as_strided_reads_and_bounds_its_view_by_that_rule(self):
+        x = mg.arange(6.0)
+        np.testing.assert_array_equal(x.as_strided((2, 2), (2, 1), 2).numpy(), [[2, 3], [4, 5]])
+        with pytest.raises(ShapeError, match="storage of 6 elements"):
+            x.as_strided((2, 2), (2, 1), 3)  # its last element, [1, 1], would be storage element 3 + 2 + 1 = 6
+            pytest.fail("as_strided refuses a view whose last element, offset + sum((size - 1) * stride), "
+                        "lies past the storage's end")
+
+
+class TestIsContiguous:
+    def test_dense_layouts_worked_out_by_hand(self):
+        row_major = (0, 1, 2)
+        for shape, stride, want in [((2, 3, 4), (12, 4, 1), True), ((2, 3, 4), (1, 2, 6), False),
+                                    ((2, 3, 4), (12, 1, 3), False), ((3, 4), (8, 2), False),
+                                    ((2, 3, 4), (24, 8, 2), False), ((2, 3, 4), (12, 4, 0), False)]:
+            got = dense_in_order(shape, stride, row_major[:len(shape)])
+            assert got == want, f"shape {shape} with strides {stride} is {'' if want else 'not '}row-major dense; got {got}"
+
+    def test_a_size_1_dim_may_have_any_stride(self):
+        for shape, stride in [((4, 1), (1, 7)), ((1, 4), (9, 1)), ((2, 1, 3), (3, 0, 1))]:
+            assert dense_in_order(shape, stride, range(len(shape))), (
+                f"shape {shape} with strides {stride} is row-major dense: a dim of size 1 is never stepped "
+                f"along, so its stride does not matter (PyTorch's rule)")
+
+    def test_it_agrees_with_numpy_on_views(self):
+        x = mg.arange(24.0).reshape(2, 3, 4)
+        for v in [x, x.transpose(0, 2), x[:, 1:], x[:, :, 1:3], x[1], x[:1], x[:, :1].expand(2, 5, 4),
+                  x.permute(1, 0, 2), x[:, None], x.reshape(6, 4)[::2]]:
+            want = bool(v.array.flags.c_contiguous)
+            got = dense_in_order(v.shape, v.stride(), range(v.ndim))
+            assert got == want, f"shape {tuple(v.shape)} with strides {v.stride()}: numpy says dense={want}, got {got}"
+
+    def test_channels_last(self):
+        img = mg.arange(24.0).reshape(2, 3, 2, 2)
+        nhwc = img.to(memory_format=channels_last)
+        assert nhwc.stride() == (12, 1, 6, 3)
+        assert nhwc.is_contiguous(memory_format=channels_last), (
+            "(N, C, H, W) with strides (12, 1, 6, 3) is dense in channels_last's order (N, H, W, C)")
+        assert not img.is_contiguous(memory_format=channels_last), (
+            "(N, C, H, W) with strides (12, 4, 2, 1) is not dense in channels_last's order")
+
+
+class TestViewOrCopy:
+    def test_a_contiguous_tensor_views_as_any_shape_of_its_size(self):
+        x = mg.arange(12.0).reshape(3, 4)
+        for shape in [(12,), (2, 6), (2, 2, 3), (3, 1, 4, 1), (1, 12)]:
+            v = x.view(shape)
+            assert shares_storage(v, x) and v.shape == shape
+        np.testing.assert_array_equal(x.view(2, 6).numpy(), np.arange(12.0).reshape(2, 6))
+
+    def test_a_transpose_views_only_as_shapes_that_keep_its_chunks(self):
+        t = mg.arange(12.0).reshape(3, 4).T  # (4, 3), strides (1, 4): two chunks, 4 and 3
+        v = t.view(2, 2, 3)
+        assert v.stride() == (2, 1, 4), f"(4, 3) with strides (1, 4) viewed as (2, 2, 3): strides (2, 1, 4); got {v.stride()}"
+        np.testing.assert_array_equal(v.numpy(), t.numpy().reshape(2, 2, 3))
+        for shape in [(12,), (3, 4), (6, 2)]:
+            with pytest.raises(ShapeError, match="without a copy"):
+                t.view(shape)
+                pytest.fail(f"(4, 3) with strides (1, 4) cannot be viewed as {shape}: it would need one stride "
+                            f"across the two chunks")
+
+    def test_evenly_spaced_elements_are_one_chunk(self):
+        y = mg.arange(24.0).reshape(4, 6)[:, ::2]  # (4, 3), strides (6, 2): 12 elements, 2 apart
+        v = y.view(12)
+        assert v.stride() == (2,) and shares_storage(v, y), (
+            f"(4, 3) with strides (6, 2) is one run of 12 elements 2 apart: view(12) has stride (2,); got {v.stride()}")
+        np.testing.assert_array_equal(v.numpy(), np.arange(0.0, 24.0, 2.0))
+
+    def test_a_size_1_dim_never_breaks_a_chunk(self):
+        z = mg.arange(6.0).reshape(2, 3)[:, None, :]  # (2, 1, 3); the size-1 dim's stride is 0
+        v = z.view(6)
+        assert shares_storage(v, z) and v.stride() == (1,)
+
+    def test_reshape_copies_exactly_when_view_refuses(self):
+        x = mg.arange(24.0).reshape(2, 3, 4)
+        for v, shape in [(x.transpose(1, 2), (2, 12)), (x.transpose(1, 2), (8, 3)), (x[:, :, ::2], (12,)),
+                         (x[:, 1:], (16,)), (x[:, 1:], (2, 8)), (x.permute(2, 0, 1), (4, 6)), (x[:, :2, :2], (2, 4))]:
+            try:
+                v.view(shape)
+                viewable = True
+            except ShapeError:
+                viewable = False
+            copied = not shares_storage(v.reshape(shape), v)
+            assert copied != viewable, (f"shape {tuple(v.shape)} with strides {v.stride()} as {shape}: view "
+                                        f"{'works' if viewable else 'refuses'}, and reshape {'copies' if copied else 'does not'}")

@@ -169,9 +169,11 @@ def test_bfloat16_is_a_name_that_raises_a_dtype_error_on_use():
     assert mg.cuda.is_bf16_supported() is False
 
 
-def test_backends_and_accelerator_answer_for_minigrad():
+def test_backends_and_accelerator_answer_for_minigrad(monkeypatch):
     import minigrad.backends.cudnn as cudnn
 
+    monkeypatch.setattr(cudnn, "benchmark", False)  # restored after: benchmark turns on conv autotuning
+    monkeypatch.setattr(mg.backends.cuda.matmul, "allow_tf32", False)
     mg.backends.cuda.matmul.allow_tf32 = True
     cudnn.benchmark = True
     assert mg.backends.cudnn is cudnn and cudnn.benchmark and mg.backends.cuda.matmul.allow_tf32

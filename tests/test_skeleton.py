@@ -48,7 +48,8 @@ def test_pyproject_metadata():
 
     # everything the four chapters run, MPI included, comes with the course extra, and the dev
     # extra (what `make venv` installs) holds the course and the test tools
-    assert {"jupyterlab", "ipykernel", "matplotlib", "graphviz", "tqdm", "mpi4py", "mpich"} <= names("course")
+    assert {"jupyterlab", "ipykernel", "ipywidgets", "jupyterlab_widgets", "matplotlib", "graphviz", "tqdm", "mpi4py",
+            "mpich"} <= names("course")
     assert names("course") | {"pytest", "hypothesis", "nbval"} <= names("dev")
     assert extras["torch"] == ["torch>=2.13"]
     for extra, reqs in extras.items():

@@ -5,7 +5,10 @@ lines a minute, rounded. Run time is measured: ``--measure`` runs every notebook
 ``make chapters`` does) and sums its cells' call times from pytest's JUnit report; without it the
 run column keeps the figures already in the README. ``tests/test_chapter_table.py`` checks that
 the README's words, code lines and reading times are the notebooks' own, so the table stays true
-when a lesson grows.
+when a lesson grows, and that every lesson's header line ``**Time:** about T minutes (R reading, S s
+running).`` states its row: R the reading minutes, S the run seconds, T their sum in whole minutes
+(the seconds rounded up). ``--write`` rewrites those lines too, in the ``.ipynb`` and its jupytext
+``.py`` twin; the line's words do not depend on its numbers, so rewriting it never changes a count.
 
     python tools/chapter_table.py            # print the table
     python tools/chapter_table.py --write    # rewrite it in chapters/README.md
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import subprocess
 import sys
@@ -29,6 +33,7 @@ README = ROOT / "chapters" / "README.md"
 HEADER = "| notebook | words | code lines | reading (min) | run (s) |"
 WORDS_PER_MINUTE, CODE_LINES_PER_MINUTE = 150, 10
 _WORD = re.compile(r"[A-Za-z0-9']+")
+TIME_LINE = re.compile(r"\*\*Time:\*\* about (\d+) minutes \((\d+) reading, (\d+) s running\)\.")
 
 
 def notebooks(root: Path = ROOT) -> list[Path]:
@@ -43,6 +48,51 @@ def count(path: Path) -> tuple[int, int, int]:
     words = sum(len(_WORD.findall(source(c))) for c in cells if c["cell_type"] == "markdown")
     code = sum(1 for c in cells if c["cell_type"] == "code" for line in source(c).splitlines() if line.strip())
     return words, code, round(words / WORDS_PER_MINUTE + code / CODE_LINES_PER_MINUTE)
+
+
+def lessons(root: Path = ROOT) -> list[Path]:
+    """The lesson notebooks: every notebook of the table but the exercises, which state no time."""
+    return [p for p in notebooks(root) if p.name != "exercises.ipynb"]
+
+
+def time_line(reading: int, run: int) -> str:
+    """A lesson's header line for ``reading`` minutes of reading and ``run`` seconds of running."""
+    return f"**Time:** about {reading + math.ceil(run / 60)} minutes ({reading} reading, {run} s running)."
+
+
+def header_time(path: Path) -> tuple[int, int, int]:
+    """(total minutes, reading minutes, run seconds) that a lesson's first markdown cell states."""
+    cells = json.loads(path.read_text())["cells"]
+    first = next(c for c in cells if c["cell_type"] == "markdown")
+    found = TIME_LINE.findall("".join(first["source"]))
+    if len(found) != 1:
+        raise ValueError(f"{path.name}: expected one line '**Time:** about T minutes (R reading, S s running).' "
+                         f"in the first markdown cell, found {len(found)}")
+    return tuple(int(n) for n in found[0])
+
+
+def write_time_lines(rows: dict[str, list[str]], root: Path = ROOT) -> list[Path]:
+    """Rewrite every lesson's ``**Time:**`` line (in the notebook and its ``.py`` twin) from the
+    table's ``rows``; returns the files that changed."""
+    changed = []
+    for path in lessons(root):
+        name = path.relative_to(root / "chapters").as_posix()
+        words, code, reading, run = rows[name]
+        if not run.isdigit():
+            continue  # never measured: nothing true to state yet
+        line = time_line(int(reading), int(run))
+        for file in (path, path.with_suffix(".py")):
+            if not file.exists():
+                continue
+            text = file.read_text()
+            new, count = TIME_LINE.subn(line, text, count=1)
+            if count != 1:
+                raise ValueError(f"{file}: expected a line '**Time:** about T minutes (R reading, S s running).', "
+                                 "found none")
+            if new != text:
+                file.write_text(new)
+                changed.append(file)
+    return changed
 
 
 def stored_rows(text: str) -> dict[str, list[str]]:
@@ -100,7 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measure", action="store_true", help="run every notebook under nbval and time it")
     parser.add_argument("--junit", type=Path, help="take the run times from this nbval run's JUnit report")
-    parser.add_argument("--write", action="store_true", help="rewrite the table in chapters/README.md")
+    parser.add_argument("--write", action="store_true",
+                        help="rewrite the table in chapters/README.md and the lessons' **Time:** lines")
     args = parser.parse_args(argv)
     text = README.read_text()
     run = {name: cells[3] for name, cells in stored_rows(text).items()}
@@ -110,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     new = table(ROOT, run)
     if args.write:
         README.write_text(replace_table(text, new))
+        write_time_lines(stored_rows(new))
     print(new)
 
 

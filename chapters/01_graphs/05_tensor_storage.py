@@ -23,7 +23,7 @@
 # - `as_strided` and `channels_last`, the tools convolutions are built on;
 # - what layout costs, measured: row- vs column-wise sums, transposed matmul, NCHW vs NHWC conv.
 #
-# **Time:** about 20 minutes (15 reading, 5 s running).
+# **Time:** about 20 minutes (19 reading, 13 s running).
 
 # %%
 import time
@@ -148,6 +148,49 @@ try:
 except ShapeError as e:
     print("view:", e)
 print("x.T.contiguous().stride():", x.T.contiguous().stride(), " x.contiguous() is x:", x.contiguous() is x)
+
+# %% [markdown]
+# ## You write this arithmetic
+# In the build track the three rules of this lesson are package regions you write
+# (`python -m minigrad.course regions` lists them, `python -m minigrad.course test-chapter 1`
+# tests them); each function's docstring states its contract:
+#
+# - `storage_index` in `minigrad/ops/layout.py` (*strided views: index to offset*): the one
+#   rule above, which `as_strided` uses to check that a view stays inside its storage, and its
+#   gradient to find every element's position;
+# - `dense_in_order` in the same file (*strided views: is_contiguous*): are the dims packed
+#   without gaps in a given order, row-major or `channels_last`, which convolution and pooling
+#   ask of every input;
+# - `_viewable` in `minigrad/ops/movement.py` (*strided views: when reshape must copy*): the rule
+#   `view` asks before it makes a view, and that decides whether `reshape` copies.
+#
+# The cell below checks yours against this lesson's figures.
+
+# %%
+# Check: your strided view arithmetic (minigrad.ops.layout, minigrad.ops.movement)
+from minigrad.course import answer
+from minigrad.ops.layout import dense_in_order, storage_index
+
+
+def views_as(t, shape):
+    try:
+        t.view(shape)
+        return True
+    except ShapeError:
+        return False
+
+
+elements = [((1, 2), x), ((1, 2), x.T), ((2, 1), x[:, 1:3])]
+got = answer([storage_index(i, v.stride(), v.storage_offset()) for i, v in elements])
+assert got == [6, 9, 10], f"x[1, 2], x.T[1, 2] and x[:, 1:3][2, 1] sit at storage positions 6, 9 and 10; got {got}"
+got = answer([dense_in_order(v.shape, v.stride(), range(v.ndim)) for v in views.values()])
+want = [v.is_contiguous() for v in views.values()]  # numpy's own flag, for the views of `base` above
+assert got == want, f"row-major dense, for the views above: expected {want}, got {got}"
+shapes = [(12,), (3, 4), (2, 2, 3), (4, 3, 1), (6, 2)]
+got = answer([views_as(x.T, s) for s in shapes])
+assert got == [False, False, True, True, False], (
+    f"x.T, (4, 3) with strides (1, 4), views as (2, 2, 3) and (4, 3, 1) only; for {shapes} got {got}")
+print("your index to offset, is_contiguous and view rules agree with the lesson")
 
 # %% [markdown]
 # ## `as_strided`: any geometry over the storage

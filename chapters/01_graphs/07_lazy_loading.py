@@ -29,7 +29,7 @@
 # - to move weights between PyTorch and minigrad through `.safetensors` files;
 # - what lazy loading buys, measured: peak memory and time to the first forward.
 #
-# **Time:** about 20 minutes (15 reading, 30 s running).
+# **Time:** about 14 minutes (13 reading, 15 s running).
 
 # %%
 import os

@@ -25,7 +25,7 @@
 # backpropagate through it by hand, node by node; name the three gate patterns (add distributes,
 # multiply swaps, max routes); train a small MLP on two moons and plot its decision boundary; get
 # the same numbers from minigrad.
-# **Time:** about 36 minutes (36 reading, 17 s running).
+# **Time:** about 37 minutes (36 reading, 17 s running).
 
 # %% [markdown]
 # ## The engine

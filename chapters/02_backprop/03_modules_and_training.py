@@ -20,7 +20,7 @@
 # the gradient of softmax + cross-entropy and check it against minigrad; write SGD with momentum
 # and Adam by hand and check them against `minigrad.optim`; train an MLP on the 8x8 digits; grow
 # a layer and freeze and unfreeze layers in the middle of training.
-# **Time:** about 30 minutes (30 reading, 10 s running).
+# **Time:** about 31 minutes (30 reading, 9 s running).
 
 # %%
 from collections import OrderedDict

@@ -23,7 +23,7 @@
 # **You will:** compute Hessians and Hessian-vector products by double backward, set them beside
 # `jax.hessian` and AdaHessian's diagonal estimate, compare Newton's method, gradient descent and
 # L-BFGS, and meta-train a model with MAML's exact gradient and its first-order approximation.
-# **Time:** about 33 minutes (31 reading, 20 s running).
+# **Time:** about 32 minutes (31 reading, 20 s running).
 
 # %%
 import matplotlib.pyplot as plt

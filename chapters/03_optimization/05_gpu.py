@@ -25,7 +25,7 @@
 # measure the host's copy bandwidth; hide copies behind compute with a prefetcher; measure the
 # fixed cost of dispatching an op; count the kernels fusion saves on a GPU and read the CUDA source
 # it generates; time the fused chain against eager.
-# **Time:** about 26 minutes (25 reading, under a minute running).
+# **Time:** about 27 minutes (26 reading, 6 s running).
 #
 # **No GPU figures yet.** minigrad has not been run on a GPU so far. The figures this notebook
 # would show from one are pending a run of `benchmarks/gpu_check.sh` on a machine with an NVIDIA
@@ -201,8 +201,9 @@ plain, recording = (overhead[k] / overhead["numpy a + b"] for k in list(overhead
 print(f"minigrad's call costs {plain:.1f}x numpy's, {recording:.1f}x when it records the graph")
 
 # %% [markdown]
-# numpy's own call costs around a microsecond (checking its arguments, resolving the loop for the
-# dtypes, allocating the result). minigrad's call is a multiple of that, the ratio printed above:
+# numpy's own call costs on the order of a microsecond (the first line above: checking its
+# arguments, resolving the loop for the dtypes, allocating the result). minigrad's call is a
+# multiple of that, the ratio printed above:
 # around numpy's call it looks up the modes in force, checks that the inputs share a device, wraps
 # the result in a Tensor, and when an input requires grad it records the graph node that backward
 # will walk. On a GPU the launch adds its microseconds to that dispatch, and every op of a chain

@@ -18,18 +18,17 @@
 #
 # An int8 model is 4x smaller. It can also be faster, where int8 instructions (VNNI on x86, dot
 # products on ARM) multiply four times as many numbers per instruction as float32's, and the
-# layers are large enough to pay for quantizing each activation; on this tiny CNN they are not
-# (section 7 measures it). The price is rounding: every value is snapped to one of 256 levels.
-# This lesson measures that price
-# on the digits CNN and shows the two ways to keep it small: choosing the levels well
-# (post-training quantization, PTQ) and training against the rounding (quantization-aware
-# training, QAT).
+# layers are large enough to pay for quantizing each activation; section 7 measures whether this
+# tiny CNN's are, and prints the verdict. The price is rounding: every value is snapped to one
+# of 256 levels. This lesson measures that price on the digits CNN and shows the two ways to keep
+# it small: choosing the levels well (post-training quantization, PTQ) and training against the
+# rounding (quantization-aware training, QAT).
 #
 # **You will:** quantize numbers by hand with a scale and a zero point; compare a min-max and a
 # histogram observer; quantize the digits CNN with `prepare`/`convert` and find which layer loses
 # most; read the int8 kernel and check that its integer sums are exact; compare PTQ and QAT as the
 # bit width shrinks; and export the int8 model to ONNX in QDQ form and run it in onnxruntime.
-# **Time:** about 35 minutes (30 reading, under a minute running).
+# **Time:** about 29 minutes (28 reading, 13 s running).
 
 # %%
 import os

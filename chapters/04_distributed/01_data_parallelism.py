@@ -26,7 +26,7 @@
 # **You will:** check that averaging the shards' gradients gives the full batch's, see how
 # `DistributedSampler` splits the data, run collectives and a DDP training loop on two MPI processes,
 # and learn why `DistributedDataParallel` replaced `nn.DataParallel`.
-# **Time:** about 15 minutes (14 reading, 8 s running).
+# **Time:** about 16 minutes (15 reading, 6 s running).
 
 # %%
 from pathlib import Path

@@ -25,7 +25,7 @@
 # **You will:** see the order in which backward produces gradients, read the seventy lines of
 # minigrad's DDP that pack them into buckets and all-reduce them, draw the buckets for three
 # bucket sizes, and look at a measured timeline of one backward.
-# **Time:** about 15 minutes (13 reading, 6 s running).
+# **Time:** about 15 minutes (14 reading, 6 s running).
 
 # %%
 import inspect

@@ -60,8 +60,8 @@ CHAPTER_TESTS: dict[int, list[str]] = {
 CHAPTER_LESSONS: dict[int, list[str]] = {
     1: ["chapters/01_graphs/01_*.ipynb"],
     2: ["chapters/01_graphs/0[2-9]_*.ipynb", "chapters/02_backprop/0*.ipynb"],
-    3: ["chapters/03_optimization/0*.ipynb"],
-    4: ["chapters/04_distributed/0*.ipynb"],
+    3: ["chapters/03_optimization/[0-9][0-9]_*.ipynb"],
+    4: ["chapters/04_distributed/[0-9][0-9]_*.ipynb"],
 }
 # What the student repository holds besides the package (the solutions never leave). Its README is
 # the students' own (how to clone, set up, test a chapter and grade themselves), not this project's.

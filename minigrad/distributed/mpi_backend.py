@@ -112,7 +112,8 @@ class MPIBackend(Backend):
         a collective ends the job)."""
         text = f"rank {self.rank} {cause}".encode()[:_NOTICE_BYTES - 1]
         self.sent = [self.notices.Isend(text, dest=r) for r in range(self.world_size) if r != self.rank]
-        self.notice_request.Cancel()
+        if self.notice_request:  # a notice that came during the last wait completed it (Test made it null)
+            self.notice_request.Cancel()
 
     def _average(self, work: Work, array: Any, op: ReduceOp) -> Work:
         if op is ReduceOp.AVG:

@@ -37,12 +37,14 @@ class CompileWarning(UserWarning):
 
 def compile(fn: Callable[..., Any] | None = None, *, passes: list | None = None,
             max_group_size: int = MAX_GROUP_SIZE, verbose: bool = False, cache_size_limit: int = 8,
-            backend: str | None = None) -> Any:
+            backend: str | None = None, parallel: bool | str = False) -> Any:
     """Compile ``fn`` (a function of tensors, or a ``Module``, whose forward is then compiled).
     Use as ``compile(fn)``, ``@compile`` or ``@compile(verbose=True)``. ``passes`` replaces the
     default pass list; ``verbose`` prints what each pass changed; after ``cache_size_limit``
     signatures, new ones run eagerly. ``backend`` writes fused CPU kernels in compiled C (``"c"``,
     the default unless ``$MINIGRAD_KERNELS`` says ``"numpy"``) or blocked numpy (``"numpy"``).
+    ``parallel`` is the ``Executor``'s: ``"auto"`` runs independent branches on two threads where
+    it pays (``minigrad.graph.parallel``), on cuda on two streams.
 
     The first call with a new input signature (each tensor's shape, dtype, device and
     requires_grad, plus grad mode, autocast and a module's train/eval mode) runs the function for
@@ -62,8 +64,8 @@ def compile(fn: Callable[..., Any] | None = None, *, passes: list | None = None,
     """
     if fn is None:
         return functools.partial(compile, passes=passes, max_group_size=max_group_size, verbose=verbose,
-                                 cache_size_limit=cache_size_limit, backend=backend)
-    return CompiledFunction(fn, passes, max_group_size, verbose, cache_size_limit, backend)
+                                 cache_size_limit=cache_size_limit, backend=backend, parallel=parallel)
+    return CompiledFunction(fn, passes, max_group_size, verbose, cache_size_limit, backend, parallel)
 
 
 _MISSING = object()  # no entry yet for a signature (None: the signature runs eagerly)
@@ -80,8 +82,10 @@ class CompiledFunction:
     optimised ``Graph`` (None where it runs eagerly)."""
 
     def __init__(self, fn: Callable[..., Any], passes: list | None, max_group_size: int, verbose: bool,
-                 cache_size_limit: int, backend: str | None = None) -> None:
-        self.fn = fn
+                 cache_size_limit: int, backend: str | None = None, parallel: bool | str = False) -> None:
+        if parallel not in (False, True, "auto"):  # said now, not at the first call's trace
+            raise ValueError(f"compile: parallel must be False, True or 'auto', got {parallel!r}")
+        self.fn, self.parallel = fn, parallel
         self.backend = check_backend(backend) if backend is not None else default_backend()
         fuse = (functools.partial(fuse_elementwise, backend=self.backend) if max_group_size == MAX_GROUP_SIZE
                 else functools.partial(fuse_elementwise, max_group_size=max_group_size, backend=self.backend))
@@ -208,7 +212,7 @@ class CompiledFunction:
             key = (key[0], key[1] + tuple(state for _, state in new))
             self._last[key[0]] = key[1]
         graph = PassManager(self.passes, verbose=self.verbose)(graph)
-        self._cache[key] = _Entry(graph, Executor(graph), spec)
+        self._cache[key] = _Entry(graph, Executor(graph, parallel=self.parallel), spec)
         return result
 
     def _callee(self) -> Callable[..., Any]:

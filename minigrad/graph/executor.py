@@ -3,7 +3,8 @@
 ``run_graph`` keeps every intermediate value until the end. Knowing the whole graph ahead of time,
 an executor does better: it plans when each value is last read and drops it right after, so
 memory returns while the graph still runs, and it can predict the peak before anything runs. It
-runs the interpreter's steps (``minigrad.graph.interpret``), prepared once per node.
+runs the interpreter's steps (``minigrad.graph.interpret``), prepared once per node, one after
+another or, where the cost model says it pays, independent ones at once (``minigrad.graph.parallel``).
 """
 
 from __future__ import annotations
@@ -11,20 +12,23 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from minigrad.autograd import mode
 from minigrad.graph.interpret import EFFECT_OPS, apply_effect, keeps_ctx, node_step, run_node, source_tensor
-from minigrad.graph.ir import SOURCE_OPS, Graph, Node
+from minigrad.graph.ir import SOURCE_OPS, Graph, GraphError, Node
 from minigrad.graph.overlap import helper, plan_overlap
+from minigrad.graph.parallel import PAYS_BELOW, ParallelPlan, Slot, helpers, plan_parallel, run_parallel
+from minigrad.graph.streams import StreamPlan, plan_streams, run_streams
 from minigrad.graph.writeback import plan_writes, ufunc_args
 from minigrad._tensor import Tensor
 
 __all__ = ["Executor"]
 
 _FROM_OUTSIDE = SOURCE_OPS  # memory the graph does not own
+TRIALS = 5  # timed calls of each way before parallel="auto" settles
 _STRUCTURAL = (SOURCE_OPS - {"placeholder"}) | {"getitem", "saved"}  # values looked up, not computed
 
 
@@ -35,9 +39,19 @@ class Executor:
     For each value it plans the step of its last reader and drops its reference right after that
     step; the most bytes live at once over the schedule is the *planned peak*, computed from node
     shapes and dtypes. Views (reshape, permute, broadcast) share their input's buffer, so they cost
-    nothing and keep that buffer alive. With ``parallel=True`` the nodes of each level (no node
-    depends on another of its level) run at once in a thread pool: numpy releases the GIL in its
-    kernels. Side effects (``copy_``, ``set_grad``) apply at the end, in order, except the updates
+    nothing and keep that buffer alive. With ``parallel="auto"`` independent nodes run at once on
+    ``max_workers`` threads (2 by default; numpy releases the GIL in its kernels) when the cost
+    model's simulation (``parallel_plan``, ``minigrad.graph.parallel``) says it pays, and one after
+    another otherwise; where the model says it pays, the first ``2 * TRIALS`` calls time both ways
+    in turn and the faster stays (``measured_choice`` says what they measured: a busy second core
+    makes the model's promise void). ``parallel=True`` always runs the threaded scheduler.
+    Threaded, buffers are freed when their last reader finishes, whichever thread ran it, and
+    ``timeline=True`` records each node's ``Slot`` (thread, start, end) in ``timeline``; the planned
+    peak is the sequential order's, which concurrent branches may exceed. On cuda, ``parallel``
+    puts branches on ``max_workers`` CUDA streams instead, with events for the edges between them
+    (``stream_plan``, ``minigrad.graph.streams``). Ordering edges (``Node.after``) hold in every
+    mode; a ``call`` node runs on the main thread (the current stream) where the order puts it.
+    Side effects (``copy_``, ``set_grad``) apply at the end, in order, except the updates
     that ``minigrad.graph.writeback`` plans into their tensors: those values are computed straight
     into the tensor's memory (an optimizer's new weights and momentum), so their copies have
     nothing left to do.
@@ -48,31 +62,51 @@ class Executor:
     ``run(..., measure=True)`` when the memory tracker (``minigrad.memory.track``) is available.
     ``writes`` is the plan of updates computed in place (``minigrad.graph.writeback``), and
     ``overlap`` maps the big matrix products that run on a helper thread while the graph goes on
-    (``minigrad.graph.overlap``; not with ``parallel``, nor while measuring) to the step that waits.
+    (``minigrad.graph.overlap``; in the sequential run, not while measuring) to the step that waits.
     ``run(..., time_nodes=True)`` records in ``node_seconds`` the seconds each node took (the ops
     the pool computes excepted), writes included: where a compiled step's time goes.
     """
 
-    def __init__(self, graph: Graph, parallel: bool = False, max_workers: int | None = None) -> None:
-        self.graph, self.parallel, self.max_workers = graph, parallel, max_workers
+    def __init__(self, graph: Graph, parallel: bool | str = False, max_workers: int | None = None) -> None:
+        if parallel not in (False, True, "auto"):
+            raise ValueError(f"Executor: parallel must be False, True or 'auto', got {parallel!r}")
+        self.graph, self.max_workers = graph, max_workers or 2
         self.schedule = [n for n in graph.topological_order() if n.op != "output"]
-        self.steps = graph.levels() if parallel else [[n] for n in self.schedule]
-        self.steps = [[n for n in level if n.op != "output"] for level in self.steps]
+        self.steps = [[n] for n in self.schedule]
         self.effects = [n for n in self.schedule if n.op in EFFECT_OPS]
+        for e in self.effects:
+            if e.followers:  # the writes apply after every node has run, so nothing can wait for one
+                raise GraphError(f"Executor: {', '.join(f.name for f in e.followers)} is ordered after the write "
+                                 f"{e.name} ({e.op}), which applies at the end of the run; use a call node to write "
+                                 "in the middle of a graph")
         self._keep_ctx = {n for n in self.schedule if keeps_ctx(n)}
         self.writes = plan_writes(self.steps, self.effects, graph.outputs, self._keep_ctx)
-        # the sources whose arrays decide whether a call may write in place (see _apart)
-        self._watched = list(dict.fromkeys([*self.writes.into.values(), *(n for p in self.writes.overlaps for n in p)]))
-        self._seen: tuple[list, bool] | None = None  # the watched arrays of the last check, and its answer
-        self._in_place = True  # this call writes the planned values into their tensors
         self._results_into: dict[Node, list] = {}  # a kernel with several results -> the tensor each goes into
         for v, target in self.writes.into.items():
             if v.op == "getitem":
                 self._results_into.setdefault(v.inputs[0], [None] * v.inputs[0].attrs["results"])[
                     v.attrs["index"]] = target.meta["target"]
+        writers = frozenset(self.writes.into) | frozenset(self._results_into)  # the nodes that write into tensors
+        self.parallel_plan: ParallelPlan | None = None
+        self.stream_plan: StreamPlan | None = None
+        device = next((n.meta["device"] for n in self.schedule if n.meta.get("device") is not None), None)
+        if parallel and getattr(device, "type", "cpu") == "cuda":  # branches on streams, not threads
+            self.stream_plan = plan_streams(self.schedule, self.max_workers, writers)
+            self._device, self._side_streams = device, None
+        elif parallel:  # the values written into tensors wait for every node before them (see parallel.py)
+            self.parallel_plan = plan_parallel(self.schedule, self.max_workers, writers, force=parallel is True)
+        self.parallel = ((self.parallel_plan is not None and (parallel is True or self.parallel_plan.pays))
+                         or (self.stream_plan is not None and self.stream_plan.used > 1))
+        # "auto": the model proposes, the first calls measure; both ways are timed in turn and the faster stays
+        self._trials: dict[bool, list[float]] | None = ({True: [], False: []} if parallel == "auto" and self.parallel
+                                                        and self.parallel_plan is not None else None)
+        self.timeline: list[Slot] = []
+        # the sources whose arrays decide whether a call may write in place (see _apart)
+        self._watched = list(dict.fromkeys([*self.writes.into.values(), *(n for p in self.writes.overlaps for n in p)]))
+        self._seen: tuple[list, bool] | None = None  # the watched arrays of the last check, and its answer
+        self._in_place = True  # this call writes the planned values into their tensors
         self._work = self._plan_work()
-        writers = {**self.writes.into, **dict.fromkeys(self._results_into)}  # the steps that write into tensors
-        self.overlap = {} if parallel else plan_overlap(self.schedule, writers, self._keep_ctx)
+        self.overlap = plan_overlap(self.schedule, writers, self._keep_ctx)  # the sequential run's
         self._waits: dict[int, list[Node]] = {}
         for n, k in self.overlap.items():
             self._waits.setdefault(k, []).append(n)
@@ -86,39 +120,56 @@ class Executor:
         self.planned_total = sum(_nbytes(n) for n in owned)
         self.measured_peak: int | None = None
         self.node_seconds: dict[Node, float] = {}
+        self.measured_choice: str | None = None  # parallel="auto": what its first calls measured
+        if self.parallel and self.parallel_plan is not None:
+            self._prepare_parallel()
 
     # -- running ------------------------------------------------------------------------------------
-    def run(self, inputs: Sequence[Tensor], measure: bool = False, time_nodes: bool = False) -> list[Any]:
+    def run(self, inputs: Sequence[Tensor], measure: bool = False, time_nodes: bool = False,
+            timeline: bool = False) -> list[Any]:
         """Execute the graph; returns the output arrays. ``measure=True`` records the measured peak
         of the bytes the run allocates in ``measured_peak`` (None without the memory tracker);
-        ``time_nodes=True`` each node's seconds in ``node_seconds``."""
+        ``time_nodes=True`` each node's seconds in ``node_seconds`` (one node after another);
+        ``timeline=True`` each node's thread, start and end in ``timeline``."""
         if len(inputs) != len(self.graph.placeholders):
             raise TypeError(f"Executor.run: the graph takes {len(self.graph.placeholders)} input(s), got {len(inputs)}")
         if time_nodes:
             self.node_seconds = {}
+        self.timeline = [] if timeline else self.timeline
+        parallel = self.parallel and not time_nodes
+        trial = self._trials is not None and not (measure or time_nodes or timeline)
+        if trial:  # alternate, parallel first
+            parallel = len(self._trials[True]) <= len(self._trials[False])
+        run = (self._run if not parallel else self._run_streams if self.stream_plan is not None
+               else self._run_parallel)
         track = _tracker() if measure else None
         if track is None:
             self.measured_peak = None
-            return self._run(inputs, clock=time_nodes)
+            start = time.perf_counter()
+            outputs = run(inputs, clock=time_nodes, timeline=timeline)
+            if trial:
+                self._trial(parallel, time.perf_counter() - start)
+            return outputs
         with track() as mem:
-            outputs = self._run(inputs, report=True)
+            outputs = run(inputs, report=True)
         self.measured_peak = mem.peak - mem.start
         return outputs
 
     def __call__(self, *inputs: Tensor) -> list[Any]:
         return self.run(inputs)
 
-    def _run(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False) -> list[Any]:
+    def _run(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False,
+             timeline: bool = False) -> list[Any]:
         given = dict(zip(self.graph.placeholders, inputs))
         env: dict[Node, Any] = {n: x.array for n, x in given.items()}
         ctxs: dict[Node, Any] = {}
         self._in_place = not self._watched or self._apart(given)
-        pool = ThreadPoolExecutor(self.max_workers) if self.parallel else None
-        overlap = bool(self.overlap) and not report and not clock
+        overlap = bool(self.overlap) and not report and not clock and not timeline
         thread = helper() if overlap else None
         pending: dict[Node, Any] = {}  # products running on the helper thread
+        t0 = time.perf_counter()
         try:
-            for k, (pooled, calls, frees, ctx_frees, new) in enumerate(self._work):
+            for k, (calls, frees, ctx_frees, new) in enumerate(self._work):
                 if overlap:
                     for n in self._waits.get(k, ()):
                         env[n] = pending.pop(n).result()[0]
@@ -126,20 +177,17 @@ class Executor:
                         n = calls[0][0]
                         pending[n] = thread.submit(self._launch[n], [env[i] for i in n.inputs])
                         calls = ()
-                if pooled:  # compute on the pool's threads, store here
-                    futures = [pool.submit(compute, [env[i] for i in n.inputs]) for n, compute in pooled]
                 for n, call in calls:
-                    if clock:
+                    if clock or timeline:
                         start = time.perf_counter()
                         call(env, ctxs)
-                        self.node_seconds[n] = time.perf_counter() - start
+                        end = time.perf_counter()
+                        if clock:
+                            self.node_seconds[n] = end - start
+                        if timeline:
+                            self.timeline.append(Slot(n, 0, start - t0, end - t0))
                     else:
                         call(env, ctxs)
-                if pooled:
-                    for (n, _), f in zip(pooled, futures):
-                        env[n], ctx = f.result()
-                        if n in self._keep_ctx:
-                            ctxs[n] = ctx
                 if report:  # the memory tracker counts each new buffer, as it counts each new Tensor
                     for n in new:
                         _report(env[n])
@@ -150,8 +198,103 @@ class Executor:
             for n, f in pending.items():  # values only the writes or the output read
                 env[n] = f.result()[0]
         finally:
-            if pool is not None:
-                pool.shutdown()
+            for f in pending.values():  # an error here: let the helper finish before its inputs go away
+                f.exception()
+        self._apply_effects(env, given, clock)
+        return [env[n] for n in self.graph.outputs]
+
+    def _run_streams(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False,
+                     timeline: bool = False) -> list[Any]:
+        """On cuda: the sequential steps, each queued on its stream with the plan's events; a value
+        read on another stream than its own stays to the end (see ``minigrad.graph.streams``)."""
+        given = dict(zip(self.graph.placeholders, inputs))
+        env: dict[Node, Any] = {n: x.array for n, x in given.items()}
+        ctxs: dict[Node, Any] = {}
+        self._in_place = not self._watched or self._apart(given)
+        xp, plan = self._device.xp, self.stream_plan
+        with xp.cuda.Device(self._device.index):
+            if self._side_streams is None:  # made once: a stream is a GPU resource
+                self._side_streams = [xp.cuda.Stream(non_blocking=True) for _ in range(plan.streams - 1)]
+            side = [xp.cuda.get_current_stream(), *self._side_streams]
+
+            def queue(calls: list, frees: list, ctx_frees: list, new: list) -> Callable[[], None]:
+                def step() -> None:
+                    for _, call in calls:
+                        call(env, ctxs)
+                    if report:
+                        for n in new:
+                            _report(env[n])
+                    for n in frees:
+                        if n not in plan.crossing:
+                            del env[n]
+                    for n in ctx_frees:
+                        del ctxs[n]
+                return step
+
+            run_streams(plan, side, [(step[0], queue(*work)) for step, work in zip(self.steps, self._work)])
+        self._apply_effects(env, given, clock)
+        return [env[n] for n in self.graph.outputs]
+
+    def _trial(self, parallel: bool, seconds: float) -> None:
+        """Record one timed call of ``parallel="auto"``; after ``TRIALS`` of each way, keep the
+        threaded run only if its median is clearly below the sequential one's."""
+        self._trials[parallel].append(seconds)
+        if min(len(t) for t in self._trials.values()) >= TRIALS:
+            par, seq = (statistics.median(self._trials[k]) for k in (True, False))
+            self.parallel = par < PAYS_BELOW * seq
+            self.measured_choice = (f"measured {par * 1e3:.3f} ms threaded vs {seq * 1e3:.3f} ms sequential: "
+                                    f"{'threaded' if self.parallel else 'sequential'}")
+            self._trials = None
+
+    def _prepare_parallel(self) -> None:
+        """What the threaded run needs per node: its step (run here) and how many nodes read its
+        value (and its ctx) before it can be freed; values an effect or the output reads stay."""
+        self._calls = {n: node_step(n, self._compute(n), n in self._keep_ctx) for n in self.schedule
+                       if n.op != "placeholder" and n.op not in EFFECT_OPS}
+        self._readers = {n: len({u for u in n.users if u.op not in EFFECT_OPS and u.op != "output"})
+                         for n in self.schedule}
+        self._kept = {n for n in self.schedule for u in n.users if u.op == "output" or u.op in EFFECT_OPS}
+        self._ctx_readers = {n: sum(u.op == "saved" for u in n.users) for n in self._keep_ctx}
+        self._pool = helpers(self.max_workers - 1) if self.max_workers > 1 else None  # one worker: all inline
+
+    def _run_parallel(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False,
+                      timeline: bool = False) -> list[Any]:
+        """The threaded run: ``run_parallel`` with this executor's steps; a value goes as soon as
+        its last reader is done, whichever order the threads finish in."""
+        given = dict(zip(self.graph.placeholders, inputs))
+        env: dict[Node, Any] = {n: x.array for n, x in given.items()}
+        ctxs: dict[Node, Any] = {}
+        self._in_place = not self._watched or self._apart(given)
+        readers, ctx_readers = dict(self._readers), dict(self._ctx_readers)
+
+        def store(n: Node, value: Any, ctx: Any) -> None:
+            env[n] = value
+            if n in self._keep_ctx:
+                ctxs[n] = ctx
+            done(n)
+
+        def inline(n: Node) -> None:
+            call = self._calls.get(n)
+            if call is not None:
+                call(env, ctxs)
+                done(n)
+
+        def done(n: Node) -> None:
+            if report and n in env and n.op not in _FROM_OUTSIDE and n not in self.writes.into:
+                _report(env[n])
+            for i in set(n.inputs):  # drop the last references: the buffer can be freed now
+                readers[i] -= 1
+                if readers[i] == 0 and i not in self._kept:
+                    env.pop(i, None)
+                if n.op == "saved" and i in ctx_readers:
+                    ctx_readers[i] -= 1
+                    if ctx_readers[i] == 0:
+                        del ctxs[i]
+            if readers.get(n) == 0 and n not in self._kept:
+                env.pop(n, None)
+
+        run_parallel(self.parallel_plan, self.schedule, self._pool, lambda n, arrays: self._compute(n)(arrays),
+                     inline, store, lambda n: [env[i] for i in n.inputs], self.timeline if timeline else None)
         self._apply_effects(env, given, clock)
         return [env[n] for n in self.graph.outputs]
 
@@ -195,9 +338,9 @@ class Executor:
         return last
 
     def _plan_work(self) -> list[tuple]:
-        """For each step: the ops for the thread pool (with their compute functions), the nodes to
-        run here with their calls (ops and structural nodes: sources, getitem, saved), the values
-        and ctxs to drop after it, and the nodes whose values are new buffers (for the memory tracker)."""
+        """For each step (one node): the nodes to run with their calls (ops and structural nodes:
+        sources, getitem, saved), the values and ctxs to drop after it, and the nodes whose values
+        are new buffers (for the memory tracker)."""
         step_of = {n: k for k, step in enumerate(self.steps) for n in step}
         frees: list[list[Node]] = [[] for _ in self.steps]
         ctx_frees: list[list[Node]] = [[] for _ in self.steps]
@@ -208,13 +351,10 @@ class Executor:
                 ctx_frees[max(step_of[u] for u in n.users if u.op == "saved")].append(n)
         work = []
         for step, free, ctx_free in zip(self.steps, frees, ctx_frees):
-            ops = [n for n in step if not _is_structural(n)]
-            threaded = {n for n in ops if self.parallel and len(ops) > 1}
-            pooled = [(n, self._compute(n)) for n in ops if n in threaded]
-            inline = [n for n in ops if n not in threaded] + [n for n in step if n.op in _STRUCTURAL]
+            inline = [n for n in step if not _is_structural(n)] + [n for n in step if n.op in _STRUCTURAL]
             new = [n for n in step if n.op not in _FROM_OUTSIDE and n.op not in EFFECT_OPS
                    and n not in self.writes.into and n not in self._results_into]  # its getitems report
-            work.append((pooled, [(n, node_step(n, self._compute(n), n in self._keep_ctx)) for n in inline], free,
+            work.append(([(n, node_step(n, self._compute(n), n in self._keep_ctx)) for n in inline], free,
                          ctx_free, new))
         return work
 

@@ -3,7 +3,8 @@
 A node becomes one *step*, a function that puts the node's value into an environment (a dict from
 node to array): a source node looks its value up (an input, a constant, a parameter's current
 array, a ``.grad``), an op node runs its Function's forward on the arrays of its inputs, with no
-autograd graph, and ``getitem`` and ``saved`` nodes pick a part of another node's result. The
+autograd graph, and ``getitem`` and ``saved`` nodes pick a part of another node's result. A
+``call`` node calls its function on its inputs' arrays where the order puts it. The
 writes (``copy_``, ``set_grad``) wait until every value is computed. ``run_graph`` walks the graph
 in topological order with these steps and keeps every value; the ``Executor`` (chapter 03) plans
 the same steps ahead of time and frees each value after its last use.
@@ -79,7 +80,8 @@ def saved_value(ctx: Any, node: Node) -> Any:
 
 def node_step(n: Node, compute: Callable[[list], tuple[Any, Any]], keep_ctx: bool) -> Step:
     """The step of a value node (not a placeholder, an output or a write): looked up for a source,
-    ``getitem`` or ``saved`` node, ``compute(input arrays) -> (value, ctx)`` for an op, whose
+    ``getitem`` or ``saved`` node, the function called for a ``call`` node,
+    ``compute(input arrays) -> (value, ctx)`` for an op, whose
     ctx is kept when ``keep_ctx`` (a ``saved`` node reads from it)."""
     op, inputs = n.op, n.inputs
     if op == "constant":
@@ -103,6 +105,12 @@ def node_step(n: Node, compute: Callable[[list], tuple[Any, Any]], keep_ctx: boo
     elif op == "saved":
         def step(env: dict, ctxs: dict) -> None:
             env[n] = saved_value(ctxs[inputs[0]], n)
+    elif op == "call":
+        fn = n.attrs["fn"]
+
+        def step(env: dict, ctxs: dict) -> None:
+            fn(*[env[i] for i in inputs])
+            env[n] = None
     elif keep_ctx:
         def step(env: dict, ctxs: dict) -> None:
             env[n], ctxs[n] = compute([env[i] for i in inputs])

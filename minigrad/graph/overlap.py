@@ -6,7 +6,8 @@ while: in a backward pass a weight's gradient ``dW = x.T @ g`` is read only by t
 update at the end, while ``dX = g @ W`` is what the next layer's backward needs at once.
 ``plan_overlap`` picks such products: the executor starts each on a helper thread (numpy's
 matrix products give up the GIL) and waits for its value just before the first node that reads
-it, or that writes into a tensor in place (the product might read that memory), or at the end.
+it, or that writes into a tensor in place or is a ``call`` (the product might read that memory),
+or that an ordering edge puts after it, or at the end.
 A product is worth it when the main thread has at least half as much product work of its own to
 do meanwhile. On 2 cores, overlapping an MLP step's ``dW`` with its ``dX`` took 12% off the step.
 Every executor hands its products to the same one thread (``helper``), made on first use.
@@ -43,13 +44,13 @@ def plan_overlap(schedule: list[Node], into: dict[Node, Node], keep_ctx: set[Nod
     ``saved`` node reads (those run on the main thread)."""
     step_of = {n: k for k, n in enumerate(schedule)}
     cost = [multiply_adds(n) for n in schedule]
-    writes = [k for k, n in enumerate(schedule) if n in into]
+    writes = [k for k, n in enumerate(schedule) if n in into or n.op == "call"]  # a call may write anywhere
     plan: dict[Node, int] = {}
     for k, n in enumerate(schedule):
         if (not cost[k] or cost[k] < OVERLAP_MIN_MACS or n.op == "fused" or n in into or n in keep_ctx or not n.users
                 or getattr(n.meta.get("device"), "type", "cpu") != "cpu"):
             continue
-        readers = [step_of[u] for u in n.users if u.op not in EFFECT_OPS and u.op != "output"]
+        readers = [step_of[u] for u in [*n.users, *n.followers] if u.op not in EFFECT_OPS and u.op != "output"]
         wait = min(readers + [w for w in writes if w > k] + [len(schedule)])
         if sum(cost[k + 1:wait]) >= cost[k] / 2:
             plan[n] = wait

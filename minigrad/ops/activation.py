@@ -47,9 +47,10 @@ class LeakyRelu(Op):
 
     @staticmethod
     def forward(ctx, a, negative_slope):
-        mask = a > 0
-        ctx.save_for_backward(ctx.xp.where(mask, 1, negative_slope).astype(a.dtype))
-        return ctx.xp.where(mask, a, a * negative_slope)
+        # the slope, 1 or negative_slope, made in a's dtype (not float64, then cast) is also the factor
+        slope = ctx.xp.where(a > 0, a.dtype.type(1), a.dtype.type(negative_slope))
+        ctx.save_for_backward(slope)
+        return a * slope
 
     @staticmethod
     def backward(ctx, g): return g * ctx.saved_tensors[0], None

@@ -20,7 +20,7 @@ from minigrad.errors import DTypeError, ShapeError
 from minigrad import allocator as pool  # im2col's columns, the largest temporary of a conv step
 from minigrad.ops.elementwise import Op
 from minigrad.ops.op import GRADIENT_OP
-from minigrad.ops.layout import is_channels_last
+from minigrad.ops import conv_algorithms
 from minigrad._tensor import Tensor
 
 __all__ = ["conv2d", "conv1d", "conv_transpose1d", "conv_transpose2d"]
@@ -121,18 +121,12 @@ class Conv2d(Op):
     @staticmethod
     def forward(ctx, x, w, b, g, groups):
         need_x, need_w = ctx.needs_input_grad[:2]
-        cols = _im2col(ctx.xp, x, g, groups)
+        # im2col, or with minigrad.backends.autotune the algorithm timed fastest for this shape
+        y, cols = conv_algorithms.conv2d(ctx.xp, x, w, b, g, groups, need_w, _im2col)
         # keeping the columns for the weight gradient trades memory for a second im2col
         ctx.save_for_backward(x if need_w else None, w if need_x else None, cols if need_w else None)
         ctx.geometry, ctx.groups, ctx.hw, ctx.kernel = g, groups, x.shape[2:], w.shape[2:]
-        o = w.shape[0]
-        y = (w.reshape(groups, o // groups, -1) @ cols).reshape(o, cols.shape[2])
-        if b is not None:
-            y += b.reshape(o, 1)
-        y = y.reshape(o, x.shape[0], *g.out_size(*x.shape[2:]))
-        if is_channels_last(x):  # as PyTorch: channels_last in, channels_last out, for the same one copy
-            return ctx.xp.ascontiguousarray(y.transpose(1, 2, 3, 0)).transpose(0, 3, 1, 2)
-        return ctx.xp.ascontiguousarray(y.transpose(1, 0, 2, 3))
+        return y
 
     @staticmethod
     def backward(ctx, gy):

@@ -11,7 +11,7 @@ sets them by hand. ``channels_last`` keeps a 4-D (N, C, H, W) tensor's shape but
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from minigrad import backend
 from minigrad.backend import storage_of
@@ -57,9 +57,16 @@ def array_offset(a) -> int:
     return (data_ptr(a) - data_ptr(storage_of(a))) // a.itemsize
 
 
-def _dense_in_order(shape: Sequence[int], stride: Sequence[int], order: Sequence[int]) -> bool:
-    """Are the dims packed without gaps, ``order[-1]`` innermost? PyTorch's rule: size-1 dims may
-    have any stride."""
+def dense_in_order(shape: Sequence[int], stride: Sequence[int], order: Sequence[int]) -> bool:
+    """Are the dims packed without gaps, ``order[-1]`` innermost? (Strides in elements.)
+
+    Walking ``order`` from its innermost dim outwards, each dim's stride must be the number of
+    elements one step of it skips: 1 for the innermost dim, then the product of the sizes of the
+    dims inside it. ``order = range(ndim)`` is row-major (``is_contiguous()``): shape (2, 3, 4) is
+    dense with strides (12, 4, 1) only; ``channels_last.order`` is (N, H, W, C) storage. A dim of
+    size 1 is never stepped along, so, as in PyTorch, its stride may be anything and it adds
+    nothing to the product: shape (4, 1) with strides (1, 7) is dense."""
+    ### BEGIN SOLUTION chapter 01: strided views: is_contiguous
     expected = 1
     for d in reversed(order):
         if shape[d] != 1:
@@ -67,11 +74,15 @@ def _dense_in_order(shape: Sequence[int], stride: Sequence[int], order: Sequence
                 return False
             expected *= shape[d]
     return True
+    ### END SOLUTION
 
 
 def is_contiguous(x: Tensor, memory_format: MemoryFormat = contiguous_format) -> bool:
+    """Whether ``x`` is stored densely in ``memory_format``'s order (``dense_in_order``). For
+    row-major order numpy keeps this same answer as a flag on every array (``c_contiguous``, with
+    PyTorch's rule for size-1 dims), which ``.contiguous()`` reads rather than walk the strides."""
     if memory_format is channels_last:
-        return x.ndim == 4 and _dense_in_order(x.shape, array_strides(x.array), channels_last.order)
+        return x.ndim == 4 and dense_in_order(x.shape, array_strides(x.array), channels_last.order)
     if memory_format is not contiguous_format:
         raise ArgumentError(f"is_contiguous: memory_format must be contiguous_format or channels_last, "
                             f"got {memory_format}")
@@ -80,7 +91,7 @@ def is_contiguous(x: Tensor, memory_format: MemoryFormat = contiguous_format) ->
 
 def is_channels_last(a) -> bool:
     """Is the array ``a`` 4-D and stored (N, H, W, C), and not also row-major (as when C is 1)?"""
-    return a.ndim == 4 and not a.flags.c_contiguous and _dense_in_order(a.shape, array_strides(a), channels_last.order)
+    return a.ndim == 4 and not a.flags.c_contiguous and dense_in_order(a.shape, array_strides(a), channels_last.order)
 
 
 
@@ -118,12 +129,25 @@ def _flat_storage(a):
     return flat.view(a.dtype)
 
 
-def _positions(xp, size: Sequence[int], stride: Sequence[int], offset: int):
+def storage_index(index: Sequence[Any], stride: Sequence[int], storage_offset: Any) -> Any:
+    """Where element ``index`` of a view lives in its storage (strides in elements):
+    ``storage_offset + index[0]*stride[0] + index[1]*stride[1] + ...``.
+
+    Element [1, 2] of a (3, 4) row-major view at offset 0 (strides (4, 1)) is storage element 6;
+    of its transpose (strides (1, 4)) it is 9; element [2, 1] of ``x[:, 1:3]`` (strides (4, 1), offset 1) is 10.
+    The index entries may also be integer arrays that broadcast together (``positions`` passes
+    one ``arange`` per dim, shaped to its own axis): the same sum, element by element."""
+    ### BEGIN SOLUTION chapter 01: strided views: index to offset
+    return storage_offset + sum(i * s for i, s in zip(index, stride))
+    ### END SOLUTION
+
+
+def positions(xp, size: Sequence[int], stride: Sequence[int], offset: int):
     """The storage position of every element of a view with this geometry, shaped like the view."""
-    pos = xp.full(tuple(size), offset, dtype=backend.int64)
-    for d, (n, s) in enumerate(zip(size, stride)):
-        pos += (xp.arange(n, dtype=backend.int64) * s).reshape((1,) * d + (n,) + (1,) * (len(size) - d - 1))
-    return pos
+    axes = [xp.arange(n, dtype=backend.int64).reshape((1,) * d + (n,) + (1,) * (len(size) - d - 1))
+            for d, n in enumerate(size)]
+    pos = storage_index(axes, stride, offset)  # the axes broadcast to the view's shape
+    return pos if axes else xp.full((), pos, dtype=backend.int64)
 
 
 class AsStrided(Op):
@@ -147,8 +171,8 @@ class AsStrided(Op):
     def backward(ctx, g):
         xp = ctx.xp
         size, stride, offset = ctx.geometry
-        where_out = _positions(xp, g.shape, *ctx.out_geometry)
-        where_in = _positions(xp, size, stride, offset)
+        where_out = positions(xp, g.shape, *ctx.out_geometry)
+        where_in = positions(xp, size, stride, offset)
         storage = ScatterIndex.apply(g, (ctx.numel,), ((Ellipsis,), (where_out,)))
         gx = GetItem.apply(storage, ((Ellipsis,), (where_in,)))
         count = xp.bincount(where_in.reshape(-1), minlength=ctx.numel)[where_in]
@@ -169,7 +193,7 @@ def as_strided(x: Tensor, size: Sequence[int], stride: Sequence[int], storage_of
         raise ShapeError(f"as_strided: sizes, strides and storage_offset must be >= 0, got size {size}, "
                          f"stride {stride}, storage_offset {offset}")
     numel = storage_of(x.array).nbytes // x.array.itemsize
-    last = offset + sum((n - 1) * s for n, s in zip(size, stride)) if 0 not in size else offset - 1
+    last = storage_index([n - 1 for n in size], stride, offset) if 0 not in size else offset - 1
     if last >= numel:
         raise ShapeError(f"as_strided: size {size}, stride {stride} and storage_offset {offset} reach element "
                          f"{last} of a storage of {numel} elements")

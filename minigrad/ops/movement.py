@@ -214,11 +214,21 @@ def _infer_shape(op: str, x: Tensor, shape: Sequence[int]) -> tuple:
 
 
 def _viewable(old: tuple, strides: tuple, new: tuple) -> bool:
-    """Can ``new`` be laid over memory of shape ``old`` and ``strides`` without a copy? PyTorch's
-    rule: walking from the last dim, old dims that are contiguous with each other form chunks, and
-    every chunk must be the product of a run of new dims."""
+    """Can ``new`` be laid over memory of shape ``old`` and ``strides`` without a copy? When not,
+    ``reshape`` must copy and ``view`` refuses. The strides are numpy's, in bytes: the rule only
+    compares a stride with multiples of another, so it reads the same in elements, as below
+    (``view`` then skips converting them on every call). PyTorch's rule: walking from the
+    last dim, neighbouring old dims whose elements are one evenly spaced run (``stride[d-1] ==
+    size[d] * stride[d]``, size-1 dims never breaking a run) form a chunk; every chunk must be the
+    product of a run of new dims, which then step through it with the chunk's innermost stride.
+
+    (3, 4) with strides (4, 1) is one chunk of 12: any shape of 12 elements is a view. Its
+    transpose, (4, 3) with strides (1, 4), is two chunks, 4 and 3: (2, 2, 3) is a view, (12,) or
+    (3, 4) is not. ``x[:, ::2]`` of a (4, 6) tensor, (4, 3) with strides (6, 2), is one chunk of
+    12 elements two apart: ``view(12)`` works, with stride 2. A new dim of size 1 fits anywhere."""
     if not old or math.prod(old) == 0:
         return True
+    ### BEGIN SOLUTION chapter 01: strided views: when reshape must copy
     n = len(new) - 1
     base, chunk, view = strides[-1], 1, 1
     for d in range(len(old) - 1, -1, -1):
@@ -232,6 +242,7 @@ def _viewable(old: tuple, strides: tuple, new: tuple) -> bool:
             if d > 0:
                 base, chunk, view = strides[d - 1], 1, 1
     return n == -1
+    ### END SOLUTION
 
 
 def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:

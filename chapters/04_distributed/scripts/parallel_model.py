@@ -4,7 +4,8 @@
    output features) feeding a RowParallelLinear (each holds the matching block of the second
    layer's input features), checked against the unsplit layers.
 2. A pipeline: a Sequential cut into one stage per rank, trained one step with the GPipe schedule
-   for M = 1, 2, 4, 8 micro-batches; its gradients are checked against the unsplit model's.
+   for M = 1, 2, 4, 8 micro-batches (or the values of M given as arguments, as 04.4's slider does);
+   its gradients are checked against the unsplit model's.
    Each stage ends in a layer that takes a fixed time per sample (forward 0.5 ms, backward 1 ms),
    so the stages cost the same whatever else the machine is doing.
 Rank 0 prints the checks, then one JSON line: every stage's (F/B, micro-batch, start, end) events
@@ -12,6 +13,7 @@ in milliseconds and the measured bubble for each M.
 """
 
 import json
+import sys
 import time
 
 import numpy as np
@@ -92,7 +94,7 @@ full_grads = [p.grad.numpy() for p in full.parameters()]
 per_stage = len(full_grads) // world
 
 events, bubbles = {}, {}
-for m in (1, 2, 4, 8):
+for m in [int(arg) for arg in sys.argv[1:]] or [1, 2, 4, 8]:
     stage = dist.PipelineStage(dist.split_sequential(build(), world)[rank])
     schedule = dist.ScheduleGPipe(stage, n_microbatches=m, loss_fn=nn.MSELoss())
     for _ in range(2):  # a warm-up step, then the recorded one

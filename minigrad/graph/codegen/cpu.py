@@ -146,7 +146,24 @@ def _block_code(prog: Program, names: dict[Node, str], env: dict[str, Any],
     """The lines of ``block`` and the kind of each scratch buffer ``s0, s1, ...``: its dtype, and
     when the kernel runs by rows also the shape of a row of it (a row's full width, or 1 for a
     per-row statistic). Buffers are reused once their value is dead (a linear scan), so a long
-    chain needs two or three."""
+    chain needs two or three.
+
+    The walk visits ``prog.ops`` in order. ``names`` gives the block's name of each value read
+    from outside (``x0, x1, ...``, ``m``); each op writes its value into a destination, which later
+    ops then read by that name: the last op into ``o``, the output block; an op of one ufunc call
+    (``one_ufunc``) into a scratch buffer of its kind that one of its inputs frees at this very op
+    (a ufunc reads each element before it writes it), any other into a buffer taken from the free
+    ones of its kind or a new one (``s{len(slots)}``). A buffer is free once the op that reads its
+    value last (``last_use``) has run. An op's lines are its ``statements`` with its operands
+    (``_operands``) for ``{0}, {1}, ...``, the destination for ``{o}`` and a scratch buffer held
+    only during the op for ``{t}``; an op with no statements (or called with keywords) copies its
+    own forward's result (``_bind``) into the destination. ``y = tanh(x0 * 2) + x0`` is::
+
+        multiply(x0, 2, out=s0)  # %1 = Mul
+        tanh(s0, out=s0)  # %2 = Tanh
+        add(s0, x0, out=o)  # %3 = Add
+    """
+    ### BEGIN SOLUTION chapter 03: the numpy-block kernel's expression walk
     last_use = {i: k for k, n in enumerate(prog.ops) for i in n.inputs}
     value = dict(names)
     slots: list[Any] = []
@@ -182,6 +199,7 @@ def _block_code(prog: Program, names: dict[Node, str], env: dict[str, Any],
             free.setdefault(slots[int(s[1:])], []).append(s)
         value[n] = dest
     return lines, slots
+    ### END SOLUTION
 
 
 def statements(node: Node) -> list[str] | None:

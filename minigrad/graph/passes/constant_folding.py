@@ -6,7 +6,9 @@ topological order, so whole subgraphs of constants fold. Parameters are not cons
 optimizer changes them between runs; for inference, ``freeze=True`` treats them as constants too
 (a snapshot of their current values: BatchNorm's scale ``weight / sqrt(running_var + eps)``
 becomes one array). Random ops and user Functions never fold, and neither does a node the graph
-returns, so a call never hands out a buffer that the graph keeps.
+returns, so a call never hands out a buffer that the graph keeps, nor one with an ordering edge
+(``Node.after``: folding would run it before everything), nor anything read from a source that a
+``call`` node reads, since a call may write into what it is given.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ def frozen_parameters(graph: Graph) -> set[Node]:
 
 def _foldable(node: Node, foldable: set, frozen: set) -> bool:
     """Whether ``node``'s value is the same at every run (its inputs already decided)."""
+    if node.ordered or any(u.op == "call" for u in node.users):
+        return False
     if node.op == "constant":
         return True
     if any(u.op == "output" for u in node.users):

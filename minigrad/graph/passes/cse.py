@@ -5,7 +5,8 @@ value, so the later one can read the earlier one's result. The pass walks in top
 and keys every node by (op, inputs, attributes); since inputs are looked up after their own
 merging, whole duplicated chains collapse in one walk (a traced backward often recomputes what
 forward had). Random ops, user Functions, side effects and sources (but equal constants) never
-merge, and two values that the graph both returns stay separate buffers.
+merge, and two values that the graph both returns stay separate buffers. A node's ordering edges
+are part of its key: ``W * 2`` ordered after a write into ``W`` is not the ``W * 2`` before it.
 """
 
 from __future__ import annotations
@@ -53,12 +54,15 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
 def _key(node: Node, rw: Rewriter) -> Hashable | None:
     """What makes two nodes' values equal, or None for a node that must not merge."""
     if node.op == "constant":
+        if any(u.op == "call" for u in node.users):
+            return None  # a call may write into it: two equal arrays must stay two
         return ("constant", node.dtype, node.shape, _value_key(node.attrs["value"]))
     if not (is_pure(node) or node.op in ("getitem", "saved")):
         return None
     meta = node.meta
     return (node.op, node.fn, tuple(rw[i] for i in node.inputs), _value_key(node.attrs), node.shape, node.dtype,
-            meta.get("args"), meta.get("kwargs"), meta.get("ctx_device"), _value_key(meta.get("needs_input_grad")))
+            meta.get("args"), meta.get("kwargs"), meta.get("ctx_device"), _value_key(meta.get("needs_input_grad")),
+            tuple(rw.after(node)))
 
 
 def _value_key(v: Any) -> Hashable:

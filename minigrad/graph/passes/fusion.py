@@ -16,7 +16,8 @@ it meets again inside the group, so the group has one way out, its root) and its
 - a matmul, linear or conv joins an elementwise group once, as the producer of its epilogue (a
   GEMM with bias and activation); its own inputs stay outside;
 - anything else is a boundary: movement ops, tuple-valued ops, ops whose saved arrays backward
-  reads, random ops (Dropout) and effects (``copy_``, ``set_grad``) are never fused.
+  reads, random ops (Dropout), effects (``copy_``, ``set_grad``, ``call``) and nodes with an
+  ordering edge (``Node.after``) are never fused.
 
 Groups hold at most ``max_group_size`` nodes. Each group becomes one ``fused`` node whose
 ``attrs['ops']`` lists its members, whose ``meta['group']`` keeps their sub-graph, and whose
@@ -120,6 +121,8 @@ def fuse_elementwise(graph: Graph, max_group_size: int = MAX_GROUP_SIZE, backend
 def _role(node: Node) -> str | None:
     """How a node may take part in fusion: elementwise, reduction, anchor, or not at all."""
     if node.shape is None or not getattr(node.fn, "array_forward", False) or getattr(node.fn, "random", False):
+        return None
+    if node.ordered:  # inside a kernel it would run when the group's root runs, not where its edge says
         return None
     if any(u.op in ("saved", "getitem") for u in node.users):  # backward reads its ctx
         return None

@@ -5,7 +5,9 @@ topological order and builds a new one: for each old node ``visit`` returns ``No
 a node of the new graph that stands for it (a simpler node, an earlier duplicate, a constant), or
 ``DROP`` (emit nothing; no kept node may read it). Emitting in the old order keeps the new graph's
 insertion order a valid topological order, so side effects run in the same order as before.
-Nodes that the rewrite left without readers are removed at the end, as are the nodes only they read.
+A copied node keeps its ordering edges (``Node.after``), mapped to what stands for each of those
+nodes in the new graph. Nodes that the rewrite left without readers are removed at the end, as are
+the nodes only they read.
 """
 
 from __future__ import annotations
@@ -32,21 +34,21 @@ def is_pure(node: Node) -> bool:
 
 
 def live_nodes(graph: Graph) -> set[Node]:
-    """The nodes whose values reach the output or a side effect. Placeholders count (they are the
-    graph's signature), and so do random ops: a draw from the random generator is itself an
-    effect, and removing one would shift every later draw."""
+    """The nodes whose values reach the output or a side effect (a write, a call), and the nodes
+    those must run after. Placeholders count (they are the graph's signature), and so do random
+    ops: a draw from the random generator is itself an effect, and removing one would shift every later draw."""
     return reaching(n for n in graph.nodes if n.has_side_effects or n.op == "placeholder" or is_random(n))
 
 
 def reaching(roots: Iterable[Node]) -> set[Node]:
-    """``roots`` and every node they depend on: a walk back along the in-edges."""
+    """``roots`` and every node they depend on: a walk back along the in-edges and ordering edges."""
     found: set[Node] = set()
     stack = list(roots)
     while stack:
         n = stack.pop()
         if n not in found:
             found.add(n)
-            stack.extend(n.inputs)
+            stack.extend(n.predecessors)
     return found
 
 
@@ -67,11 +69,24 @@ class Rewriter:
         """``node`` copied into the new graph, reading the new twins of its inputs (or ``inputs``);
         keyword arguments replace fields: ``op``, ``attrs``, ``shape``, ``dtype``, ``fn``, ``meta``."""
         fields = {"attrs": node.attrs, "shape": node.shape, "dtype": node.dtype, "fn": node.fn,
-                  "meta": node.meta, "name": node.name}
+                  "meta": node.meta, "name": node.name, "after": self.after(node)}
         fields.update(changes)
         op = fields.pop("op", node.op)
         new_inputs = [self[i] for i in node.inputs] if inputs is None else inputs
         return self.new.add_node(op, new_inputs, **fields)
+
+    def after(self, node: Node) -> list[Node]:
+        """The new nodes that ``node``'s twin must run after: the twins of its ``after`` nodes, and
+        for one the rewrite dropped, what that node itself ran after (so no ordering is lost)."""
+        found: list[Node] = []
+        stack = list(node.after)
+        while stack:
+            a = stack.pop(0)
+            if a in self.env:
+                found.append(self.env[a])
+            else:
+                stack.extend(a.predecessors)
+        return list(dict.fromkeys(found))
 
     def constant(self, value: Any, like: Node, name: str | None = None) -> Node:
         """A new ``constant`` node holding ``value`` on ``like``'s device."""
