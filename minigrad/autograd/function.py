@@ -34,6 +34,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
 from minigrad.autograd import grad_mode
+from minigrad.autograd.binding import TENSOR_OPS
 from minigrad.autograd.grad_mode import is_grad_enabled
 from minigrad.autograd.mode import current_modes
 from minigrad.backend import cpu, selected
@@ -48,6 +49,10 @@ class Function:
     """Base class of every op and graph node; ``Function.apply(*args)`` runs and records it."""
 
     array_forward = False  # built-in ops compute on raw arrays; user ops on Tensors
+    # the rule reads and returns Tensors under either binding (user Functions, as in PyTorch; the few
+    # built-in ops that say why): the engine wraps the gradients for it when nobody records
+    tensor_backward = True
+    ops: Any = TENSOR_OPS  # ctx.ops: what the engine bound this node's rule to (binding.py)
     _non_differentiable: tuple = ()  # outputs a user forward marked as having no gradient
 
     # ctx fields, set by apply (slots keep the per-op cost low; subclasses still get a __dict__)
@@ -99,9 +104,10 @@ class Function:
             )
         if not saved:
             return ()
+        arrays = self.ops.arrays  # under the array binding a rule reads arrays
         tensors = []
         for s in saved:  # a loop: cheaper than a comprehension for the one or two entries most ops keep
-            tensors.append(_unpack(self, s))
+            tensors.append(_unpack(self, s, arrays))
         return tuple(tensors)
 
     def name(self) -> str:
@@ -329,18 +335,23 @@ def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any
     return (SAVED_ARRAY, s, 0)
 
 
-def _unpack(ctx: Function, entry: Any) -> Any:
+def _unpack(ctx: Function, entry: Any, arrays: bool = False) -> Any:
+    """A saved entry as the rule reads it: a Tensor, or its array under the array binding."""
     kind, value, version = entry
     if kind == SAVED_VALUE:
         return value
     if kind == SAVED_ARRAY:
-        return _wrap(value, ctx.device)
+        return value if arrays else _wrap(value, ctx.device)
     if kind == SAVED_TENSOR:
         current, t = value._version, value
+        if arrays and current == version:
+            return value.array
     else:
         data, nr, ref = value
         o = ref()
         current = o._version if o is not None else version
+        if arrays and current == version:
+            return data
         t = _wrap(data, ctx.device)
         t.requires_grad, t.grad_fn, t._output_nr = True, ctx, nr
     if current != version:

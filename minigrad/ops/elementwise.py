@@ -147,7 +147,7 @@ class Pow(Op):
         a, b, out = ctx.saved_tensors
         ga = g * b * a ** (b - 1) if ctx.needs_input_grad[0] else None
         if ctx.needs_input_grad[1]:  # a may be a Python number (2 ** x)
-            return ga, g * out * (log(a) if isinstance(a, Tensor) else math.log(a))
+            return ga, g * out * (math.log(a) if isinstance(a, (int, float)) else ctx.ops.apply(Log, a))
         return ga, None
         ### END SOLUTION
 
@@ -243,7 +243,7 @@ class Abs(Op):
         return ctx.xp.abs(a)
 
     @staticmethod
-    def backward(ctx, g): return g * sign(ctx.saved_tensors[0])
+    def backward(ctx, g): return g * ctx.ops.apply(Sign, ctx.saved_tensors[0])
 
 
 class Sign(Op):
@@ -270,7 +270,7 @@ class Sin(Op):
         return ctx.xp.sin(a)
 
     @staticmethod
-    def backward(ctx, g): return g * cos(ctx.saved_tensors[0])
+    def backward(ctx, g): return g * ctx.ops.apply(Cos, ctx.saved_tensors[0])
 
 
 class Cos(Op):
@@ -285,7 +285,7 @@ class Cos(Op):
         return ctx.xp.cos(a)
 
     @staticmethod
-    def backward(ctx, g): return -g * sin(ctx.saved_tensors[0])
+    def backward(ctx, g): return -g * ctx.ops.apply(Sin, ctx.saved_tensors[0])
 
 
 class Tanh(Op):
@@ -301,7 +301,7 @@ class Tanh(Op):
         return out
 
     @staticmethod
-    def backward(ctx, g): return TanhBackward.apply(g, ctx.saved_tensors[0])
+    def backward(ctx, g): return ctx.ops.apply(TanhBackward, g, ctx.saved_tensors[0])
 
 
 class TanhBackward(Op):
@@ -343,7 +343,7 @@ class Sigmoid(Op):
         return out
 
     @staticmethod
-    def backward(ctx, g): return SigmoidBackward.apply(g, ctx.saved_tensors[0])
+    def backward(ctx, g): return ctx.ops.apply(SigmoidBackward, g, ctx.saved_tensors[0])
 
 
 class SigmoidBackward(Op):
@@ -457,6 +457,7 @@ class Where(Op):
         ### BEGIN SOLUTION chapter 02: Where.backward
         cond = ctx.saved_tensors[0]
         _, need_a, need_b = ctx.needs_input_grad
+        where = ctx.ops.where
         return None, (where(cond, g, 0.0) if need_a else None), (where(cond, 0.0, g) if need_b else None)
         ### END SOLUTION
 
@@ -482,7 +483,7 @@ class Cast(Op):
         return a.astype(dtype)
 
     @staticmethod
-    def backward(ctx, g): return cast(g, ctx.src), None
+    def backward(ctx, g): return ctx.ops.cast(g, ctx.src), None
 
 
 class Clone(Op):
@@ -514,6 +515,9 @@ class ToDevice(Function):
 
     kind = "movement"
     autocast = "keep"
+    # it moves Tensors between devices (its gradient goes back to the source device), which an
+    # array of one device's module cannot express: the rule stays on Tensors under either binding
+    tensor_backward = True
 
     @staticmethod
     def forward(ctx, x, device):

@@ -72,7 +72,7 @@ class GetItem(Op):
         The contract of every rule: ``minigrad.autograd.Function.backward``.
         """
         ### BEGIN SOLUTION chapter 02: GetItem.backward
-        return ScatterIndex.apply(g, ctx.shape, ctx.index), None
+        return ctx.ops.apply(ScatterIndex, g, ctx.shape, ctx.index), None
         ### END SOLUTION
 
     @staticmethod
@@ -128,7 +128,7 @@ class ScatterIndex(Op):
         ``minigrad.autograd.Function.backward``.
         """
         ### BEGIN SOLUTION chapter 02: ScatterIndex.backward
-        return GetItem.apply(g, ctx.index), None, None
+        return ctx.ops.apply(GetItem, g, ctx.index), None, None
         ### END SOLUTION
 
 
@@ -154,8 +154,8 @@ class IndexPut(Op):
         """
         ### BEGIN SOLUTION chapter 02: IndexPut.backward
         need_a, _, need_v = ctx.needs_input_grad
-        ga = IndexPut.apply(g, ctx.index, 0) if need_a else None  # overwritten elements get no gradient
-        gv = GetItem.apply(g, ctx.index) if need_v else None  # the engine sums it to v's shape
+        ga = ctx.ops.apply(IndexPut, g, ctx.index, 0) if need_a else None  # overwritten elements get no gradient
+        gv = ctx.ops.apply(GetItem, g, ctx.index) if need_v else None  # the engine sums it to v's shape
         return ga, None, gv
         ### END SOLUTION
 

@@ -49,7 +49,7 @@ class Reshape(Op):
         The contract of every rule: ``minigrad.autograd.Function.backward``.
         """
         ### BEGIN SOLUTION chapter 02: Reshape.backward
-        return reshape(g, ctx.shape), None
+        return ctx.ops.reshape(g, ctx.shape), None
         ### END SOLUTION
 
 
@@ -75,9 +75,7 @@ class BroadcastTo(Op):
         ``sum_to``). The contract of every rule: ``minigrad.autograd.Function.backward``.
         """
         ### BEGIN SOLUTION chapter 02: BroadcastTo.backward
-        from minigrad.ops.reduce import sum_to  # reduce builds on this module
-
-        return sum_to(g, ctx.shape), None
+        return ctx.ops.sum_to(g, ctx.shape), None
         ### END SOLUTION
 
 
@@ -110,7 +108,7 @@ class Permute(Op):
         inverse = [0] * len(ctx.dims)
         for i, d in enumerate(ctx.dims):
             inverse[d] = i
-        return permute(g, tuple(inverse)), None
+        return ctx.ops.apply(Permute, g, tuple(inverse)), None
         ### END SOLUTION
 
 
@@ -135,7 +133,7 @@ class Cat(Op):
         ### BEGIN SOLUTION chapter 02: Cat.backward
         grads, start = [], 0
         for n, need in zip(ctx.sizes, ctx.needs_input_grad[1:]):
-            grads.append(narrow(g, ctx.dim, start, n) if need else None)
+            grads.append(ctx.ops.narrow(g, ctx.dim, start, n) if need else None)
             start += n
         return (None, *grads)
         ### END SOLUTION
@@ -152,7 +150,7 @@ class Flip(Op):
         return ctx.xp.flip(a, dims).copy()  # numpy's flip is a view; torch's is a copy
 
     @staticmethod
-    def backward(ctx, g): return flip(g, ctx.dims), None
+    def backward(ctx, g): return ctx.ops.apply(Flip, g, ctx.dims), None
 
 
 class Repeat(Op):
@@ -166,13 +164,12 @@ class Repeat(Op):
 
     @staticmethod
     def backward(ctx, g):
-        from minigrad.ops.reduce import sum_to
-
         # out has shape (r0*s0, r1*s1, ...): split every dim into (copy, position) and add the copies
         shape = (1,) * (len(ctx.sizes) - len(ctx.shape)) + ctx.shape
         split = tuple(n for r, s in zip(ctx.sizes, shape) for n in (r, s))
         one_copy = tuple(n for s in shape for n in (1, s))
-        return reshape(sum_to(reshape(g, split), one_copy), ctx.shape), None
+        ops = ctx.ops
+        return ops.reshape(ops.sum_to(ops.reshape(g, split), one_copy), ctx.shape), None
 
 
 class Pad(Op):
@@ -191,7 +188,7 @@ class Pad(Op):
         return ctx.xp.pad(a, pairs, mode="constant", constant_values=value)
 
     @staticmethod
-    def backward(ctx, g): return getitem(g, ctx.inner), None, None
+    def backward(ctx, g): return ctx.ops.getitem(g, ctx.inner), None, None
 
 
 # -- reshaping -----------------------------------------------------------------------------------------

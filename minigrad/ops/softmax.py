@@ -61,7 +61,7 @@ class Softmax(Op):
         """
         ### BEGIN SOLUTION chapter 02: Softmax.backward
         (y,) = ctx.saved_tensors
-        return y * (g - sum(g * y, ctx.dim, keepdim=True)), None
+        return y * (g - ctx.ops.sum(g * y, ctx.dim, keepdim=True)), None
         ### END SOLUTION
 
 
@@ -91,7 +91,7 @@ class LogSoftmax(Op):
         """
         ### BEGIN SOLUTION chapter 02: LogSoftmax.backward
         (y,) = ctx.saved_tensors
-        return g - exp(y) * sum(g, ctx.dim, keepdim=True), None
+        return g - ctx.ops.exp(y) * ctx.ops.sum(g, ctx.dim, keepdim=True), None
         ### END SOLUTION
 
 
@@ -140,7 +140,7 @@ class Pick(Op):
         get ``None``. The contract of every rule: ``minigrad.autograd.Function.backward``.
         """
         ### BEGIN SOLUTION chapter 02: Pick.backward (cross-entropy's gather)
-        return Place.apply(g, ctx.saved_tensors[0], ctx.classes), None
+        return ctx.ops.apply(Place, g, ctx.saved_tensors[0], ctx.classes), None
         ### END SOLUTION
 
 
@@ -164,7 +164,7 @@ class Place(Op):
         ``gg`` at that place. The contract of every rule: ``minigrad.autograd.Function.backward``.
         """
         ### BEGIN SOLUTION chapter 02: Place.backward
-        return Pick.apply(gg, ctx.saved_tensors[0]), None, None
+        return ctx.ops.apply(Pick, gg, ctx.saved_tensors[0]), None, None
         ### END SOLUTION
 
 
