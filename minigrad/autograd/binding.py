@@ -109,9 +109,10 @@ class ArrayOps:
         """An array a rule builds (an identity matrix, a mask) as a value of this binding: itself."""
         return array
 
-    @staticmethod
-    def tensor(g: Any, device: Any) -> Tensor:
-        return g if isinstance(g, Tensor) else _wrap(g, device)
+    def tensor(self, g: Any, device: Any) -> Tensor:
+        if isinstance(g, Tensor) or getattr(g, "is_sparse", False):  # (a sparse gradient is a Tensor of its own kind)
+            return g
+        return _wrap(g if type(g) is self._ndarray else self.xp.asarray(g), device)  # numpy gives 0-D scalars
 
     @staticmethod
     def value(t: Tensor) -> Any:

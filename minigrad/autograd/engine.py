@@ -329,8 +329,8 @@ def _rule(node: Function, grads: list) -> Any:
         out = (out,)
     edges, values = node.next_functions, []
     for i, g in enumerate(out):
-        if isinstance(g, Tensor) and not (g.is_sparse and i < len(edges) and edges[i] is not None
-                                          and type(edges[i][0]) is AccumulateGrad):
+        if g is not None and not (g.is_sparse and i < len(edges) and edges[i] is not None
+                                  and type(edges[i][0]) is AccumulateGrad):
             g = ops.value(g)
         values.append(g)
     return tuple(values)
