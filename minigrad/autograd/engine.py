@@ -253,15 +253,15 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     ``grads`` has one entry per output of the node, ``None`` where no gradient arrived; a node of
     several outputs gets zeros there instead (``node._output_meta`` gives each output's
     ``(shape, dtype)``; ``ops.zeros(shape, dtype, node.device)``, where ``ops = node.ops`` is the
-    binding ``_walk`` set). Call the rule with ``_rule(node, grads)``, which calls
-    ``type(node).backward(node, *grads)`` (wrapping the gradients into Tensors for a rule that
-    reads Tensors only): it returns one gradient per entry of ``node.next_functions`` (a bare
-    value counts as a 1-tuple; fewer than that is an ``AutogradError`` that names the node and
-    both counts). Tell each mode of
+    binding ``_walk`` set). Call the rule as ``type(node).backward(node, *grads)``, or, when the
+    binding is arrays but the rule reads Tensors only (``node.tensor_backward``), as
+    ``_tensor_rule(node, grads)``: it returns one gradient per entry of ``node.next_functions``
+    (a bare value counts as a 1-tuple; fewer than that is an ``AutogradError`` that names the
+    node and both counts). Tell each mode of
     ``current_modes()`` with ``m.node_backward(node, out)``. Then for each input edge
     ``(next_node, nr)`` whose gradient is not ``None`` (skip ``None`` edges): a gradient whose shape
-    differs from the input's (``node._input_meta``: ``(shape, dtype)`` per input; read them from
-    ``ops.data(g)``) was broadcast in forward, so ``_unbroadcast`` it; a gradient of another dtype
+    differs from the input's (``node._input_meta``: ``(shape, dtype)`` per input; a Tensor's are
+    its ``.array``'s) was broadcast in forward, so ``_unbroadcast`` it; a gradient of another dtype
     is cast to the input's (``ops.cast(g, dtype)``); add it into ``buffers[next_node][nr]`` (a new list of
     ``next_node._n_outputs`` slots when missing), out of place (``a + b``), since another node may
     hold the tensor. A gradient that is one of ``grads`` passed through, or that comes from a
@@ -271,11 +271,15 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     """
     ### BEGIN SOLUTION chapter 02: the backward engine: one node, retain_graph
     ops = node.ops
-    with selected(node.device):  # cupy computes on the current GPU: make it the node's
+    device = node.device
+    with selected(device) if device.type == "cuda" else F._HOST:  # cupy computes on the current GPU: the node's
         if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
-            grads = [g if g is not None else ops.zeros(shape, dtype, node.device)
+            grads = [g if g is not None else ops.zeros(shape, dtype, device)
                      for g, (shape, dtype) in zip(grads, node._output_meta)]
-        out = _rule(node, grads)
+        if ops.arrays and node.tensor_backward:
+            out = _tensor_rule(node, grads)
+        else:
+            out = type(node).backward(node, *grads)
     if type(out) is not tuple:
         out = (out,)
     edges = node.next_functions
@@ -293,7 +297,7 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
         if not node.array_forward or g is grads[0] or (len(grads) > 1 and any(g is gi for gi in grads)):
             shared.add(id(g))  # passed through, or from a user backward that may keep it
         shape, dtype = meta
-        data = ops.data(g)  # a sparse gradient (minigrad.ops.sparse) has shape and dtype too
+        data = g.array if type(g) is Tensor else g  # an array, or a sparse gradient (minigrad.ops.sparse)
         if data.shape != shape:
             g = _unbroadcast(node, g, shape)
         if data.dtype is not dtype and data.dtype != dtype:
@@ -312,13 +316,11 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     ### END SOLUTION
 
 
-def _rule(node: Function, grads: list) -> Any:
-    """``node``'s backward on ``grads``. A rule that reads Tensors only (a user Function, or an op
-    that declares ``tensor_backward``) gets Tensors under the array binding too, and its results
-    come back as arrays; a sparse gradient for a leaf stays sparse (``.grad`` keeps it)."""
+def _tensor_rule(node: Function, grads: list) -> tuple:
+    """Under the array binding, ``node``'s backward when it reads Tensors only (a user Function,
+    or an op that declares ``tensor_backward``): it gets Tensors, as PyTorch's would, and its
+    results come back as arrays; a sparse gradient for a leaf stays sparse (``.grad`` keeps it)."""
     ops = node.ops
-    if not (ops.arrays and node.tensor_backward):
-        return type(node).backward(node, *grads)
     device = node.device
     node.ops = TENSOR_OPS  # its saved_tensors are Tensors
     try:
