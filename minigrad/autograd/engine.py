@@ -270,16 +270,12 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     (a second backward through the node then says so).
     """
     ### BEGIN SOLUTION chapter 02: the backward engine: one node, retain_graph
-    ops = node.ops
-    device = node.device
+    ops, device = node.ops, node.device
     with selected(device) if device.type == "cuda" else F._HOST:  # cupy computes on the current GPU: the node's
         if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
             grads = [g if g is not None else ops.zeros(shape, dtype, device)
                      for g, (shape, dtype) in zip(grads, node._output_meta)]
-        if ops.arrays and node.tensor_backward:
-            out = _tensor_rule(node, grads)
-        else:
-            out = type(node).backward(node, *grads)
+        out = _tensor_rule(node, grads) if ops.arrays and node.tensor_backward else type(node).backward(node, *grads)
     if type(out) is not tuple:
         out = (out,)
     edges = node.next_functions

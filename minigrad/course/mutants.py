@@ -152,6 +152,9 @@ MUTANTS: list[Mutant] = [
     _m("log-times", "chapter 02: Log.backward",
        "return g / ctx.saved_tensors[0]", "return g * ctx.saved_tensors[0]",
        "d log(x)/dx taken as x instead of 1/x"),
+    _m("log-tensors-only", "chapter 02: Log.backward",
+       "return g / ctx.saved_tensors[0]", "return g / ctx.saved_tensors[0].detach()",
+       "a rule written for Tensors only (.detach()): it breaks under the array binding, when nobody records"),
     _m("tanh2-sign", "chapter 02: TanhBackward.backward",
        "-2 * gg * g * y", "2 * gg * g * y",
        "tanh's second derivative without its minus sign"),
@@ -236,6 +239,9 @@ MUTANTS: list[Mutant] = [
     _m("logsumexp-unnormalised", "chapter 02: Logsumexp.backward",
        "exp(a - out)", "exp(a)",
        "logsumexp's gradient exp(x) instead of softmax(x)"),
+    _m("logsumexp-arrays-only", "chapter 02: Logsumexp.backward",
+       "ctx.ops.exp(a - out)", "ctx.xp.exp(a - out)",
+       "a rule written for arrays only (the array module's exp): under the Tensor binding nothing is recorded"),
     _m("softmax-diagonal", "chapter 02: Softmax.backward",
        "return y * (g - ctx.ops.sum(g * y, ctx.dim, keepdim=True)), None", "return y * (1 - y) * g, None",
        "softmax's Jacobian taken as its diagonal y(1 - y)"),
@@ -404,7 +410,8 @@ _OP_RULES = ["Relu.backward", "Mul.backward", "Div.backward", "Pow.backward", "E
              "MaxDim.backward", "Var.backward", "Logsumexp.backward", "Softmax.backward", "LogSoftmax.backward",
              "Pick.backward (cross-entropy's gather)", "undoing broadcasting: the sum", "Linear.backward",
              "ScatterIndex.backward", "Place.backward"]
-REGION_TESTS.update({f"chapter 02: {title}": [f"{T2}::TestBackwardRules"] for title in _OP_RULES})
+REGION_TESTS.update({f"chapter 02: {title}": [f"{T2}::TestBackwardRules", f"{T2}::TestBothBindings"]
+                     for title in _OP_RULES})
 # Two rules run only as second derivatives (of indexing, of cross-entropy's gather): the gradient checks run them.
 REGION_TESTS["chapter 02: ScatterIndex.backward"] += ["tests/test_gradcheck.py"]
 REGION_TESTS["chapter 02: Place.backward"] += ["tests/test_softmax.py"]
