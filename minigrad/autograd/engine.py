@@ -6,7 +6,11 @@ gradients of all its consumers before it runs, calls its ``backward``, and passe
 down each in-edge. The walk is iterative, so a chain of 100,000 ops does not hit Python's
 recursion limit. Gradients that were broadcast in forward are summed back to the input's shape
 here, once for every op. ``create_graph=True`` records the backward pass itself, which is how
-higher-order derivatives (``autograd.functional``) are computed. While a pass runs, ops are
+higher-order derivatives (``autograd.functional``) are computed. The walk is parameterised by
+the binding of ``ctx.ops`` (``binding.py``): Tensors and minigrad's ops when the pass is recorded
+(``create_graph=True``, or any mode on the stack), raw arrays when nobody records, which is the
+same walk without a Tensor or node per gradient; hooks, ``.grad`` and the gradients ``grad()``
+returns are Tensors under either binding. While a pass runs, ops are
 backward rules (``minigrad.autograd.is_backward_running()``), and the modes hear of each node's
 gradients and of each leaf's first ``.grad``.
 """

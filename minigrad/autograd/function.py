@@ -3,9 +3,12 @@
 Applying a Function computes its output and, when grad mode is on and an input requires grad,
 records a graph node: the Function instance itself (``ctx``), which becomes the output's
 ``grad_fn``. A node's in-edges are ``next_functions``: for every input, the node that produced it
-(its ``grad_fn``, or an ``AccumulateGrad`` node for a leaf that requires grad). Backward rules
-receive and return ``Tensor``s and are written with minigrad ops, so with ``create_graph=True``
-the backward pass is itself recorded and can be differentiated again.
+(its ``grad_fn``, or an ``AccumulateGrad`` node for a leaf that requires grad).
+
+A built-in rule is written once, against ``ctx.ops`` (``minigrad.autograd.binding``), which the
+engine binds per backward pass: to minigrad's differentiable ops when the pass is recorded
+(``create_graph=True``, or any mode on the stack), so that it can be differentiated again, and to
+the raw array module when nobody records, so that no Tensor or node is built for a gradient.
 
 User-defined ops are written exactly as in PyTorch::
 
@@ -19,9 +22,11 @@ User-defined ops are written exactly as in PyTorch::
             (x,) = ctx.saved_tensors
             return grad * 3 * x * x
 
-The built-in ops in ``minigrad.ops`` are the same kind of class with one difference that buys
+The built-in ops in ``minigrad.ops`` are the same kind of class with two differences that buy
 speed: they set ``array_forward = True`` and their ``forward`` receives and returns raw ``xp``
-arrays (numpy or cupy), so no Tensor is built for intermediate values. ``apply`` is also where
+arrays (numpy or cupy), so no Tensor is built for intermediate values; and their ``backward`` is
+written against ``ctx.ops`` (``tensor_backward = False``), so it runs on arrays too. A user
+Function keeps PyTorch's Tensor semantics under either binding: the engine wraps its gradients. ``apply`` is also where
 the modes on the thread's stack (``minigrad.autograd.mode``: anomaly detection, autocast, the
 profiler, the memory tracker, the tracer) see each op, before and after it runs.
 """
@@ -78,10 +83,13 @@ class Function:
         argument that is not a Tensor or whose ``ctx.needs_input_grad[i]`` is False. A gradient
         may have the broadcast shape of forward's output: the engine sums it back to the input's
         shape. What forward kept is in ``ctx.saved_tensors`` (Tensors, in ``save_for_backward``'s
-        order; arrays saved by an op's forward come back as Tensors) and in the attributes forward
-        set on ``ctx``. Build the gradient from minigrad ops on Tensors, never from ``.array``, so
-        the rule is differentiable in turn (``create_graph=True``, Hessians); a rule must not
-        change ``g`` or a saved tensor in place.
+        order) and in the attributes forward set on ``ctx``. A user Function gets Tensors and
+        builds the gradient from minigrad ops on them. A built-in op's rule (``minigrad.ops``) is
+        written once against ``ctx.ops``, with operators and ``ctx.ops`` functions only (never
+        ``.array`` or a method only Tensors have): the engine binds it to raw arrays when nobody
+        records the backward pass (``g`` and ``ctx.saved_tensors`` are arrays) and to Tensors and
+        minigrad's ops when it is recorded, so the same rule is differentiable in turn
+        (``create_graph=True``, Hessians). A rule must not change ``g`` or a saved value in place.
         """
         raise NotImplementedError(f"{type(ctx).__name__} does not define backward")
 

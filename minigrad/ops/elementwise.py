@@ -1,7 +1,8 @@
 """Elementwise ops: arithmetic with broadcasting, math functions, comparisons, casts.
 
 Each op is a ``Function`` whose forward computes on ``xp`` arrays and whose backward is one line
-of minigrad ops per input (chapter 02's table of derivatives). Broadcasting is undone once, by the
+per input, written once against ``ctx.ops`` (chapter 02's table of derivatives): arrays when
+nobody records the backward pass, minigrad's ops when it is recorded. Broadcasting is undone once, by the
 engine, so ``Add.backward`` just returns ``g, g``. ``_binary`` applies PyTorch's dtype rules
 before an op runs: Python scalars never widen a tensor's dtype, and int with float gives float.
 ``power`` and ``absolute`` are exported by ``minigrad.ops`` as ``pow`` and ``abs``, so that in this
@@ -79,6 +80,8 @@ class Mul(Op):
         """d(a*b) = b da + a db. Forward saved ``(a, b)`` by ``_save_other``: ``b`` only when a
         needs a gradient and ``a`` only when b does, the other slot ``None`` (either may be a Python
         number). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        ``g`` and the saved values are arrays or Tensors, as the engine bound ``ctx.ops``: operators
+        work on both, so the rule is written once.
         """
         ### BEGIN SOLUTION chapter 02: Mul.backward
         a, b = ctx.saved_tensors
@@ -142,6 +145,8 @@ class Pow(Op):
         """d(a^b) = b a^(b-1) da + a^b ln(a) db. Forward saved ``(a, b, out)``, ``out`` only when
         ``b`` needs a gradient; ``a`` may be a Python number (``2 ** x``: use ``math.log`` for it), and
         either gradient is computed only when ``ctx.needs_input_grad`` asks for it. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        For ``ln(a)`` of a saved tensor use ``ctx.ops.apply(Log, a)`` (the op's own forward on
+        arrays, ``Log.apply`` on Tensors).
         """
         ### BEGIN SOLUTION chapter 02: Pow.backward
         a, b, out = ctx.saved_tensors
@@ -453,6 +458,7 @@ class Where(Op):
         """``where(cond, a, b)``: the gradient goes to ``a`` where the saved ``cond`` holds and to
         ``b`` elsewhere (zeros in the other places); ``cond`` gets ``None``. Either of ``a``, ``b``
         may be a Python number, and may have been broadcast. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Use ``ctx.ops.where``: the array module's ``where`` or minigrad's, as the engine bound the rule.
         """
         ### BEGIN SOLUTION chapter 02: Where.backward
         cond = ctx.saved_tensors[0]

@@ -70,6 +70,7 @@ class GetItem(Op):
         positions ``ctx.index`` read (the ``(basic, advanced)`` pair of ``_normalize``). A position read
         twice (``x[[0, 0]]``) receives both gradients added, not the last one. The index gets ``None``.
         The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Run another op with ``ctx.ops.apply(OtherOp, *args)``.
         """
         ### BEGIN SOLUTION chapter 02: GetItem.backward
         return ctx.ops.apply(ScatterIndex, g, ctx.shape, ctx.index), None
@@ -126,6 +127,7 @@ class ScatterIndex(Op):
         ``None``. Each element of forward's ``g`` went to one position of the output, so its
         gradient is the incoming gradient at that position. The contract of every rule:
         ``minigrad.autograd.Function.backward``.
+        Run another op with ``ctx.ops.apply(OtherOp, *args)``.
         """
         ### BEGIN SOLUTION chapter 02: ScatterIndex.backward
         return ctx.ops.apply(GetItem, g, ctx.index), None, None
@@ -151,6 +153,7 @@ class IndexPut(Op):
         the overwritten positions (their old values did not reach the output); that of ``v`` is ``g``
         read at the index (the engine sums it to v's shape when v was broadcast); the index gets
         ``None``. Compute only what ``ctx.needs_input_grad`` asks for. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Run another op with ``ctx.ops.apply(OtherOp, *args)``.
         """
         ### BEGIN SOLUTION chapter 02: IndexPut.backward
         need_a, _, need_v = ctx.needs_input_grad

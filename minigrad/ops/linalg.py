@@ -57,6 +57,8 @@ class Linear(Op):
         rows, as forward does, for one matrix product); the bias's is g summed over the rows.
         Compute only what ``ctx.needs_input_grad`` asks for. The contract of every rule:
         ``minigrad.autograd.Function.backward``.
+        Use ``ctx.ops.matmul``, ``ctx.ops.reshape`` and ``ctx.ops.sum``: arrays or Tensors, as the
+        engine bound the rule.
         """
         ### BEGIN SOLUTION chapter 02: Linear.backward
         x, w = ctx.saved_tensors
@@ -118,6 +120,8 @@ class Matmul(Op):
         ``ctx.ndims``: a 1-D ``a`` acted as a row ``(1, k)``, a 1-D ``b`` as a column ``(k, 1)``, and
         both 1-D is a dot product with a 0-D ``g``; batched operands broadcast over their leading
         dims (the engine sums a gradient back to a smaller batch shape). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Multiply with ``ctx.ops.matmul`` (the op's own product under either binding, so the two
+        agree bit for bit) and add axes with ``ctx.ops.unsqueeze``; ``.mT`` works on arrays and Tensors alike.
         """
         ### BEGIN SOLUTION chapter 02: Matmul.backward
         a, b = ctx.saved_tensors

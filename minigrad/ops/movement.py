@@ -47,6 +47,7 @@ class Reshape(Op):
     def backward(ctx, g):
         """The gradient of a reshape is ``g`` reshaped back to the input's shape, ``ctx.shape``.
         The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Use ``ctx.ops.reshape``, which reshapes an array or a Tensor.
         """
         ### BEGIN SOLUTION chapter 02: Reshape.backward
         return ctx.ops.reshape(g, ctx.shape), None
@@ -73,6 +74,7 @@ class BroadcastTo(Op):
         """Broadcasting copies each input element to many places, so its gradient is the sum of
         ``g`` over those places: ``g`` summed down to the input's shape ``ctx.shape`` (chapter 02's
         ``sum_to``). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Use ``ctx.ops.sum_to``, which is ``sum_to`` on Tensors and the same sum on arrays.
         """
         ### BEGIN SOLUTION chapter 02: BroadcastTo.backward
         return ctx.ops.sum_to(g, ctx.shape), None
@@ -103,6 +105,7 @@ class Permute(Op):
         """Forward moved input axis ``ctx.dims[i]`` to output axis ``i``; the gradient is ``g``
         permuted by the inverse permutation, which puts each axis back (for a 2-D transpose the
         permutation is its own inverse; for 3 or more axes it is generally not). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Permute with ``ctx.ops.apply(Permute, g, dims)``.
         """
         ### BEGIN SOLUTION chapter 02: Permute.backward (transpose)
         inverse = [0] * len(ctx.dims)
@@ -129,6 +132,7 @@ class Cat(Op):
         """``cat(tensors, dim)``: forward took ``(dim, *arrays)`` and saved ``ctx.dim`` and
         ``ctx.sizes``, each input's length along dim. Return ``None`` for ``dim``, then for each input
         its slice of ``g`` along dim (``narrow``), or ``None`` when it needs no gradient. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Slice with ``ctx.ops.narrow(g, dim, start, length)``.
         """
         ### BEGIN SOLUTION chapter 02: Cat.backward
         grads, start = [], 0

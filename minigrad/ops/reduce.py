@@ -356,6 +356,8 @@ class MaxDim(Op):
         and set ``ctx.shape``, ``ctx.dims == (dim,)`` and ``ctx.keepdim``. The gradient is ``g`` at the
         picked position along ``dim`` and 0 elsewhere (a one-hot mask built from the index array, then
         ``where``); when not keepdim, ``g`` lacks the reduced axis. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        ``ctx.ops.data(index)`` is the saved index's array under either binding; ``ctx.ops.reshape``
+        and ``ctx.ops.where`` work on arrays and on Tensors.
         """
         ### BEGIN SOLUTION chapter 02: MaxDim.backward
         (index,) = ctx.saved_tensors
@@ -526,6 +528,7 @@ class Var(Op):
         ``ctx.scale = 2 / (n - correction)`` (nan when that is not positive), with ``ctx.shape``,
         ``ctx.dims``, ``ctx.keepdim`` as for ``Sum``. Return ``None`` for dims, correction and keepdim.
         The contract of every rule: ``minigrad.autograd.Function.backward``.
+        ``ctx.ops.mean(a, dims, keepdim=True)`` is the mean under either binding.
         """
         ### BEGIN SOLUTION chapter 02: Var.backward
         (a,) = ctx.saved_tensors
@@ -571,6 +574,7 @@ class Logsumexp(Op):
         """d logsumexp(a) / d a = softmax(a) = exp(a - out). Forward saved ``(a, out)`` (``out``
         without the reduced axes unless keepdim) and set ``ctx.shape``, ``ctx.dims``, ``ctx.keepdim``.
         The contract of every rule: ``minigrad.autograd.Function.backward``.
+        ``ctx.ops.reshape`` and ``ctx.ops.exp`` work on arrays and on Tensors.
         """
         ### BEGIN SOLUTION chapter 02: Logsumexp.backward
         a, out = ctx.saved_tensors
