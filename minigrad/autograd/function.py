@@ -115,7 +115,10 @@ class Function:
         arrays = self.ops.arrays  # under the array binding a rule reads arrays
         tensors = []
         for s in saved:  # a loop: cheaper than a comprehension for the one or two entries most ops keep
-            tensors.append(_unpack(self, s, arrays))
+            if arrays and s[0] >= SAVED_ARRAY:  # a constant or a Python value: as it was saved
+                tensors.append(s[1])
+            else:
+                tensors.append(_unpack(self, s, arrays))
         return tuple(tensors)
 
     def name(self) -> str:
@@ -170,33 +173,44 @@ class Function:
             ctx.needs_input_grad = _NONE_NEEDED[len(args)] if len(args) < 8 else (False,) * len(args)
 
         # cupy allocates and launches on the *current* GPU, which need not be the inputs' one:
-        # an op on cuda:1 selects cuda:1 for its forward (and the engine for its backward).
-        with selected(device) if device.type == "cuda" else _HOST:
-            if cls.array_forward:
-                try:  # (a call without ** when there are no keywords: it costs a dict less)
-                    out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
-                except ValueError as e:
-                    shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
-                    raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
-                ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
-                if type(out) is tuple:
-                    outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
-                else:
-                    outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
-            else:
-                with grad_mode.no_grad():
-                    outputs = out = cls.forward(ctx, *args, **kwargs)
-                if type(outputs) is tuple:
-                    outputs = tuple([_fresh_output(o, args) for o in outputs])
-                else:
-                    outputs = _fresh_output(outputs, args)
-
-            if record:
-                _attach(ctx, args, arrays, outputs, out, stack)
-            if stack:
-                for m in stack:
-                    m.after_op(ctx, args, kwargs, outputs)
+        # an op on cuda:1 selects cuda:1 for its forward (and the engine for its backward). The
+        # cpu has nothing to select, and skips the context manager (it costs two calls per op).
+        if device.type == "cuda":
+            with selected(device):
+                outputs = _run(cls, ctx, args, arrays, kwargs, device, xp, record, stack)
+        else:
+            outputs = _run(cls, ctx, args, arrays, kwargs, device, xp, record, stack)
+        if stack:  # (here, in apply's frame: the profiler pairs before_op and after_op by their caller)
+            for m in stack:
+                m.after_op(ctx, args, kwargs, outputs)
         return outputs
+
+
+def _run(cls: type, ctx: Function, args: tuple, arrays: list, kwargs: dict, device: Any, xp: Any,
+         record: bool, stack: tuple) -> Any:
+    """The middle of ``apply``: run forward, wrap its outputs, record the node."""
+    if cls.array_forward:
+        try:  # (a call without ** when there are no keywords: it costs a dict less)
+            out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
+        except ValueError as e:
+            shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
+            raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
+        ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
+        if type(out) is tuple:
+            outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
+        else:
+            outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
+    else:
+        with grad_mode.no_grad():
+            outputs = out = cls.forward(ctx, *args, **kwargs)
+        if type(outputs) is tuple:
+            outputs = tuple([_fresh_output(o, args) for o in outputs])
+        else:
+            outputs = _fresh_output(outputs, args)
+
+    if record:
+        _attach(ctx, args, arrays, outputs, out, stack)
+    return outputs
 
 
 _NONE_NEEDED = [(False,) * n for n in range(8)]
@@ -312,6 +326,7 @@ def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, st
 # output of this node, kept as its data plus a weak reference (so the node does not keep its output
 # alive); a constant array (no gradient flows through it); a plain Python value.
 SAVED_TENSOR, SAVED_OUTPUT, SAVED_ARRAY, SAVED_VALUE = 0, 1, 2, 3
+_PLAIN = (int, float, bool, tuple)  # plain Python values forward often keeps
 
 
 def saved_entries(fn: Function) -> Iterator[tuple[int, Any]]:
@@ -324,7 +339,7 @@ def saved_entries(fn: Function) -> Iterator[tuple[int, Any]]:
 
 
 def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any:
-    if s is None or not hasattr(s, "shape"):  # a Python value
+    if s is None or type(s) in _PLAIN or not hasattr(s, "shape"):  # a Python value (hasattr is slow on those)
         return (SAVED_VALUE, s, 0)
     i = 0
     for arr in arrays:  # an input: kept as its tensor
