@@ -172,3 +172,14 @@ def test_the_two_bindings_offer_the_same_names():
     arrays = {n for n in vars(binding.ArrayOps) if not n.startswith("_")} - {"arrays"}
     for name in arrays:
         assert hasattr(binding.TENSOR_OPS, name), f"ctx.ops.{name} exists under the array binding only"
+
+
+def test_hooks_see_tensors_under_the_array_binding():
+    x = minigrad.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3
+    seen = []
+    y.grad_fn.register_prehook(lambda grads: seen.append(type(grads[0])))
+    y.grad_fn.next_functions[0][0].register_prehook(lambda grads: seen.append(type(grads[0])))  # a leaf's node
+    x.register_hook(lambda g: seen.append(type(g)))
+    y.sum().backward()
+    assert seen == [minigrad.Tensor] * 3 and np.array_equal(x.grad.numpy(), [3.0, 3.0])

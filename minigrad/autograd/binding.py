@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from minigrad.backend import device_of
 from minigrad.errors import ShapeError
 from minigrad._tensor import Tensor, _wrap
 
@@ -57,12 +58,10 @@ class TensorOps:
     def constant(array: Any) -> Tensor:
         """An array a rule builds (an identity matrix, a mask) as a value of this binding: a Tensor
         that needs no gradient."""
-        from minigrad.backend import device_of
-
         return _wrap(array, device_of(array))
 
     @staticmethod
-    def tensor(g: Any, device: Any) -> Tensor:
+    def tensor(g: Any, device: Any = None) -> Tensor:
         """A value of this binding as a Tensor, for hooks, ``.grad`` and user rules: itself."""
         return g
 
@@ -109,10 +108,13 @@ class ArrayOps:
         """An array a rule builds (an identity matrix, a mask) as a value of this binding: itself."""
         return array
 
-    def tensor(self, g: Any, device: Any) -> Tensor:
+    def tensor(self, g: Any, device: Any = None) -> Tensor:
+        """``g`` as a Tensor on ``device`` (default: the device the array lives on)."""
         if isinstance(g, Tensor) or getattr(g, "is_sparse", False):  # (a sparse gradient is a Tensor of its own kind)
             return g
-        return _wrap(g if type(g) is self._ndarray else self.xp.asarray(g), device)  # numpy gives 0-D scalars
+        if type(g) is not self._ndarray:
+            g = self.xp.asarray(g)  # numpy gives 0-D results as scalars
+        return _wrap(g, device if device is not None else device_of(g))
 
     @staticmethod
     def value(t: Tensor) -> Any:

@@ -202,8 +202,8 @@ def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dic
     ``shared``: ids of gradients something else may also hold; pass it to ``_accumulate`` and
     ``_call_backward``.
     ``ops``: the binding of the pass (``minigrad.autograd.binding``): the gradients in ``buffers``
-    are its values, Tensors or raw arrays. Set ``node.ops = ops`` before calling a node's backward
-    (that is ``ctx.ops`` in its rule); a pre-hook and a leaf see Tensors: ``ops.tensor(g, device)``
+    are its values, Tensors or raw arrays. Set ``node.ops = ops.on(node.device)`` before calling a node's backward
+    (that is ``ctx.ops`` in its rule); a pre-hook and a leaf see Tensors: ``ops.tensor(g)``
     turns a value into one (itself under the Tensor binding) and ``ops.value(t)`` turns it back.
 
     For each node: run its pre-hooks first (``node._pre_hooks.values()``, each called with the
@@ -220,7 +220,7 @@ def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dic
             if grads is None or (needed is not None and node not in needed):
                 continue
             if node._pre_hooks:
-                grads = [None if g is None else ops.tensor(g, node.device) for g in grads]
+                grads = [None if g is None else ops.tensor(g) for g in grads]
                 for hook in tuple(node._pre_hooks.values()):
                     new = hook(grads)
                     if new is not None:
