@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minigrad.backend import device_of
+from minigrad.backend import device_of, numpy
 from minigrad.errors import ShapeError
 from minigrad._tensor import Tensor, _wrap
 
@@ -112,8 +112,8 @@ class ArrayOps:
         """``g`` as a Tensor on ``device`` (default: the device the array lives on)."""
         if isinstance(g, Tensor) or getattr(g, "is_sparse", False):  # (a sparse gradient is a Tensor of its own kind)
             return g
-        if type(g) is not self._ndarray:
-            g = self.xp.asarray(g)  # numpy gives 0-D results as scalars
+        if isinstance(g, numpy.generic):
+            g = numpy.asarray(g)  # numpy gives 0-D results as scalars
         return _wrap(g, device if device is not None else device_of(g))
 
     @staticmethod

@@ -321,10 +321,9 @@ def _tensor_rule(node: Function, grads: list) -> tuple:
     or an op that declares ``tensor_backward``): it gets Tensors, as PyTorch's would, and its
     results come back as arrays; a sparse gradient for a leaf stays sparse (``.grad`` keeps it)."""
     ops = node.ops
-    device = node.device
     node.ops = TENSOR_OPS  # its saved_tensors are Tensors
     try:
-        out = type(node).backward(node, *[None if g is None else ops.tensor(g, device) for g in grads])
+        out = type(node).backward(node, *[None if g is None else ops.tensor(g) for g in grads])  # (on g's device)
     finally:
         node.ops = ops
     if type(out) is not tuple:
