@@ -617,4 +617,4 @@ def _dim(dim: int, ndim: int, op: str) -> int:
 
 from minigrad.autograd.mode import current_modes as _current_modes, new_array as _new_array, reads_values as _reads_values  # noqa: E402  (autograd imports Tensor from this module)
 from minigrad import ops as _ops  # noqa: E402  (ops import Tensor from this module)
-from minigrad.ops.elementwise import Add as _Add, Mul as _Mul, _binary  # noqa: E402  (the operators' entry point)
+_Add, _Mul, _binary = _ops.elementwise.Add, _ops.elementwise.Mul, _ops.elementwise._binary  # the operators' entry point
