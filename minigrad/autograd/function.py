@@ -98,6 +98,12 @@ class Function:
         """Keep inputs or outputs (or other arrays) for backward; resolved after forward returns."""
         self._saved = tensors
 
+    def save_positions(self, *positions: int | str | None) -> None:
+        """Keep forward's inputs by index, or its output (``OUTPUT``), for backward: the built-in
+        ops' form of ``save_for_backward``, which says where each value is instead of leaving it
+        to be searched for among the inputs and outputs. ``None`` keeps a slot empty."""
+        self._saved = _Positions(positions)
+
     def mark_non_differentiable(self, *outputs: Any) -> None:
         self._non_differentiable = outputs
 
@@ -312,8 +318,20 @@ def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, st
     saved = ctx._saved
     if saved:
         packed = []
-        for x in saved:  # plain loops: on this path, zip() and comprehensions cost more than the work
-            packed.append(_pack(x, args, arrays, out_list, raw_list))
+        if type(saved) is _Positions:  # declared by position: nothing to search
+            for p in saved:
+                if p is OUTPUT:
+                    o = out_list[0]
+                    packed.append((SAVED_OUTPUT, (o.array, 0, weakref.ref(o)), o._version))
+                elif p is None:
+                    packed.append(_NOTHING)
+                else:
+                    a = args[p]
+                    packed.append((SAVED_TENSOR, a, a._version) if isinstance(a, Tensor)
+                                  else _pack(a, args, arrays, out_list, raw_list))
+        else:
+            for x in saved:  # plain loops: on this path, zip() and comprehensions cost more than the work
+                packed.append(_pack(x, args, arrays, out_list, raw_list))
         ctx._saved = packed = tuple(packed)
         if stack:  # a constant kept for backward (a mask, im2col columns) is memory, and a traced value
             for k, (kind, value, _) in enumerate(packed):
@@ -327,6 +345,12 @@ def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, st
 # alive); a constant array (no gradient flows through it); a plain Python value.
 SAVED_TENSOR, SAVED_OUTPUT, SAVED_ARRAY, SAVED_VALUE = 0, 1, 2, 3
 _PLAIN = (int, float, bool, tuple)  # plain Python values forward often keeps
+_NOTHING = (SAVED_VALUE, None, 0)
+OUTPUT = "output"  # what save_positions names forward's output by (its first, when it returns several)
+
+
+class _Positions(tuple):
+    """What ``save_positions`` keeps until ``_attach`` packs it: input indices and ``OUTPUT``."""
 
 
 def saved_entries(fn: Function) -> Iterator[tuple[int, Any]]:

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from minigrad import backend
-from minigrad.autograd.function import Function
+from minigrad.autograd.function import OUTPUT, Function
 from minigrad.errors import ArgumentError, DTypeError
 from minigrad.ops.op import GRADIENT_OP, Op, same_value
 from minigrad._tensor import Tensor, _wrap
@@ -30,7 +30,7 @@ __all__ = [
 def _save_other(ctx: Function, a: Any, b: Any) -> None:
     """Save only what backward will read: b for a's gradient, a for b's (as in ``a * b``)."""
     need_a, need_b = ctx.needs_input_grad
-    ctx.save_for_backward(a if need_b else None, b if need_a else None)
+    ctx.save_positions(0 if need_b else None, 1 if need_a else None)
 
 
 # -- arithmetic ------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ class Div(Op):
 
     @staticmethod
     def forward(ctx, a, b):
-        ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b)
+        ctx.save_positions(0 if ctx.needs_input_grad[1] else None, 1)
         return a / b
 
     @staticmethod
@@ -168,7 +168,7 @@ class Exp(Op):
     @staticmethod
     def forward(ctx, a):
         out = ctx.xp.exp(a)
-        ctx.save_for_backward(out)
+        ctx.save_positions(OUTPUT)
         return out
 
     @staticmethod
@@ -188,7 +188,7 @@ class Log(Op):
 
     @staticmethod
     def forward(ctx, a):
-        ctx.save_for_backward(a)
+        ctx.save_positions(0)
         return ctx.xp.log(a)
 
     @staticmethod
@@ -208,7 +208,7 @@ class Sqrt(Op):
     @staticmethod
     def forward(ctx, a):
         out = ctx.xp.sqrt(a)
-        ctx.save_for_backward(out)
+        ctx.save_positions(OUTPUT)
         return out
 
     @staticmethod
@@ -227,7 +227,7 @@ class Rsqrt(Op):
     @staticmethod
     def forward(ctx, a):
         out = 1 / ctx.xp.sqrt(a)
-        ctx.save_for_backward(out)
+        ctx.save_positions(OUTPUT)
         return out
 
     @staticmethod
@@ -244,7 +244,7 @@ class Abs(Op):
 
     @staticmethod
     def forward(ctx, a):
-        ctx.save_for_backward(a)
+        ctx.save_positions(0)
         return ctx.xp.abs(a)
 
     @staticmethod
@@ -271,7 +271,7 @@ class Sin(Op):
 
     @staticmethod
     def forward(ctx, a):
-        ctx.save_for_backward(a)
+        ctx.save_positions(0)
         return ctx.xp.sin(a)
 
     @staticmethod
@@ -286,7 +286,7 @@ class Cos(Op):
 
     @staticmethod
     def forward(ctx, a):
-        ctx.save_for_backward(a)
+        ctx.save_positions(0)
         return ctx.xp.cos(a)
 
     @staticmethod
@@ -302,7 +302,7 @@ class Tanh(Op):
     @staticmethod
     def forward(ctx, a):
         out = ctx.xp.tanh(a)
-        ctx.save_for_backward(out)
+        ctx.save_positions(OUTPUT)
         return out
 
     @staticmethod
@@ -319,7 +319,7 @@ class TanhBackward(Op):
 
     @staticmethod
     def forward(ctx, g, y):
-        ctx.save_for_backward(g, y)
+        ctx.save_positions(0, 1)
         return g * (1 - y * y)
 
     @staticmethod
@@ -344,7 +344,7 @@ class Sigmoid(Op):
     def forward(ctx, a):
         # 0.5 * (1 + tanh(a / 2)) never overflows, unlike 1 / (1 + exp(-a)) for a << 0
         out = 0.5 + 0.5 * ctx.xp.tanh(0.5 * a)
-        ctx.save_for_backward(out)
+        ctx.save_positions(OUTPUT)
         return out
 
     @staticmethod
@@ -361,7 +361,7 @@ class SigmoidBackward(Op):
 
     @staticmethod
     def forward(ctx, g, y):
-        ctx.save_for_backward(g, y)
+        ctx.save_positions(0, 1)
         return g * y * (1 - y)
 
     @staticmethod
