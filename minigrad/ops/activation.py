@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from minigrad.ops.elementwise import _floating, _not_bool, exp, sigmoid, tanh, where
+from minigrad.ops.elementwise import Sigmoid, _floating, _not_bool, exp, sigmoid, tanh, where
 from minigrad.ops.op import Op, same_value
 from minigrad.ops.special import erf as _erf
 
@@ -80,7 +80,7 @@ class Softplus(Op):
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
         ba = a * ctx.beta
-        return g * where(ba > ctx.threshold, 1.0, sigmoid(ba)), None, None
+        return g * ctx.ops.where(ba > ctx.threshold, 1.0, ctx.ops.apply(Sigmoid, ba)), None, None
 
 
 class Dropout(Op):
@@ -119,6 +119,7 @@ class Hardswish(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
+        where = ctx.ops.where
         return g * where(a < -3, 0.0, where(a > 3, 1.0, (2 * a + 3) / 6))
 
     @staticmethod
@@ -165,8 +166,8 @@ class Gelu(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        cdf = 0.5 * (1 + erf(a / math.sqrt(2)))
-        pdf = exp(-0.5 * a * a) / math.sqrt(2 * math.pi)
+        cdf = 0.5 * (1 + ctx.ops.apply(Erf, a / math.sqrt(2)))
+        pdf = ctx.ops.exp(-0.5 * a * a) / math.sqrt(2 * math.pi)
         return g * (cdf + a * pdf)
 
 
@@ -183,7 +184,7 @@ class Erf(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        return g * (2 / math.sqrt(math.pi)) * exp(-a * a)
+        return g * (2 / math.sqrt(math.pi)) * ctx.ops.exp(-a * a)
 
 
 def erf(x): return Erf.apply(_floating(x, "erf"))
