@@ -140,6 +140,8 @@ TENSOR_RULES = {
     "SparseEmbedding": "its gradient is a SparseTensor, kept sparse for the weight's .grad",
     "CheckpointFunction": "its rule recomputes the segment and runs a nested backward on Tensors",
     "ToDevice": "its forward and rule move Tensors between devices",
+    "LSTMGatesBackward": "a second-derivative rule, written on Tensors (sigmoid, tanh, cat)",
+    "GRUGatesBackward": "a second-derivative rule, written on Tensors (sigmoid, tanh, cat)",
 }
 
 

@@ -91,7 +91,8 @@ class LSTMGates(Op):
     @staticmethod
     def backward(ctx, dh, dc):
         xg, hg, c, s, t = ctx.saved_tensors
-        d_gates, d_c = LSTMGatesBackward.apply(dh, dc, xg, hg, c, s.array, t.array)
+        # s and t are constants to the backward op (no gradient flows into them): under either binding
+        d_gates, d_c = ctx.ops.apply(LSTMGatesBackward, dh, dc, xg, hg, c, s, t)
         return d_gates, d_gates, d_c
 
 
@@ -103,6 +104,9 @@ class LSTMGatesBackward(Op):
     Differentiable again for higher orders, as ``SigmoidBackward`` is."""
 
     onnx_refused = GRADIENT_OP
+    # a second-derivative rule, run only when a gradient is itself differentiated: written once on
+    # Tensors (sigmoid, tanh, cat) rather than doubled into array helpers it alone would use
+    tensor_backward = True
 
     @staticmethod
     def forward(ctx, dh, dc, xg, hg, c, s=None, t=None):
@@ -168,7 +172,7 @@ class GRUGates(Op):
     @staticmethod
     def backward(ctx, g):
         gx, gh, h, rz, n = ctx.saved_tensors
-        return GRUGatesBackward.apply(g, gx, gh, h, rz.array, n.array)
+        return ctx.ops.apply(GRUGatesBackward, g, gx, gh, h, rz, n)
 
 
 class GRUGatesBackward(Op):
@@ -176,6 +180,9 @@ class GRUGatesBackward(Op):
     and ``n``, forward's activations, spare recomputing them); differentiable again."""
 
     onnx_refused = GRADIENT_OP
+    # a second-derivative rule, run only when a gradient is itself differentiated: written once on
+    # Tensors (sigmoid, tanh, cat) rather than doubled into array helpers it alone would use
+    tensor_backward = True
 
     @staticmethod
     def forward(ctx, g, gx, gh, h, rz=None, n=None):
@@ -229,7 +236,7 @@ class Unbind(Op):
         return tuple(x[(slice(None),) * dim + (t,)] for t in range(x.shape[dim]))
 
     @staticmethod
-    def backward(ctx, *grads): return Stack.apply(ctx.dim, *grads), None
+    def backward(ctx, *grads): return ctx.ops.apply(Stack, ctx.dim, *grads), None
 
 
 class Stack(Op):
@@ -245,7 +252,7 @@ class Stack(Op):
         return ctx.xp.stack(arrays, axis=dim)
 
     @staticmethod
-    def backward(ctx, g): return (None, *unbind(g, ctx.dim))
+    def backward(ctx, g): return (None, *ctx.ops.apply(Unbind, g, ctx.dim))
 
 
 def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
