@@ -4,7 +4,9 @@ On 16 elements the arithmetic is free, so the time per step is what the framewor
 building the graph node, dispatching, saving tensors, and walking the graph backwards. minigrad
 and PyTorch (CPU, eager) run the same chain in the same process, in interleaved repeats, and the
 median step time of each is compared. PyTorch runs on one thread, which is what it would pick for
-16 elements anyway; numpy never threads elementwise ops. Target (issue 19): minigrad <= 1.15x PyTorch.
+16 elements anyway; numpy never threads elementwise ops. Target (issues 19 and 28): minigrad <= 1.15x
+PyTorch. The backward rules run on raw arrays here (nobody records the backward pass: `ctx.ops` is
+bound to numpy), so the backward half is the engine walk and numpy, not Tensor construction.
 
 Run with ``make bench`` (it unsets OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE), or directly:
 ``python benchmarks/bench_overhead.py [--repeats R] [--steps N]``.

@@ -372,12 +372,13 @@ class Tensor:
         return self
 
     # -- arithmetic (numpy broadcasting; Python scalars do not promote the tensor's dtype) -------
-    def __add__(self, other): return _ops.add(self, other)
-    def __radd__(self, other): return _ops.add(other, self)
+    # the commonest operators call their op's entry point (_binary) without the wrapper in between
+    def __add__(self, other): return _binary(_Add, self, other)
+    def __radd__(self, other): return _binary(_Add, other, self)
     def __sub__(self, other): return _ops.sub(self, other)
     def __rsub__(self, other): return _ops.sub(other, self)
-    def __mul__(self, other): return _ops.mul(self, other)
-    def __rmul__(self, other): return _ops.mul(other, self)
+    def __mul__(self, other): return _binary(_Mul, self, other)
+    def __rmul__(self, other): return _binary(_Mul, other, self)
     def __truediv__(self, other): return _ops.div(self, other)
     def __rtruediv__(self, other): return _ops.div(other, self)
     def __pow__(self, other): return _ops.pow(self, other)
@@ -616,3 +617,4 @@ def _dim(dim: int, ndim: int, op: str) -> int:
 
 from minigrad.autograd.mode import current_modes as _current_modes, new_array as _new_array, reads_values as _reads_values  # noqa: E402  (autograd imports Tensor from this module)
 from minigrad import ops as _ops  # noqa: E402  (ops import Tensor from this module)
+_Add, _Mul, _binary = _ops.elementwise.Add, _ops.elementwise.Mul, _ops.elementwise._binary  # the operators' entry point

@@ -121,6 +121,21 @@ def _tt(a: np.ndarray):
     return torch.from_numpy(a.copy())
 
 
+def _torch_lstm_gates(xg, hg, c):
+    """An LSTM step's gate arithmetic as torch.nn.LSTM computes it (gate order i, f, g, o)."""
+    i, f, g, o = (xg + hg).chunk(4, -1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def _torch_gru_gates(gx, gh, h):
+    """A GRU step's gate arithmetic as torch.nn.GRU computes it (gate order r, z, n)."""
+    (xr, xz, xn), (hr, hz, hn) = gx.chunk(3, -1), gh.chunk(3, -1)
+    r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+    n = torch.tanh(xn + r * hn)
+    return (1 - z) * n + z * h
+
+
 OPS: list[OpInfo] = [
     # -- arithmetic ----------------------------------------------------------------------------
     *rows("add", lambda a, b: a + b, lambda a, b: a + b, *BINARY),
@@ -492,6 +507,9 @@ OPS: list[OpInfo] = [
           reduction=True),
     *rows("adaptive_avg_pool2d", lambda x: M.adaptive_avg_pool2d(x, (2, 3)),
           lambda x: TF.adaptive_avg_pool2d(x, (2, 3)), ((2, 3, 4, 6),), ((1, 2, 5, 7),), reduction=True),
+    *rows("lstm_gates", M.lstm_gates, _torch_lstm_gates, ((2, 12), (2, 12), (2, 3)), ((2, 5, 8), (2, 5, 8), (2, 5, 2))),
+    *rows("gru_gates", M.gru_gates, _torch_gru_gates, ((2, 9), (2, 9), (2, 3)), ((4, 6), (4, 6), (4, 2))),
+    *rows("unbind", lambda x: M.unbind(x, 1), lambda x: torch.unbind(x, 1), ((3, 4, 2),)),
 ]
 
 assert len({op.name for op in OPS}) == len(OPS), "op names must be unique (they are the test ids)"

@@ -73,7 +73,8 @@ draw(halve_until_small(x), rankdir="LR")
 # A recurrent network is a Python loop over time steps (`minigrad/nn/rnn.py`): each step applies
 # the same `LSTMCell` to the next input and the previous state. One step is this graph (orange:
 # the cell's parameters; grey: the input `x` and the previous state `h`, `c`, which need no
-# gradient here; the four `GetItem`s cut the gate pre-activations into i, f, g and o):
+# gradient here; `LSTMGates` takes the two products and computes the four gates i, f, g, o and
+# the new state in one op):
 
 # %%
 cell = nn.LSTMCell(input_size=2, hidden_size=3)

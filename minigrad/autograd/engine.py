@@ -6,16 +6,21 @@ gradients of all its consumers before it runs, calls its ``backward``, and passe
 down each in-edge. The walk is iterative, so a chain of 100,000 ops does not hit Python's
 recursion limit. Gradients that were broadcast in forward are summed back to the input's shape
 here, once for every op. ``create_graph=True`` records the backward pass itself, which is how
-higher-order derivatives (``autograd.functional``) are computed. While a pass runs, ops are
+higher-order derivatives (``autograd.functional``) are computed. The walk is parameterised by
+the binding of ``ctx.ops`` (``binding.py``): Tensors and minigrad's ops when the pass is recorded
+(``create_graph=True``, or any mode on the stack), raw arrays when nobody records, which is the
+same walk without a Tensor or node per gradient; hooks, ``.grad`` and the gradients ``grad()``
+returns are Tensors under either binding. While a pass runs, ops are
 backward rules (``minigrad.autograd.is_backward_running()``), and the modes hear of each node's
 gradients and of each leaf's first ``.grad``.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from minigrad.autograd import function as F
+from minigrad.autograd.binding import TENSOR_OPS, ArrayOps, TensorOps, array_ops
 from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.autograd.grad_mode import set_grad_enabled
 from minigrad.autograd.mode import backward_pass, current_modes
@@ -131,6 +136,10 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
          inputs: Sequence[Tensor] | None, accumulate: bool) -> list:
     if retain_graph is None:
         retain_graph = create_graph
+    # The binding of every rule in this pass: differentiable ops when the pass is recorded (or a
+    # mode watches it), raw arrays when nobody records (binding.py). Gradients are values of the
+    # binding inside the walk and Tensors wherever they leave it (hooks, .grad, captured).
+    ops = TENSOR_OPS if create_graph or current_modes() else None
     buffers: dict[Function, list] = {}
     # ids of gradient tensors that something else may hold (the caller, a hook, two inputs of one
     # node): a leaf stores a copy of those, and keeps any other gradient as its .grad without copying
@@ -139,6 +148,9 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
         node, nr = _root_node(t, i)
         buf = buffers.setdefault(node, [None] * node._n_outputs)
         g = _root_grad(t, g)
+        if ops is None:
+            ops = array_ops(t.device)
+        g = ops.value(g)
         shared.add(id(g))
         buf[nr] = g if buf[nr] is None else buf[nr] + g
     order = topological_order(buffers)
@@ -157,7 +169,9 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
     captured: list = [None] * (len(inputs) if inputs is not None else 0)
 
     with backward_pass():
-        _walk(order, buffers, needed, targets, captured, accumulate, retain_graph, create_graph, shared)
+        _walk(order, buffers, needed, targets, captured, accumulate, retain_graph, create_graph, shared, ops)
+    if ops.arrays:
+        captured = [None if g is None else ops.tensor(g, t.device) for g, t in zip(captured, inputs or ())]
 
     if accumulate and targets is not None:  # backward(inputs=[non-leaf, ...]) fills their .grad too
         for t, g in zip(inputs, captured):
@@ -167,7 +181,8 @@ def _run(roots: list[Tensor], root_grads: list, retain_graph: bool | None, creat
 
 
 def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dict | None, captured: list,
-          accumulate: bool, retain_graph: bool, create_graph: bool, shared: set[int]) -> None:
+          accumulate: bool, retain_graph: bool, create_graph: bool, shared: set[int],
+          ops: TensorOps | ArrayOps = TENSOR_OPS) -> None:
     """Run every node in topological order: each has all its incoming gradients when reached.
 
     ``order``: every node reachable from the roots, from ``topological_order``.
@@ -186,6 +201,10 @@ def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dic
     backward rules are recorded for higher-order derivatives only when asked.
     ``shared``: ids of gradients something else may also hold; pass it to ``_accumulate`` and
     ``_call_backward``.
+    ``ops``: the binding of the pass (``minigrad.autograd.binding``): the gradients in ``buffers``
+    are its values, Tensors or raw arrays. Set ``node.ops = ops.on(node.device)`` before calling a node's backward
+    (that is ``ctx.ops`` in its rule); a pre-hook and a leaf see Tensors: ``ops.tensor(g)``
+    turns a value into one (itself under the Tensor binding) and ``ops.value(t)`` turns it back.
 
     For each node: run its pre-hooks first (``node._pre_hooks.values()``, each called with the
     list of gradients and returning a replacement list or ``None``); then capture targets; an
@@ -201,10 +220,12 @@ def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dic
             if grads is None or (needed is not None and node not in needed):
                 continue
             if node._pre_hooks:
+                grads = [None if g is None else ops.tensor(g) for g in grads]
                 for hook in tuple(node._pre_hooks.values()):
                     new = hook(grads)
                     if new is not None:
                         grads = new
+                grads = [None if g is None else ops.value(g) for g in grads]
             if targets is not None:
                 for nr, g in enumerate(grads):
                     i = targets.get((node, nr))
@@ -212,10 +233,11 @@ def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dic
                         captured[i] = g if captured[i] is None else captured[i] + g
             if type(node) is AccumulateGrad:
                 if accumulate and grads[0] is not None and (targets is None or (node, 0) in targets):
-                    _accumulate(node.variable, grads[0], create_graph, shared)
+                    _accumulate(node.variable, grads[0], create_graph, shared, ops)
                 continue
             if targets is not None and not any(e is not None and e[0] in needed for e in node.next_functions):
                 continue  # a wanted node with nothing wanted below it: capture only, keep its saved tensors
+            node.ops = ops.on(node.device)
             _call_backward(node, grads, buffers, retain_graph, shared)
     ### END SOLUTION
 
@@ -234,14 +256,17 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
 
     ``grads`` has one entry per output of the node, ``None`` where no gradient arrived; a node of
     several outputs gets zeros there instead (``node._output_meta`` gives each output's
-    ``(shape, dtype)``). Call the rule as ``type(node).backward(node, *grads)``: it returns one
-    gradient per entry of ``node.next_functions`` (a bare value counts as a 1-tuple; fewer than
-    that is an ``AutogradError`` that names the node and both counts). Tell each mode of
+    ``(shape, dtype)``; ``ops.zeros(shape, dtype, node.device)``, where ``ops = node.ops`` is the
+    binding ``_walk`` set). Call the rule as ``type(node).backward(node, *grads)``, or, when the
+    binding is arrays but the rule reads Tensors only (``node.tensor_backward``), as
+    ``_tensor_rule(node, grads)``: it returns one gradient per entry of ``node.next_functions``
+    (a bare value counts as a 1-tuple; fewer than that is an ``AutogradError`` that names the
+    node and both counts). Tell each mode of
     ``current_modes()`` with ``m.node_backward(node, out)``. Then for each input edge
     ``(next_node, nr)`` whose gradient is not ``None`` (skip ``None`` edges): a gradient whose shape
-    differs from the input's (``node._input_meta``: ``(shape, dtype)`` per input) was broadcast in
-    forward, so ``_unbroadcast`` it; a gradient of another dtype is cast to the input's
-    (``g.to(dtype)``); add it into ``buffers[next_node][nr]`` (a new list of
+    differs from the input's (``node._input_meta``: ``(shape, dtype)`` per input; a Tensor's are
+    its ``.array``'s) was broadcast in forward, so ``_unbroadcast`` it; a gradient of another dtype
+    is cast to the input's (``ops.cast(g, dtype)``); add it into ``buffers[next_node][nr]`` (a new list of
     ``next_node._n_outputs`` slots when missing), out of place (``a + b``), since another node may
     hold the tensor. A gradient that is one of ``grads`` passed through, or that comes from a
     user-defined Function (``not node.array_forward``), may be held elsewhere: add its id to
@@ -249,12 +274,12 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     (a second backward through the node then says so).
     """
     ### BEGIN SOLUTION chapter 02: the backward engine: one node, retain_graph
-    with selected(node.device):  # cupy computes on the current GPU: make it the node's
+    ops, device = node.ops, node.device
+    with selected(device) if device.type == "cuda" else F._HOST:  # cupy computes on the current GPU: the node's
         if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
-            xp = node.xp
-            grads = [g if g is not None else _wrap(xp.zeros(shape, dtype), node.device)
+            grads = [g if g is not None else ops.zeros(shape, dtype, device)
                      for g, (shape, dtype) in zip(grads, node._output_meta)]
-        out = type(node).backward(node, *grads)
+        out = _tensor_rule(node, grads) if ops.arrays and node.tensor_backward else type(node).backward(node, *grads)
     if type(out) is not tuple:
         out = (out,)
     edges = node.next_functions
@@ -272,11 +297,11 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
         if not node.array_forward or g is grads[0] or (len(grads) > 1 and any(g is gi for gi in grads)):
             shared.add(id(g))  # passed through, or from a user backward that may keep it
         shape, dtype = meta
-        data = g if g.is_sparse else g.array  # a sparse gradient (minigrad.ops.sparse) has shape and dtype too
+        data = g.array if type(g) is Tensor else g  # an array, or a sparse gradient (minigrad.ops.sparse)
         if data.shape != shape:
             g = _unbroadcast(node, g, shape)
         if data.dtype is not dtype and data.dtype != dtype:
-            g = g.to(dtype)
+            g = ops.cast(g, dtype)
         nxt, nr = edge
         buf = buffers.get(nxt)
         if buf is None:
@@ -291,9 +316,29 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     ### END SOLUTION
 
 
-def _unbroadcast(node: Function, g: Tensor, shape: tuple) -> Tensor:
-    from minigrad.ops import sum_to
+def _tensor_rule(node: Function, grads: list) -> tuple:
+    """Under the array binding, ``node``'s backward when it reads Tensors only (a user Function,
+    or an op that declares ``tensor_backward``): it gets Tensors, as PyTorch's would, and its
+    results come back as arrays; a sparse gradient for a leaf stays sparse (``.grad`` keeps it)."""
+    ops = node.ops
+    node.ops = TENSOR_OPS  # its saved_tensors are Tensors
+    try:
+        out = type(node).backward(node, *[None if g is None else ops.tensor(g) for g in grads])  # (on g's device)
+    finally:
+        node.ops = ops
+    if type(out) is not tuple:
+        out = (out,)
+    edges, values = node.next_functions, []
+    for i, g in enumerate(out):
+        if g is not None and not (g.is_sparse and i < len(edges) and edges[i] is not None
+                                  and type(edges[i][0]) is AccumulateGrad):
+            g = ops.value(g)
+        values.append(g)
+    return tuple(values)
 
+
+def _unbroadcast(node: Function, g: Any, shape: tuple) -> Any:
+    sum_to = node.ops.sum_to
     try:
         return sum_to(g, shape)
     except ShapeError:
@@ -303,7 +348,7 @@ def _unbroadcast(node: Function, g: Tensor, shape: tuple) -> Tensor:
         ) from None
 
 
-def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> None:
+def _accumulate(t: Tensor, g: Any, create_graph: bool, shared: set[int], ops: TensorOps | ArrayOps = TENSOR_OPS) -> None:
     """Add ``g`` into a leaf's ``.grad`` (after the leaf's hooks). A gradient the engine made for
     this leaf alone is stored as is; one that may be visible elsewhere is copied first.
 
@@ -322,22 +367,25 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool, shared: set[int]) -> N
     adds to the first.
     """
     ### BEGIN SOLUTION chapter 02: the backward engine: accumulating .grad
+    key = id(g)  # what ``shared`` knows the gradient by: the binding's value (a Tensor or an array)
+    g = ops.tensor(g, t.device)  # a leaf's hooks and .grad hold Tensors under either binding
     if t._hooks:
         for hook in tuple(t._hooks.values()):
             new = hook(g)
             if new is not None:
                 g = new
-        shared.add(id(g))  # a hook may have kept a reference to it
+        key = id(g)
+        shared.add(key)  # a hook may have kept a reference to it
     if t.grad is not None:
         t.grad = g + t.grad if g.is_sparse else t.grad + g  # dense + sparse is sparse's to add
         return
     if create_graph or g.is_sparse:
         t.grad = g
-    elif id(g) in shared or g.array.base is not None:
+    elif key in shared or g.array.base is not None:
         t.grad = _wrap(g.array.copy(), t.device)
     else:
         t.grad = g
-        shared.add(id(g))
+        shared.add(key)
     ### END SOLUTION
     # Reached after a leaf's first .grad only (the code above returns when it added to one):
     # the modes hear of it, and the tracer binds the new .grad to the value it holds.

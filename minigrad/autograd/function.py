@@ -3,9 +3,12 @@
 Applying a Function computes its output and, when grad mode is on and an input requires grad,
 records a graph node: the Function instance itself (``ctx``), which becomes the output's
 ``grad_fn``. A node's in-edges are ``next_functions``: for every input, the node that produced it
-(its ``grad_fn``, or an ``AccumulateGrad`` node for a leaf that requires grad). Backward rules
-receive and return ``Tensor``s and are written with minigrad ops, so with ``create_graph=True``
-the backward pass is itself recorded and can be differentiated again.
+(its ``grad_fn``, or an ``AccumulateGrad`` node for a leaf that requires grad).
+
+A built-in rule is written once, against ``ctx.ops`` (``minigrad.autograd.binding``), which the
+engine binds per backward pass: to minigrad's differentiable ops when the pass is recorded
+(``create_graph=True``, or any mode on the stack), so that it can be differentiated again, and to
+the raw array module when nobody records, so that no Tensor or node is built for a gradient.
 
 User-defined ops are written exactly as in PyTorch::
 
@@ -19,9 +22,11 @@ User-defined ops are written exactly as in PyTorch::
             (x,) = ctx.saved_tensors
             return grad * 3 * x * x
 
-The built-in ops in ``minigrad.ops`` are the same kind of class with one difference that buys
+The built-in ops in ``minigrad.ops`` are the same kind of class with two differences that buy
 speed: they set ``array_forward = True`` and their ``forward`` receives and returns raw ``xp``
-arrays (numpy or cupy), so no Tensor is built for intermediate values. ``apply`` is also where
+arrays (numpy or cupy), so no Tensor is built for intermediate values; and their ``backward`` is
+written against ``ctx.ops`` (``tensor_backward = False``), so it runs on arrays too. A user
+Function keeps PyTorch's Tensor semantics under either binding: the engine wraps its gradients. ``apply`` is also where
 the modes on the thread's stack (``minigrad.autograd.mode``: anomaly detection, autocast, the
 profiler, the memory tracker, the tracer) see each op, before and after it runs.
 """
@@ -34,6 +39,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
 from minigrad.autograd import grad_mode
+from minigrad.autograd.binding import TENSOR_OPS
 from minigrad.autograd.grad_mode import is_grad_enabled
 from minigrad.autograd.mode import current_modes
 from minigrad.backend import cpu, selected
@@ -48,6 +54,10 @@ class Function:
     """Base class of every op and graph node; ``Function.apply(*args)`` runs and records it."""
 
     array_forward = False  # built-in ops compute on raw arrays; user ops on Tensors
+    # the rule reads and returns Tensors under either binding (user Functions, as in PyTorch; the few
+    # built-in ops that say why): the engine wraps the gradients for it when nobody records
+    tensor_backward = True
+    ops: Any = TENSOR_OPS  # ctx.ops: what the engine bound this node's rule to (binding.py)
     _non_differentiable: tuple = ()  # outputs a user forward marked as having no gradient
 
     # ctx fields, set by apply (slots keep the per-op cost low; subclasses still get a __dict__)
@@ -73,10 +83,13 @@ class Function:
         argument that is not a Tensor or whose ``ctx.needs_input_grad[i]`` is False. A gradient
         may have the broadcast shape of forward's output: the engine sums it back to the input's
         shape. What forward kept is in ``ctx.saved_tensors`` (Tensors, in ``save_for_backward``'s
-        order; arrays saved by an op's forward come back as Tensors) and in the attributes forward
-        set on ``ctx``. Build the gradient from minigrad ops on Tensors, never from ``.array``, so
-        the rule is differentiable in turn (``create_graph=True``, Hessians); a rule must not
-        change ``g`` or a saved tensor in place.
+        order) and in the attributes forward set on ``ctx``. A user Function gets Tensors and
+        builds the gradient from minigrad ops on them. A built-in op's rule (``minigrad.ops``) is
+        written once against ``ctx.ops``, with operators and ``ctx.ops`` functions only (never
+        ``.array`` or a method only Tensors have): the engine binds it to raw arrays when nobody
+        records the backward pass (``g`` and ``ctx.saved_tensors`` are arrays) and to Tensors and
+        minigrad's ops when it is recorded, so the same rule is differentiable in turn
+        (``create_graph=True``, Hessians). A rule must not change ``g`` or a saved value in place.
         """
         raise NotImplementedError(f"{type(ctx).__name__} does not define backward")
 
@@ -84,6 +97,12 @@ class Function:
     def save_for_backward(self, *tensors: Any) -> None:
         """Keep inputs or outputs (or other arrays) for backward; resolved after forward returns."""
         self._saved = tensors
+
+    def save_positions(self, *positions: int | str | None) -> None:
+        """Keep forward's inputs by index, or its output (``OUTPUT``), for backward: the built-in
+        ops' form of ``save_for_backward``, which says where each value is instead of leaving it
+        to be searched for among the inputs and outputs. ``None`` keeps a slot empty."""
+        self._saved = _Positions(positions)
 
     def mark_non_differentiable(self, *outputs: Any) -> None:
         self._non_differentiable = outputs
@@ -99,9 +118,13 @@ class Function:
             )
         if not saved:
             return ()
+        arrays = self.ops.arrays  # under the array binding a rule reads arrays
         tensors = []
         for s in saved:  # a loop: cheaper than a comprehension for the one or two entries most ops keep
-            tensors.append(_unpack(self, s))
+            if arrays and s[0] >= SAVED_ARRAY:  # a constant or a Python value: as it was saved
+                tensors.append(s[1])
+            else:
+                tensors.append(_unpack(self, s, arrays))
         return tuple(tensors)
 
     def name(self) -> str:
@@ -156,33 +179,44 @@ class Function:
             ctx.needs_input_grad = _NONE_NEEDED[len(args)] if len(args) < 8 else (False,) * len(args)
 
         # cupy allocates and launches on the *current* GPU, which need not be the inputs' one:
-        # an op on cuda:1 selects cuda:1 for its forward (and the engine for its backward).
-        with selected(device) if device.type == "cuda" else _HOST:
-            if cls.array_forward:
-                try:  # (a call without ** when there are no keywords: it costs a dict less)
-                    out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
-                except ValueError as e:
-                    shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
-                    raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
-                ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
-                if type(out) is tuple:
-                    outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
-                else:
-                    outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
-            else:
-                with grad_mode.no_grad():
-                    outputs = out = cls.forward(ctx, *args, **kwargs)
-                if type(outputs) is tuple:
-                    outputs = tuple([_fresh_output(o, args) for o in outputs])
-                else:
-                    outputs = _fresh_output(outputs, args)
-
-            if record:
-                _attach(ctx, args, arrays, outputs, out, stack)
-            if stack:
-                for m in stack:
-                    m.after_op(ctx, args, kwargs, outputs)
+        # an op on cuda:1 selects cuda:1 for its forward (and the engine for its backward). The
+        # cpu has nothing to select, and skips the context manager (it costs two calls per op).
+        if device.type == "cuda":
+            with selected(device):
+                outputs = _run(cls, ctx, args, arrays, kwargs, device, xp, record, stack)
+        else:
+            outputs = _run(cls, ctx, args, arrays, kwargs, device, xp, record, stack)
+        if stack:  # (here, in apply's frame: the profiler pairs before_op and after_op by their caller)
+            for m in stack:
+                m.after_op(ctx, args, kwargs, outputs)
         return outputs
+
+
+def _run(cls: type, ctx: Function, args: tuple, arrays: list, kwargs: dict, device: Any, xp: Any,
+         record: bool, stack: tuple) -> Any:
+    """The middle of ``apply``: run forward, wrap its outputs, record the node."""
+    if cls.array_forward:
+        try:  # (a call without ** when there are no keywords: it costs a dict less)
+            out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
+        except ValueError as e:
+            shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
+            raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
+        ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
+        if type(out) is tuple:
+            outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
+        else:
+            outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
+    else:
+        with grad_mode.no_grad():
+            outputs = out = cls.forward(ctx, *args, **kwargs)
+        if type(outputs) is tuple:
+            outputs = tuple([_fresh_output(o, args) for o in outputs])
+        else:
+            outputs = _fresh_output(outputs, args)
+
+    if record:
+        _attach(ctx, args, arrays, outputs, out, stack)
+    return outputs
 
 
 _NONE_NEEDED = [(False,) * n for n in range(8)]
@@ -284,8 +318,20 @@ def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, st
     saved = ctx._saved
     if saved:
         packed = []
-        for x in saved:  # plain loops: on this path, zip() and comprehensions cost more than the work
-            packed.append(_pack(x, args, arrays, out_list, raw_list))
+        if type(saved) is _Positions:  # declared by position: nothing to search
+            for p in saved:
+                if p is OUTPUT:
+                    o = out_list[0]
+                    packed.append((SAVED_OUTPUT, (o.array, 0, weakref.ref(o)), o._version))
+                elif p is None:
+                    packed.append(_NOTHING)
+                else:
+                    a = args[p]
+                    packed.append((SAVED_TENSOR, a, a._version) if isinstance(a, Tensor)
+                                  else _pack(a, args, arrays, out_list, raw_list))
+        else:
+            for x in saved:  # plain loops: on this path, zip() and comprehensions cost more than the work
+                packed.append(_pack(x, args, arrays, out_list, raw_list))
         ctx._saved = packed = tuple(packed)
         if stack:  # a constant kept for backward (a mask, im2col columns) is memory, and a traced value
             for k, (kind, value, _) in enumerate(packed):
@@ -298,6 +344,13 @@ def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, st
 # output of this node, kept as its data plus a weak reference (so the node does not keep its output
 # alive); a constant array (no gradient flows through it); a plain Python value.
 SAVED_TENSOR, SAVED_OUTPUT, SAVED_ARRAY, SAVED_VALUE = 0, 1, 2, 3
+_PLAIN = (int, float, bool, tuple)  # plain Python values forward often keeps
+_NOTHING = (SAVED_VALUE, None, 0)
+OUTPUT = "output"  # what save_positions names forward's output by (its first, when it returns several)
+
+
+class _Positions(tuple):
+    """What ``save_positions`` keeps until ``_attach`` packs it: input indices and ``OUTPUT``."""
 
 
 def saved_entries(fn: Function) -> Iterator[tuple[int, Any]]:
@@ -310,7 +363,7 @@ def saved_entries(fn: Function) -> Iterator[tuple[int, Any]]:
 
 
 def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any:
-    if s is None or not hasattr(s, "shape"):  # a Python value
+    if s is None or type(s) in _PLAIN or not hasattr(s, "shape"):  # a Python value (hasattr is slow on those)
         return (SAVED_VALUE, s, 0)
     i = 0
     for arr in arrays:  # an input: kept as its tensor
@@ -329,18 +382,23 @@ def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any
     return (SAVED_ARRAY, s, 0)
 
 
-def _unpack(ctx: Function, entry: Any) -> Any:
+def _unpack(ctx: Function, entry: Any, arrays: bool = False) -> Any:
+    """A saved entry as the rule reads it: a Tensor, or its array under the array binding."""
     kind, value, version = entry
     if kind == SAVED_VALUE:
         return value
     if kind == SAVED_ARRAY:
-        return _wrap(value, ctx.device)
+        return value if arrays else _wrap(value, ctx.device)
     if kind == SAVED_TENSOR:
         current, t = value._version, value
+        if arrays and current == version:
+            return value.array
     else:
         data, nr, ref = value
         o = ref()
         current = o._version if o is not None else version
+        if arrays and current == version:
+            return data
         t = _wrap(data, ctx.device)
         t.requires_grad, t.grad_fn, t._output_nr = True, ctx, nr
     if current != version:

@@ -59,6 +59,8 @@ class MetaArray(NDArrayOperatorsMixin):
     itemsize = property(lambda self: self.dtype.itemsize)
     nbytes = property(lambda self: self.size * self.dtype.itemsize)
     T = property(lambda self: self.transpose())
+    # the last two dims swapped, as numpy's ``.mT``: backward rules on arrays (ctx.ops) use it
+    mT = property(lambda self: self.swapaxes(-1, -2))
 
     @property
     def strides(self) -> tuple:

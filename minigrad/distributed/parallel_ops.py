@@ -22,7 +22,7 @@ class CopyToParallel(Op):
     @staticmethod
     def forward(ctx, x): return x
     @staticmethod
-    def backward(ctx, g): return reduce_from_parallel(g)
+    def backward(ctx, g): return ctx.ops.apply(ReduceFromParallel, g)
 
 
 class ReduceFromParallel(Op):
@@ -35,7 +35,7 @@ class ReduceFromParallel(Op):
         return out
 
     @staticmethod
-    def backward(ctx, g): return copy_to_parallel(g)
+    def backward(ctx, g): return ctx.ops.apply(CopyToParallel, g)
 
 
 class GatherFromParallel(Op):
@@ -49,7 +49,7 @@ class GatherFromParallel(Op):
         return ctx.xp.concatenate(list(every), axis=-1)
 
     @staticmethod
-    def backward(ctx, g): return scatter_to_parallel(g)
+    def backward(ctx, g): return ctx.ops.apply(ScatterToParallel, g)
 
 
 class ScatterToParallel(Op):
@@ -62,7 +62,7 @@ class ScatterToParallel(Op):
         return ctx.xp.ascontiguousarray(x[..., pg.rank() * k:(pg.rank() + 1) * k])
 
     @staticmethod
-    def backward(ctx, g): return gather_from_parallel(g)
+    def backward(ctx, g): return ctx.ops.apply(GatherFromParallel, g)
 
 
 def copy_to_parallel(x: Tensor) -> Tensor:

@@ -81,15 +81,20 @@ class Executor:
                                  "in the middle of a graph")
         self._keep_ctx = {n for n in self.schedule if keeps_ctx(n)}
         self.writes = plan_writes(self.steps, self.effects, graph.outputs, self._keep_ctx)
+        self._results_into: dict[Node, list] = {}  # a kernel with several results -> the tensor each goes into
+        for v, target in self.writes.into.items():
+            if v.op == "getitem":
+                self._results_into.setdefault(v.inputs[0], [None] * v.inputs[0].attrs["results"])[
+                    v.attrs["index"]] = target.meta["target"]
+        writers = frozenset(self.writes.into) | frozenset(self._results_into)  # the nodes that write into tensors
         self.parallel_plan: ParallelPlan | None = None
         self.stream_plan: StreamPlan | None = None
         device = next((n.meta["device"] for n in self.schedule if n.meta.get("device") is not None), None)
         if parallel and getattr(device, "type", "cpu") == "cuda":  # branches on streams, not threads
-            self.stream_plan = plan_streams(self.schedule, self.max_workers, frozenset(self.writes.into))
+            self.stream_plan = plan_streams(self.schedule, self.max_workers, writers)
             self._device, self._side_streams = device, None
         elif parallel:  # the values written into tensors wait for every node before them (see parallel.py)
-            self.parallel_plan = plan_parallel(self.schedule, self.max_workers, frozenset(self.writes.into),
-                                               force=parallel is True)
+            self.parallel_plan = plan_parallel(self.schedule, self.max_workers, writers, force=parallel is True)
         self.parallel = ((self.parallel_plan is not None and (parallel is True or self.parallel_plan.pays))
                          or (self.stream_plan is not None and self.stream_plan.used > 1))
         # "auto": the model proposes, the first calls measure; both ways are timed in turn and the faster stays
@@ -101,7 +106,7 @@ class Executor:
         self._seen: tuple[list, bool] | None = None  # the watched arrays of the last check, and its answer
         self._in_place = True  # this call writes the planned values into their tensors
         self._work = self._plan_work()
-        self.overlap = plan_overlap(self.schedule, self.writes.into, self._keep_ctx)  # the sequential run's
+        self.overlap = plan_overlap(self.schedule, writers, self._keep_ctx)  # the sequential run's
         self._waits: dict[int, list[Node]] = {}
         for n, k in self.overlap.items():
             self._waits.setdefault(k, []).append(n)
@@ -348,15 +353,19 @@ class Executor:
         for step, free, ctx_free in zip(self.steps, frees, ctx_frees):
             inline = [n for n in step if not _is_structural(n)] + [n for n in step if n.op in _STRUCTURAL]
             new = [n for n in step if n.op not in _FROM_OUTSIDE and n.op not in EFFECT_OPS
-                   and n not in self.writes.into]
+                   and n not in self.writes.into and n not in self._results_into]  # its getitems report
             work.append(([(n, node_step(n, self._compute(n), n in self._keep_ctx)) for n in inline], free,
                          ctx_free, new))
         return work
 
     def _compute(self, n: Node) -> Callable[[list], tuple[Any, Any]]:
         """``run_node`` for ``n``; for a value planned into a tensor, a call that writes it there."""
+        if n in self._results_into:
+            kernel, tensors = n.fn, self._results_into[n]
+            return lambda arrays: (kernel(*arrays, out=tuple(t.array if t is not None else None for t in tensors)
+                                          if self._in_place else None), None)
         target = self.writes.into.get(n)
-        if target is None:
+        if target is None or n.op == "getitem":  # a result of the kernel above: looked up
             return functools.partial(run_node, n)
         t = target.meta["target"]
         if n.op == "fused":

@@ -9,7 +9,9 @@ finds, before anything runs, the values that can be computed into their tensor's
 nothing left to do, the copies that a later copy into the same tensor overwrites anyway, and the new
 gradients that may become ``.grad`` without a copy (as eager's engine keeps a gradient no one else
 holds). Before fusion, ``drop_overwritten_copies`` removes the overwritten copies from the graph, so
-that ``m = buf * 0.9`` is read by ``m + g`` alone and both fuse into one kernel.
+that ``m = buf * 0.9`` is read by ``m + g`` alone and both fuse into one kernel. A kernel with
+several results (``passes.update_fusion``: the new momentum and the new weight) writes each into
+its tensor when it runs, so its results are planned at its step.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from minigrad.graph.codegen import is_anchor
-from minigrad.graph.codegen.c import CKernel
-from minigrad.graph.codegen.numpy_blocks import CpuKernel, one_ufunc
+from minigrad.graph.codegen.c import CKernel, MultiKernel
+from minigrad.graph.codegen.cpu import CpuKernel, one_ufunc
 from minigrad.graph.ir import EFFECT_OPS, SIDE_EFFECT_OPS, SOURCE_OPS, Graph, Node, op_kind
 from minigrad.graph.passes.rewrite import DROP, Rewriter, rewrite
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
@@ -105,7 +107,7 @@ def _place(target: Node, writes: list[Node], step_of: dict[Node, int], keep_ctx:
         readers = _end_readers(_aliases(v))
         late = any(r.op == "output" for r in readers) if v is final else bool(readers - set(writes[:-1]))
         if (v in into or v.shape != target.shape or v.dtype != target.dtype or not _writes_out(v, keep_ctx) or late
-                or (occupant is not target and step_of[occupant] >= step_of[v])  # runs at once (parallel)
+                or (occupant is not target and step_of[_maker(occupant)] >= step_of[_maker(v)])  # at once (parallel)
                 or not _moves_in_after(v, occupant, step_of)):
             continue
         placed.append(v)
@@ -119,15 +121,16 @@ def _moves_in_after(v: Node, occupant: Node, step_of: dict[Node, int]) -> bool:
     """Whether ``v`` may be written over ``occupant``'s buffer at its step: everything that reads
     the occupant (or a view of it) runs earlier, except ``v`` itself when it can write over its
     input (a ufunc can, whatever the overlap; a kernel only over the very array it reads)."""
-    s = step_of[v]
+    maker = _maker(v)  # a result of a kernel with several is written when that kernel runs
+    s = step_of[maker]
     for a in _aliases(occupant):
         if a is not occupant and step_of[a] >= s:
             return False
         for u in a.users:
             if u.op in SIDE_EFFECT_OPS:
                 continue
-            if u is v:
-                if v.op == "fused" and not (a is occupant and _kernel_overwrites(v, a)):
+            if u is maker:
+                if maker.op == "fused" and not (a is occupant and _kernel_overwrites(maker, a)):
                     return False
             elif step_of[u] >= s:
                 return False
@@ -138,6 +141,8 @@ def _writes_out(v: Node, keep_ctx: set[Node]) -> bool:
     """Whether the executor can have ``v`` computed into a given array."""
     if v.op == "fused":
         return isinstance(v.fn, (CpuKernel, CKernel))
+    if _several(v):
+        return True
     return (getattr(v.fn, "ufunc", None) is not None and not v.meta.get("kwargs")
             and v not in keep_ctx)  # a ctx must hold what forward saves: forward has to run
 
@@ -148,7 +153,10 @@ def _kernel_overwrites(v: Node, a: Node) -> bool:
     writes the result, after the other members have read their inputs; the root itself may read
     ``a`` only when it is one ufunc call (codegen's rule for writing a product's epilogue over it).
     A C kernel reads every element before writing it, but falls back to blocks where it cannot be
-    built, so the blocks' rule holds for both."""
+    built, so the blocks' rule holds for both. A kernel with several results loads every element
+    before storing any (and without a compiler computes them into new arrays first)."""
+    if isinstance(v.fn, MultiKernel):
+        return True
     group = v.meta["group"]
     (root,) = group.outputs
     twin = group.placeholders[v.inputs.index(a)]
@@ -170,8 +178,18 @@ def _aliases(x: Node) -> set[Node]:
     return found
 
 
+def _several(n: Node) -> bool:
+    """Whether ``n`` is a result of a fused kernel with several results (``passes.update_fusion``)."""
+    return n.op == "getitem" and isinstance(n.inputs[0].fn, MultiKernel)
+
+
+def _maker(n: Node) -> Node:
+    """The node whose run writes ``n``'s value: its kernel for a result of one with several."""
+    return n.inputs[0] if _several(n) else n
+
+
 def _fresh(n: Node) -> bool:
-    return n.op == "fused" or (getattr(n.fn, "array_forward", False)
+    return n.op == "fused" or _several(n) or (getattr(n.fn, "array_forward", False)
                                and (op_kind(n) == "elementwise" or is_anchor(n)))
 
 
@@ -199,7 +217,7 @@ def _overlaps(into: dict[Node, Node], copies: dict[Node, list[Node]], step_of: d
     after the first write into the target, or written itself, would otherwise see the new value."""
     first: dict[Node, int] = {}
     for v, t in into.items():
-        first[t] = min(first.get(t, end), step_of[v])
+        first[t] = min(first.get(t, end), step_of[_maker(v)])
     sources = [n for n in step_of if n.op in SOURCE_OPS]
     pairs = []
     for s in sources:

@@ -31,6 +31,10 @@ class CheckpointFunction(Function):
     segment with grad enabled and returns one gradient per input.
     """
 
+    # its rule is a whole forward and backward of the segment on Tensors (a recomputation, then
+    # engine.grad), not a formula, so it stays on Tensors under either binding of ctx.ops
+    tensor_backward = True
+
     @staticmethod
     def forward(ctx, segment: Any, *inputs: Tensor) -> Any:  # memory.checkpoint builds the segment
         ctx.segment = segment

@@ -3,23 +3,26 @@
 An Elman RNN updates its hidden state with one affine map and a nonlinearity,
 ``h' = tanh(W_ih x + b_ih + W_hh h + b_hh)``; a GRU adds two gates, a reset gate r that decides
 how much of ``h`` the candidate n sees and an update gate z that blends: ``h' = (1 - z) * n + z * h``.
-As in ``nn.rnn`` (the LSTM), the sequence is a Python loop, so backpropagation through time is
-``backward()`` through the unrolled graph. Parameter names, gate order (r, z, n for the GRU) and
-initialisation are PyTorch's, so weights load both ways.
+``_Stack`` is the one sequence loop of all three recurrences (``nn.rnn``'s LSTM too): a Python
+loop over time, so backpropagation through time is ``backward()`` through the unrolled graph. The
+input's projection for every step is one matrix product before the loop, and each step is one
+product with the recurrent weight and one gate op, to keep the loop cheap. Parameter names, gate
+order (r, z, n for the GRU) and initialisation are PyTorch's, so weights load both ways.
 """
 
 from __future__ import annotations
 
-import functools
+import math
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 from minigrad import creation
 from minigrad.errors import ShapeError
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module, Parameter
-from minigrad.nn.rnn import _init_uniform
-from minigrad.ops import cat, relu, sigmoid, stack, tanh
+from minigrad.nn import init
+from minigrad.ops import cat, relu, stack, tanh
+from minigrad.ops.recurrent import Stack, gru_gates, unbind
 from minigrad._tensor import Tensor
 
 __all__ = ["GRU", "GRUCell", "RNN", "RNNCell", "gru_cell", "rnn_cell"]
@@ -35,11 +38,14 @@ def rnn_cell(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | No
 def gru_cell(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None = None,
              b_hh: Tensor | None = None) -> Tensor:
     """One GRU step: the reset gate scales the hidden part of the candidate only, as in PyTorch."""
-    xr, xz, xn = F.linear(x, w_ih, b_ih).chunk(3, dim=-1)
-    hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
-    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
-    n = tanh(xn + r * hn)
-    return (1 - z) * n + z * h
+    return gru_gates(F.linear(x, w_ih, b_ih), F.linear(h, w_hh, b_hh), h)
+
+
+def _init_uniform(module: Module, hidden_size: int) -> None:
+    # torch's default for every recurrent weight and bias: U(-1/sqrt(hidden), 1/sqrt(hidden))
+    bound = 1 / math.sqrt(hidden_size) if hidden_size > 0 else 0
+    for p in module.parameters():
+        init.uniform_(p, -bound, bound)
 
 
 def _check_nonlinearity(nonlinearity: str) -> None:
@@ -115,13 +121,17 @@ class GRUCell(_Cell):
 
 
 class _Stack(Module):
-    """``num_layers`` recurrences over a whole sequence, as ``nn.LSTM`` but with one state:
-    input (L, N, input_size), or (N, L, input_size) with ``batch_first``, gives ``output, h_n``
-    with output (L, N, D * hidden_size) and h_n (D * num_layers, N, hidden_size). A subclass gives
-    ``_cell()``, the step function of (x, h, *weights)."""
+    """``num_layers`` recurrences over a whole sequence, the one loop behind ``RNN``, ``GRU`` and
+    ``LSTM``: input (L, N, input_size), or (N, L, input_size) with ``batch_first``, gives
+    ``output, h_n`` (``LSTM``: ``output, (h_n, c_n)``) with output (L, N, D * hidden_size) and each
+    final state (D * num_layers, N, hidden_size), D = 2 if bidirectional. A subclass gives
+    ``gates``, ``states`` (1, or 2 for the LSTM's h and c) and ``_step``."""
 
     gates = 1
+    states = 1
     kind = "RNN"
+    hidden_bias_per_step = False  # True: bias_hh is added to each step's h W_hh^T (the GRU's reset gate scales both)
+    _linear = staticmethod(F.linear)  # what applies a gate's weight (minigrad.quantization swaps it)
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -150,45 +160,75 @@ class _Stack(Module):
     def reset_parameters(self) -> None:
         _init_uniform(self, self.hidden_size)
 
+    def flatten_parameters(self) -> None:
+        """Nothing to do: torch packs cuDNN's weights into one buffer here; minigrad keeps them apart."""
+
     def _weights(self, layer: int, suffix: str) -> tuple:
         names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh") if self.bias else ("weight_ih", "weight_hh")
         return tuple(getattr(self, f"{name}_l{layer}{suffix}") for name in names)
 
-    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def _step(self, xg: Tensor, hg: Tensor, state: tuple) -> tuple:
+        """The next state from the step's input projection ``xg``, the state's projection ``hg``
+        (each (N, gates * hidden) with its bias) and the state."""
+        raise NotImplementedError(f"{type(self).__name__} must define _step")
+
+    def forward(self, input: Tensor, hx: Any = None) -> tuple[Tensor, Any]:
         if input.ndim not in (2, 3) or input.shape[-1] != self.input_size:
             layout = "(N, L, input_size)" if self.batch_first else "(L, N, input_size)"
             raise ShapeError(f"{self.kind}: expected input of shape {layout} or (L, input_size) with "
                              f"input_size={self.input_size}, got {tuple(input.shape)}")
         unbatched = input.ndim == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
-        length, batch = x.shape[:2]
         directions = 2 if self.bidirectional else 1
-        state_shape = (self.num_layers * directions, batch, self.hidden_size)
+        state_shape = (self.num_layers * directions, x.shape[1], self.hidden_size)
+        names = ("h_0", "c_0")[:self.states]
         if hx is None:
-            h0 = creation.zeros(*state_shape, device=x.device, dtype=x.dtype)
+            initial = (creation.zeros(*state_shape, device=x.device, dtype=x.dtype),) * self.states
         else:
-            h0 = hx.unsqueeze(1) if unbatched else hx
-            if tuple(h0.shape) != state_shape:
-                raise ShapeError(f"{self.kind}: expected h_0 of shape {state_shape}, got {tuple(h0.shape)}")
+            initial = tuple(t.unsqueeze(1) if unbatched else t for t in (hx if self.states > 1 else (hx,)))
+            for name, t in zip(names, initial):
+                if tuple(t.shape) != state_shape:
+                    raise ShapeError(f"{self.kind}: expected {name} of shape {state_shape}, got {tuple(t.shape)}")
 
-        step_fn, steps, h_n = self._cell(), [x[t] for t in range(length)], []
+        finals = []
         for layer in range(self.num_layers):
             if layer > 0 and self.dropout > 0:
-                steps = [F.dropout(s, self.dropout, self.training) for s in steps]
+                x = F.dropout(x, self.dropout, self.training)
             outputs = []
             for d, suffix in enumerate(("", "_reverse")[:directions]):
-                h, out = h0[layer * directions + d], [None] * length
-                for t in (reversed(range(length)) if suffix else range(length)):
-                    h = step_fn(steps[t], h, *self._weights(layer, suffix))
-                    out[t] = h
+                state = tuple(s[layer * directions + d] for s in initial)
+                out, state = self._direction(x, state, self._weights(layer, suffix), bool(suffix))
                 outputs.append(out)
-                h_n.append(h)
-            steps = outputs[0] if directions == 1 else [cat(pair, -1) for pair in zip(*outputs)]
+                finals.append(state)
+            x = outputs[0] if directions == 1 else cat(outputs, -1)
 
-        output, h_n = stack(steps), stack(h_n)
+        last = tuple(stack([f[k] for f in finals]) for k in range(self.states))
         if unbatched:
-            return output.squeeze(1), h_n.squeeze(1)
-        return (output.transpose(0, 1) if self.batch_first else output), h_n
+            x, last = x.squeeze(1), tuple(s.squeeze(1) for s in last)
+        elif self.batch_first:
+            x = x.transpose(0, 1)
+        return x, (last if self.states > 1 else last[0])
+
+    def _direction(self, x: Tensor, state: tuple, weights: tuple, reverse: bool) -> tuple[Tensor, tuple]:
+        """One layer in one direction over x (L, N, features): its outputs (L, N, hidden) and last
+        state. Every step's input projection is one matrix product before the loop, so each step
+        is one product with ``weight_hh`` and one gate op (``minigrad.ops.recurrent``)."""
+        w_ih, w_hh, b_ih, b_hh = weights if len(weights) == 4 else (*weights, None, None)
+        linear = self._linear
+        if linear is not F.linear:  # a dynamically quantized weight picks its input's grid step by step
+            inputs = [linear(xt, w_ih, b_ih) for xt in unbind(x)]
+            hidden = lambda h: linear(h, w_hh, b_hh)  # noqa: E731
+        elif self.hidden_bias_per_step:
+            inputs = unbind(F.linear(x, w_ih, b_ih))
+            hidden = lambda h: F.linear(h, w_hh, b_hh)  # noqa: E731
+        else:  # both biases join the product over the whole sequence, and a step is one matmul
+            inputs = unbind(F.linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh))
+            hidden = w_hh.mT.__rmatmul__
+        out = [None] * len(inputs)
+        for t in (reversed(range(len(inputs))) if reverse else range(len(inputs))):
+            state = self._step(inputs[t], hidden(state[0]), state)
+            out[t] = state[0]
+        return Stack.apply(0, *out), state
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -210,14 +250,14 @@ class RNN(_Stack):
                          device, dtype)
         self.nonlinearity = nonlinearity
 
-    def _cell(self) -> Callable[..., Tensor]:
-        return functools.partial(rnn_cell, nonlinearity=self.nonlinearity)
+    def _step(self, xg: Tensor, hg: Tensor, state: tuple) -> tuple:
+        return (tanh(xg + hg) if self.nonlinearity == "tanh" else relu(xg + hg),)
 
 
 class GRU(_Stack):
     """A stack of GRUs over a whole sequence."""
 
-    gates, kind = 3, "GRU"
+    gates, kind, hidden_bias_per_step = 3, "GRU", True
 
-    def _cell(self) -> Callable[..., Tensor]:
-        return gru_cell
+    def _step(self, xg: Tensor, hg: Tensor, state: tuple) -> tuple:
+        return (gru_gates(xg, hg, state[0]),)

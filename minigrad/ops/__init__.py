@@ -24,6 +24,7 @@ from minigrad.ops.sampling import *  # noqa: F401,F403
 from minigrad.ops.inplace import copy_from, fill_, inplace  # noqa: F401
 from minigrad.ops.conv import *  # noqa: F401,F403
 from minigrad.ops.pool import *  # noqa: F401,F403
+from minigrad.ops.recurrent import *  # noqa: F401,F403
 from minigrad.ops import normalize  # noqa: F401,E402  (Standardize, which nn.functional applies)
 from minigrad.ops.layout import *  # noqa: F401,F403
 from minigrad.ops import sparse  # noqa: F401,E402  (COO tensors: minigrad.sparse)

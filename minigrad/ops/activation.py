@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from minigrad.ops.elementwise import _floating, _not_bool, exp, sigmoid, tanh, where
+from minigrad.ops.elementwise import Sigmoid, _floating, _not_bool, exp, sigmoid, tanh, where
 from minigrad.ops.op import Op, same_value
 from minigrad.ops.special import erf as _erf
 
@@ -47,9 +47,10 @@ class LeakyRelu(Op):
 
     @staticmethod
     def forward(ctx, a, negative_slope):
-        mask = a > 0
-        ctx.save_for_backward(ctx.xp.where(mask, 1, negative_slope).astype(a.dtype))
-        return ctx.xp.where(mask, a, a * negative_slope)
+        # the slope, 1 or negative_slope, made in a's dtype (not float64, then cast) is also the factor
+        slope = ctx.xp.where(a > 0, a.dtype.type(1), a.dtype.type(negative_slope))
+        ctx.save_for_backward(slope)
+        return a * slope
 
     @staticmethod
     def backward(ctx, g): return g * ctx.saved_tensors[0], None
@@ -79,7 +80,7 @@ class Softplus(Op):
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
         ba = a * ctx.beta
-        return g * where(ba > ctx.threshold, 1.0, sigmoid(ba)), None, None
+        return g * ctx.ops.where(ba > ctx.threshold, 1.0, ctx.ops.apply(Sigmoid, ba)), None, None
 
 
 class Dropout(Op):
@@ -118,6 +119,7 @@ class Hardswish(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
+        where = ctx.ops.where
         return g * where(a < -3, 0.0, where(a > 3, 1.0, (2 * a + 3) / 6))
 
     @staticmethod
@@ -164,8 +166,8 @@ class Gelu(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        cdf = 0.5 * (1 + erf(a / math.sqrt(2)))
-        pdf = exp(-0.5 * a * a) / math.sqrt(2 * math.pi)
+        cdf = 0.5 * (1 + ctx.ops.apply(Erf, a / math.sqrt(2)))
+        pdf = ctx.ops.exp(-0.5 * a * a) / math.sqrt(2 * math.pi)
         return g * (cdf + a * pdf)
 
 
@@ -182,7 +184,7 @@ class Erf(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        return g * (2 / math.sqrt(math.pi)) * exp(-a * a)
+        return g * (2 / math.sqrt(math.pi)) * ctx.ops.exp(-a * a)
 
 
 def erf(x): return Erf.apply(_floating(x, "erf"))

@@ -132,9 +132,9 @@ class Conv2d(Op):
     def backward(ctx, gy):
         x, w, cols = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        gx = ConvTranspose2d.apply(gy, w, ctx.geometry, ctx.groups, ctx.hw) if need_x else None
-        gw = Conv2dWeight.apply(x, gy, ctx.geometry, ctx.groups, ctx.kernel, cols.array) if need_w else None
-        gb = gy.sum((0, 2, 3)) if need_b else None
+        gx = ctx.ops.apply(ConvTranspose2d, gy, w, ctx.geometry, ctx.groups, ctx.hw) if need_x else None
+        gw = ctx.ops.apply(Conv2dWeight, x, gy, ctx.geometry, ctx.groups, ctx.kernel, ctx.ops.data(cols)) if need_w else None
+        gb = ctx.ops.sum(gy, (0, 2, 3)) if need_b else None
         return gx, gw, gb, None, None
 
 
@@ -161,8 +161,8 @@ class ConvTranspose2d(Op):
     def backward(ctx, gx):
         y, w = ctx.saved_tensors
         need_y, need_w = ctx.needs_input_grad[:2]
-        gy = Conv2d.apply(gx, w, None, ctx.geometry, ctx.groups) if need_y else None
-        gw = Conv2dWeight.apply(gx, y, ctx.geometry, ctx.groups, ctx.kernel) if need_w else None
+        gy = ctx.ops.apply(Conv2d, gx, w, None, ctx.geometry, ctx.groups) if need_y else None
+        gw = ctx.ops.apply(Conv2dWeight, gx, y, ctx.geometry, ctx.groups, ctx.kernel) if need_w else None
         return gy, gw, None, None, None
 
 
@@ -189,8 +189,8 @@ class Conv2dWeight(Op):
     def backward(ctx, gw):
         x, y = ctx.saved_tensors
         need_x, need_y = ctx.needs_input_grad[:2]
-        gx = ConvTranspose2d.apply(y, gw, ctx.geometry, ctx.groups, ctx.hw) if need_x else None
-        gy = Conv2d.apply(x, gw, None, ctx.geometry, ctx.groups) if need_y else None
+        gx = ctx.ops.apply(ConvTranspose2d, y, gw, ctx.geometry, ctx.groups, ctx.hw) if need_x else None
+        gy = ctx.ops.apply(Conv2d, x, gw, None, ctx.geometry, ctx.groups) if need_y else None
         return gx, gy, None, None, None, None
 
 

@@ -1,7 +1,8 @@
 """Elementwise ops: arithmetic with broadcasting, math functions, comparisons, casts.
 
 Each op is a ``Function`` whose forward computes on ``xp`` arrays and whose backward is one line
-of minigrad ops per input (chapter 02's table of derivatives). Broadcasting is undone once, by the
+per input, written once against ``ctx.ops`` (chapter 02's table of derivatives): arrays when
+nobody records the backward pass, minigrad's ops when it is recorded. Broadcasting is undone once, by the
 engine, so ``Add.backward`` just returns ``g, g``. ``_binary`` applies PyTorch's dtype rules
 before an op runs: Python scalars never widen a tensor's dtype, and int with float gives float.
 ``power`` and ``absolute`` are exported by ``minigrad.ops`` as ``pow`` and ``abs``, so that in this
@@ -14,7 +15,7 @@ import math
 from typing import Any
 
 from minigrad import backend
-from minigrad.autograd.function import Function
+from minigrad.autograd.function import OUTPUT, Function
 from minigrad.errors import ArgumentError, DTypeError
 from minigrad.ops.op import GRADIENT_OP, Op, same_value
 from minigrad._tensor import Tensor, _wrap
@@ -29,7 +30,7 @@ __all__ = [
 def _save_other(ctx: Function, a: Any, b: Any) -> None:
     """Save only what backward will read: b for a's gradient, a for b's (as in ``a * b``)."""
     need_a, need_b = ctx.needs_input_grad
-    ctx.save_for_backward(a if need_b else None, b if need_a else None)
+    ctx.save_positions(0 if need_b else None, 1 if need_a else None)
 
 
 # -- arithmetic ------------------------------------------------------------------------------------
@@ -79,6 +80,8 @@ class Mul(Op):
         """d(a*b) = b da + a db. Forward saved ``(a, b)`` by ``_save_other``: ``b`` only when a
         needs a gradient and ``a`` only when b does, the other slot ``None`` (either may be a Python
         number). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        ``g`` and the saved values are arrays or Tensors, as the engine bound ``ctx.ops``: operators
+        work on both, so the rule is written once.
         """
         ### BEGIN SOLUTION chapter 02: Mul.backward
         a, b = ctx.saved_tensors
@@ -95,7 +98,7 @@ class Div(Op):
 
     @staticmethod
     def forward(ctx, a, b):
-        ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b)
+        ctx.save_positions(0 if ctx.needs_input_grad[1] else None, 1)
         return a / b
 
     @staticmethod
@@ -142,12 +145,14 @@ class Pow(Op):
         """d(a^b) = b a^(b-1) da + a^b ln(a) db. Forward saved ``(a, b, out)``, ``out`` only when
         ``b`` needs a gradient; ``a`` may be a Python number (``2 ** x``: use ``math.log`` for it), and
         either gradient is computed only when ``ctx.needs_input_grad`` asks for it. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        For ``ln(a)`` of a saved tensor use ``ctx.ops.apply(Log, a)`` (the op's own forward on
+        arrays, ``Log.apply`` on Tensors).
         """
         ### BEGIN SOLUTION chapter 02: Pow.backward
         a, b, out = ctx.saved_tensors
         ga = g * b * a ** (b - 1) if ctx.needs_input_grad[0] else None
         if ctx.needs_input_grad[1]:  # a may be a Python number (2 ** x)
-            return ga, g * out * (log(a) if isinstance(a, Tensor) else math.log(a))
+            return ga, g * out * (math.log(a) if isinstance(a, (int, float)) else ctx.ops.apply(Log, a))
         return ga, None
         ### END SOLUTION
 
@@ -163,7 +168,7 @@ class Exp(Op):
     @staticmethod
     def forward(ctx, a):
         out = ctx.xp.exp(a)
-        ctx.save_for_backward(out)
+        ctx.save_positions(OUTPUT)
         return out
 
     @staticmethod
@@ -183,7 +188,7 @@ class Log(Op):
 
     @staticmethod
     def forward(ctx, a):
-        ctx.save_for_backward(a)
+        ctx.save_positions(0)
         return ctx.xp.log(a)
 
     @staticmethod
@@ -203,7 +208,7 @@ class Sqrt(Op):
     @staticmethod
     def forward(ctx, a):
         out = ctx.xp.sqrt(a)
-        ctx.save_for_backward(out)
+        ctx.save_positions(OUTPUT)
         return out
 
     @staticmethod
@@ -222,7 +227,7 @@ class Rsqrt(Op):
     @staticmethod
     def forward(ctx, a):
         out = 1 / ctx.xp.sqrt(a)
-        ctx.save_for_backward(out)
+        ctx.save_positions(OUTPUT)
         return out
 
     @staticmethod
@@ -239,11 +244,11 @@ class Abs(Op):
 
     @staticmethod
     def forward(ctx, a):
-        ctx.save_for_backward(a)
+        ctx.save_positions(0)
         return ctx.xp.abs(a)
 
     @staticmethod
-    def backward(ctx, g): return g * sign(ctx.saved_tensors[0])
+    def backward(ctx, g): return g * ctx.ops.apply(Sign, ctx.saved_tensors[0])
 
 
 class Sign(Op):
@@ -266,11 +271,11 @@ class Sin(Op):
 
     @staticmethod
     def forward(ctx, a):
-        ctx.save_for_backward(a)
+        ctx.save_positions(0)
         return ctx.xp.sin(a)
 
     @staticmethod
-    def backward(ctx, g): return g * cos(ctx.saved_tensors[0])
+    def backward(ctx, g): return g * ctx.ops.apply(Cos, ctx.saved_tensors[0])
 
 
 class Cos(Op):
@@ -281,11 +286,11 @@ class Cos(Op):
 
     @staticmethod
     def forward(ctx, a):
-        ctx.save_for_backward(a)
+        ctx.save_positions(0)
         return ctx.xp.cos(a)
 
     @staticmethod
-    def backward(ctx, g): return -g * sin(ctx.saved_tensors[0])
+    def backward(ctx, g): return -g * ctx.ops.apply(Sin, ctx.saved_tensors[0])
 
 
 class Tanh(Op):
@@ -297,11 +302,11 @@ class Tanh(Op):
     @staticmethod
     def forward(ctx, a):
         out = ctx.xp.tanh(a)
-        ctx.save_for_backward(out)
+        ctx.save_positions(OUTPUT)
         return out
 
     @staticmethod
-    def backward(ctx, g): return TanhBackward.apply(g, ctx.saved_tensors[0])
+    def backward(ctx, g): return ctx.ops.apply(TanhBackward, g, ctx.saved_tensors[0])
 
 
 class TanhBackward(Op):
@@ -314,7 +319,7 @@ class TanhBackward(Op):
 
     @staticmethod
     def forward(ctx, g, y):
-        ctx.save_for_backward(g, y)
+        ctx.save_positions(0, 1)
         return g * (1 - y * y)
 
     @staticmethod
@@ -339,11 +344,11 @@ class Sigmoid(Op):
     def forward(ctx, a):
         # 0.5 * (1 + tanh(a / 2)) never overflows, unlike 1 / (1 + exp(-a)) for a << 0
         out = 0.5 + 0.5 * ctx.xp.tanh(0.5 * a)
-        ctx.save_for_backward(out)
+        ctx.save_positions(OUTPUT)
         return out
 
     @staticmethod
-    def backward(ctx, g): return SigmoidBackward.apply(g, ctx.saved_tensors[0])
+    def backward(ctx, g): return ctx.ops.apply(SigmoidBackward, g, ctx.saved_tensors[0])
 
 
 class SigmoidBackward(Op):
@@ -356,7 +361,7 @@ class SigmoidBackward(Op):
 
     @staticmethod
     def forward(ctx, g, y):
-        ctx.save_for_backward(g, y)
+        ctx.save_positions(0, 1)
         return g * y * (1 - y)
 
     @staticmethod
@@ -453,10 +458,12 @@ class Where(Op):
         """``where(cond, a, b)``: the gradient goes to ``a`` where the saved ``cond`` holds and to
         ``b`` elsewhere (zeros in the other places); ``cond`` gets ``None``. Either of ``a``, ``b``
         may be a Python number, and may have been broadcast. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Use ``ctx.ops.where``: the array module's ``where`` or minigrad's, as the engine bound the rule.
         """
         ### BEGIN SOLUTION chapter 02: Where.backward
         cond = ctx.saved_tensors[0]
         _, need_a, need_b = ctx.needs_input_grad
+        where = ctx.ops.where
         return None, (where(cond, g, 0.0) if need_a else None), (where(cond, 0.0, g) if need_b else None)
         ### END SOLUTION
 
@@ -482,7 +489,7 @@ class Cast(Op):
         return a.astype(dtype)
 
     @staticmethod
-    def backward(ctx, g): return cast(g, ctx.src), None
+    def backward(ctx, g): return ctx.ops.cast(g, ctx.src), None
 
 
 class Clone(Op):
@@ -514,6 +521,9 @@ class ToDevice(Function):
 
     kind = "movement"
     autocast = "keep"
+    # it moves Tensors between devices (its gradient goes back to the source device), which an
+    # array of one device's module cannot express: the rule stays on Tensors under either binding
+    tensor_backward = True
 
     @staticmethod
     def forward(ctx, x, device):

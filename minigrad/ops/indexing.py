@@ -71,9 +71,10 @@ class GetItem(Op):
         positions ``ctx.index`` read (the ``(basic, advanced)`` pair of ``_normalize``). A position read
         twice (``x[[0, 0]]``) receives both gradients added, not the last one. The index gets ``None``.
         The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Run another op with ``ctx.ops.apply(OtherOp, *args)``.
         """
         ### BEGIN SOLUTION chapter 02: GetItem.backward
-        return ScatterIndex.apply(g, ctx.shape, ctx.index), None
+        return ctx.ops.apply(ScatterIndex, g, ctx.shape, ctx.index), None
         ### END SOLUTION
 
     @staticmethod
@@ -127,9 +128,10 @@ class ScatterIndex(Op):
         ``None``. Each element of forward's ``g`` went to one position of the output, so its
         gradient is the incoming gradient at that position. The contract of every rule:
         ``minigrad.autograd.Function.backward``.
+        Run another op with ``ctx.ops.apply(OtherOp, *args)``.
         """
         ### BEGIN SOLUTION chapter 02: ScatterIndex.backward
-        return GetItem.apply(g, ctx.index), None, None
+        return ctx.ops.apply(GetItem, g, ctx.index), None, None
         ### END SOLUTION
 
 
@@ -152,11 +154,12 @@ class IndexPut(Op):
         the overwritten positions (their old values did not reach the output); that of ``v`` is ``g``
         read at the index (the engine sums it to v's shape when v was broadcast); the index gets
         ``None``. Compute only what ``ctx.needs_input_grad`` asks for. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Run another op with ``ctx.ops.apply(OtherOp, *args)``.
         """
         ### BEGIN SOLUTION chapter 02: IndexPut.backward
         need_a, _, need_v = ctx.needs_input_grad
-        ga = IndexPut.apply(g, ctx.index, 0) if need_a else None  # overwritten elements get no gradient
-        gv = GetItem.apply(g, ctx.index) if need_v else None  # the engine sums it to v's shape
+        ga = ctx.ops.apply(IndexPut, g, ctx.index, 0) if need_a else None  # overwritten elements get no gradient
+        gv = ctx.ops.apply(GetItem, g, ctx.index) if need_v else None  # the engine sums it to v's shape
         return ga, None, gv
         ### END SOLUTION
 

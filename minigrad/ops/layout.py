@@ -173,11 +173,11 @@ class AsStrided(Op):
         size, stride, offset = ctx.geometry
         where_out = positions(xp, g.shape, *ctx.out_geometry)
         where_in = positions(xp, size, stride, offset)
-        storage = ScatterIndex.apply(g, (ctx.numel,), ((Ellipsis,), (where_out,)))
-        gx = GetItem.apply(storage, ((Ellipsis,), (where_in,)))
+        storage = ctx.ops.apply(ScatterIndex, g, (ctx.numel,), ((Ellipsis,), (where_out,)))
+        gx = ctx.ops.apply(GetItem, storage, ((Ellipsis,), (where_in,)))
         count = xp.bincount(where_in.reshape(-1), minlength=ctx.numel)[where_in]
         if (count > 1).any():
-            gx = gx / Tensor(count.astype(g.dtype), device=g.device)
+            gx = gx / ctx.ops.constant(count.astype(g.dtype))
         return gx, None, None, None
 
 

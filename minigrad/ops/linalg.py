@@ -17,7 +17,7 @@ from minigrad import backend
 from minigrad.autograd import mode
 from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, cast
-from minigrad.ops.movement import broadcast_to, reshape
+from minigrad.ops.movement import BroadcastTo, broadcast_to, reshape
 from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["bmm", "dot", "einsum", "linear", "matmul", "mm", "outer"]
@@ -57,14 +57,17 @@ class Linear(Op):
         rows, as forward does, for one matrix product); the bias's is g summed over the rows.
         Compute only what ``ctx.needs_input_grad`` asks for. The contract of every rule:
         ``minigrad.autograd.Function.backward``.
+        Use ``ctx.ops.matmul``, ``ctx.ops.reshape`` and ``ctx.ops.sum``: arrays or Tensors, as the
+        engine bound the rule.
         """
         ### BEGIN SOLUTION chapter 02: Linear.backward
         x, w = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
-        rows = reshape(g, (_rows(g.shape), g.shape[-1]))
-        gx = g @ w if need_x else None
-        gw = rows.mT @ reshape(x, (_rows(x.shape), x.shape[-1])) if need_w else None
-        gb = rows.sum(0) if need_b else None
+        ops = ctx.ops
+        rows = ops.reshape(g, (_rows(g.shape), g.shape[-1]))
+        gx = ops.matmul(g, w) if need_x else None
+        gw = ops.matmul(rows.mT, ops.reshape(x, (_rows(x.shape), x.shape[-1]))) if need_w else None
+        gb = ops.sum(rows, 0) if need_b else None
         return gx, gw, gb
         ### END SOLUTION
 
@@ -117,27 +120,30 @@ class Matmul(Op):
         ``ctx.ndims``: a 1-D ``a`` acted as a row ``(1, k)``, a 1-D ``b`` as a column ``(k, 1)``, and
         both 1-D is a dot product with a 0-D ``g``; batched operands broadcast over their leading
         dims (the engine sums a gradient back to a smaller batch shape). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Multiply with ``ctx.ops.matmul`` (the op's own product under either binding, so the two
+        agree bit for bit) and add axes with ``ctx.ops.unsqueeze``; ``.mT`` works on arrays and Tensors alike.
         """
         ### BEGIN SOLUTION chapter 02: Matmul.backward
         a, b = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad
         na, nb = ctx.ndims
+        mm, unsqueeze, reshape = ctx.ops.matmul, ctx.ops.unsqueeze, ctx.ops.reshape
         if na == 1 and nb == 1:  # a dot product: g is 0-D
             return (g * b if need_a else None), (g * a if need_b else None)
         if na == 1:  # (k) @ (..., k, m): a acts as a (1, k) row
-            row = g.unsqueeze(-2)
-            return (row @ b.mT if need_a else None), (a.unsqueeze(-1) @ row if need_b else None)
+            row = unsqueeze(g, -2)
+            return (mm(row, b.mT) if need_a else None), (mm(unsqueeze(a, -1), row) if need_b else None)
         if nb == 1:  # (..., n, k) @ (k): b acts as a (k, 1) column
-            return (g.unsqueeze(-1) @ b.unsqueeze(-2) if need_a else None), (g.unsqueeze(-2) @ a if need_b else None)
-        ga = g @ b.mT if need_a else None
+            return (mm(unsqueeze(g, -1), unsqueeze(b, -2)) if need_a else None), (mm(unsqueeze(g, -2), a) if need_b else None)
+        ga = mm(g, b.mT) if need_a else None
         gb = None
         if need_b:
             if nb == 2 and na > 2:
                 # fold the batch into the rows, as forward does: one (k, B*n) @ (B*n, m) product
                 # instead of B of them followed by a sum over the batch
-                gb = reshape(a, (-1, a.shape[-1])).mT @ reshape(g, (-1, g.shape[-1]))
+                gb = mm(reshape(a, (-1, a.shape[-1])).mT, reshape(g, (-1, g.shape[-1])))
             else:
-                gb = a.mT @ g
+                gb = mm(a.mT, g)
         return ga, gb
         ### END SOLUTION
 
@@ -256,11 +262,11 @@ class Einsum(Op):
         terms = lhs.split(",")
         grads = [None]
         for k, need in enumerate(ctx.needs_input_grad[1:]):
-            grads.append(_einsum_grad(g, terms, out, operands, k, ctx.shapes) if need else None)
+            grads.append(_einsum_grad(ctx.ops, ctx.xp, g, terms, out, operands, k, ctx.shapes) if need else None)
         return tuple(grads)
 
 
-def _einsum_grad(g: Tensor, terms: list, out: str, operands: tuple, k: int, shapes: list) -> Tensor:
+def _einsum_grad(ops: Any, xp: Any, g: Any, terms: list, out: str, operands: tuple, k: int, shapes: list) -> Any:
     """d(einsum)/d(operand k): contract g with every other operand into operand k's subscripts.
     Letters only operand k has were summed out, so the gradient is broadcast along them; a letter
     repeated in operand k (a diagonal, as in 'ii->i') puts the gradient back on that diagonal."""
@@ -273,12 +279,12 @@ def _einsum_grad(g: Tensor, terms: list, out: str, operands: tuple, k: int, shap
     have = set("".join(t for t, _ in rest))
     letters = "".join(dict.fromkeys(term))
     kept = "".join(c for c in letters if c in have)
-    grad = Einsum.apply(",".join(t for t, _ in rest) + "->" + kept, *[o for _, o in rest])
+    grad = ops.apply(Einsum, ",".join(t for t, _ in rest) + "->" + kept, *[o for _, o in rest])
     if kept != letters:
-        grad = reshape(grad, tuple(grad.shape[kept.index(c)] if c in kept else 1 for c in letters))
+        grad = ops.reshape(grad, tuple(grad.shape[kept.index(c)] if c in kept else 1 for c in letters))
     full = tuple(sizes[c] for c in letters)
     if grad.shape != full:  # the other operands were broadcast along some of these letters
-        grad = broadcast_to(grad, full)
+        grad = ops.apply(BroadcastTo, grad, full)
     if letters != term:
         free = iter(c for c in string.ascii_letters if c not in "".join(terms) + out)
         renamed, eyes, seen = "", [], set()
@@ -290,9 +296,8 @@ def _einsum_grad(g: Tensor, terms: list, out: str, operands: tuple, k: int, shap
             else:
                 renamed += c
                 seen.add(c)
-        xp = g.device.xp
-        eye = [_wrap(xp.eye(sizes[e[0]], dtype=g.dtype), g.device) for e in eyes]
-        grad = Einsum.apply(",".join([letters] + eyes) + "->" + renamed, grad, *eye)
+        eye = [ops.constant(xp.eye(sizes[e[0]], dtype=g.dtype)) for e in eyes]
+        grad = ops.apply(Einsum, ",".join([letters] + eyes) + "->" + renamed, grad, *eye)
     return grad
 
 

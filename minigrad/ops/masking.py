@@ -34,7 +34,7 @@ class Triangle(Op):
         return (ctx.xp.triu if upper else ctx.xp.tril)(a, diagonal)
 
     @staticmethod
-    def backward(ctx, g): return Triangle.apply(g, ctx.diagonal, ctx.upper), None, None
+    def backward(ctx, g): return ctx.ops.apply(Triangle, g, ctx.diagonal, ctx.upper), None, None
 
 
 def _triangle(x: Tensor, diagonal: int, upper: bool) -> Tensor:

@@ -47,9 +47,10 @@ class Reshape(Op):
     def backward(ctx, g):
         """The gradient of a reshape is ``g`` reshaped back to the input's shape, ``ctx.shape``.
         The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Use ``ctx.ops.reshape``, which reshapes an array or a Tensor.
         """
         ### BEGIN SOLUTION chapter 02: Reshape.backward
-        return reshape(g, ctx.shape), None
+        return ctx.ops.reshape(g, ctx.shape), None
         ### END SOLUTION
 
 
@@ -73,11 +74,10 @@ class BroadcastTo(Op):
         """Broadcasting copies each input element to many places, so its gradient is the sum of
         ``g`` over those places: ``g`` summed down to the input's shape ``ctx.shape`` (chapter 02's
         ``sum_to``). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Use ``ctx.ops.sum_to``, which is ``sum_to`` on Tensors and the same sum on arrays.
         """
         ### BEGIN SOLUTION chapter 02: BroadcastTo.backward
-        from minigrad.ops.reduce import sum_to  # reduce builds on this module
-
-        return sum_to(g, ctx.shape), None
+        return ctx.ops.sum_to(g, ctx.shape), None
         ### END SOLUTION
 
 
@@ -105,12 +105,13 @@ class Permute(Op):
         """Forward moved input axis ``ctx.dims[i]`` to output axis ``i``; the gradient is ``g``
         permuted by the inverse permutation, which puts each axis back (for a 2-D transpose the
         permutation is its own inverse; for 3 or more axes it is generally not). The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Permute with ``ctx.ops.apply(Permute, g, dims)``.
         """
         ### BEGIN SOLUTION chapter 02: Permute.backward (transpose)
         inverse = [0] * len(ctx.dims)
         for i, d in enumerate(ctx.dims):
             inverse[d] = i
-        return permute(g, tuple(inverse)), None
+        return ctx.ops.apply(Permute, g, tuple(inverse)), None
         ### END SOLUTION
 
 
@@ -131,11 +132,12 @@ class Cat(Op):
         """``cat(tensors, dim)``: forward took ``(dim, *arrays)`` and saved ``ctx.dim`` and
         ``ctx.sizes``, each input's length along dim. Return ``None`` for ``dim``, then for each input
         its slice of ``g`` along dim (``narrow``), or ``None`` when it needs no gradient. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Slice with ``ctx.ops.narrow(g, dim, start, length)``.
         """
         ### BEGIN SOLUTION chapter 02: Cat.backward
         grads, start = [], 0
         for n, need in zip(ctx.sizes, ctx.needs_input_grad[1:]):
-            grads.append(narrow(g, ctx.dim, start, n) if need else None)
+            grads.append(ctx.ops.narrow(g, ctx.dim, start, n) if need else None)
             start += n
         return (None, *grads)
         ### END SOLUTION
@@ -152,7 +154,7 @@ class Flip(Op):
         return ctx.xp.flip(a, dims).copy()  # numpy's flip is a view; torch's is a copy
 
     @staticmethod
-    def backward(ctx, g): return flip(g, ctx.dims), None
+    def backward(ctx, g): return ctx.ops.apply(Flip, g, ctx.dims), None
 
 
 class Repeat(Op):
@@ -166,13 +168,12 @@ class Repeat(Op):
 
     @staticmethod
     def backward(ctx, g):
-        from minigrad.ops.reduce import sum_to
-
         # out has shape (r0*s0, r1*s1, ...): split every dim into (copy, position) and add the copies
         shape = (1,) * (len(ctx.sizes) - len(ctx.shape)) + ctx.shape
         split = tuple(n for r, s in zip(ctx.sizes, shape) for n in (r, s))
         one_copy = tuple(n for s in shape for n in (1, s))
-        return reshape(sum_to(reshape(g, split), one_copy), ctx.shape), None
+        ops = ctx.ops
+        return ops.reshape(ops.sum_to(ops.reshape(g, split), one_copy), ctx.shape), None
 
 
 class Pad(Op):
@@ -191,7 +192,7 @@ class Pad(Op):
         return ctx.xp.pad(a, pairs, mode="constant", constant_values=value)
 
     @staticmethod
-    def backward(ctx, g): return getitem(g, ctx.inner), None, None
+    def backward(ctx, g): return ctx.ops.getitem(g, ctx.inner), None, None
 
 
 # -- reshaping -----------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ minigrad ops on its own outputs, still differentiates again. ``nn.functional.bat
 from __future__ import annotations
 
 from minigrad.backend import numpy
+from minigrad.ops.elementwise import Rsqrt
 from minigrad.ops.op import Op
 
 __all__: list[str] = []  # no function of its own: nn.functional's batch_norm and layer_norm apply it
@@ -44,9 +45,10 @@ class Standardize(Op):
     def backward(ctx, g_xhat, g_mean, g_var):
         xhat, var = ctx.saved_tensors
         dims, n = ctx.dims, ctx.n
-        inv = (var + ctx.eps).rsqrt()
-        c0 = g_mean / n - inv * g_xhat.mean(dims, keepdim=True)
-        c1 = g_var * 2 / (n * inv) - inv * (g_xhat * xhat).mean(dims, keepdim=True)
+        ops = ctx.ops
+        inv = ops.apply(Rsqrt, var + ctx.eps)
+        c0 = g_mean / n - inv * ops.mean(g_xhat, dims, keepdim=True)
+        c1 = g_var * 2 / (n * inv) - inv * ops.mean(g_xhat * xhat, dims, keepdim=True)
         return g_xhat * inv + c0 + xhat * c1, None, None
 
     @staticmethod

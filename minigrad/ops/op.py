@@ -80,6 +80,7 @@ class Op(Function):
     """A built-in op: forward receives and returns raw ``xp`` arrays; class attributes declare the rest."""
 
     array_forward = True
+    tensor_backward = False  # the rule is written against ctx.ops (an op that cannot be says why)
     kind = "other"
     ufunc: str | None = None
     cpu: str | None = None

@@ -65,7 +65,7 @@ class MaxPool2d(Op):
     @staticmethod
     def backward(ctx, gy, _):
         (idx,) = ctx.saved_tensors
-        return WindowScatter.apply(gy, idx.array, ctx.geometry, ctx.hw), None, None
+        return ctx.ops.apply(WindowScatter, gy, ctx.ops.data(idx), ctx.geometry, ctx.hw), None, None
 
 
 class WindowScatter(Op):
@@ -88,7 +88,7 @@ class WindowScatter(Op):
     @staticmethod
     def backward(ctx, gx):
         (idx,) = ctx.saved_tensors
-        return WindowGather.apply(gx, idx.array, ctx.geometry), None, None, None
+        return ctx.ops.apply(WindowGather, gx, ctx.ops.data(idx), ctx.geometry), None, None, None
 
 
 class WindowGather(Op):
@@ -110,7 +110,7 @@ class WindowGather(Op):
     @staticmethod
     def backward(ctx, gy):
         (idx,) = ctx.saved_tensors
-        return WindowScatter.apply(gy, idx.array, ctx.geometry, ctx.hw), None, None
+        return ctx.ops.apply(WindowScatter, gy, ctx.ops.data(idx), ctx.geometry, ctx.hw), None, None
 
 
 class WindowSum(Op):
@@ -136,7 +136,7 @@ class WindowSum(Op):
 
     @staticmethod
     def backward(ctx, gy):
-        return WindowSpread.apply(gy, ctx.geometry, ctx.hw), None, None
+        return ctx.ops.apply(WindowSpread, gy, ctx.geometry, ctx.hw), None, None
 
 
 class WindowSpread(Op):
@@ -157,7 +157,7 @@ class WindowSpread(Op):
 
     @staticmethod
     def backward(ctx, gx):
-        return WindowSum.apply(gx, ctx.geometry, ctx.out_hw), None, None
+        return ctx.ops.apply(WindowSum, gx, ctx.geometry, ctx.out_hw), None, None
 
 
 class RowColumnMap(Op):
@@ -177,7 +177,7 @@ class RowColumnMap(Op):
 
     @staticmethod
     def backward(ctx, gy):
-        return RowColumnMap.apply(gy, ctx.a.T, ctx.b.T), None, None
+        return ctx.ops.apply(RowColumnMap, gy, ctx.a.T, ctx.b.T), None, None
 
 
 

@@ -20,7 +20,7 @@ from minigrad import backend
 from minigrad.errors import DeviceError, DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, _floating, _not_bool, cast, exp, maximum, minimum, sqrt, where
 from minigrad.ops.op import GRADIENT_OP
-from minigrad.ops.movement import broadcast_to, reshape
+from minigrad.ops.movement import BroadcastTo, Reshape, broadcast_to, reshape
 from minigrad._tensor import Tensor, _dim, _wrap
 
 # (reduce_sum, reduce_max, reduce_min, reduce_all and reduce_any are exported by minigrad.ops as
@@ -65,12 +65,13 @@ def _count(shape: tuple, dims: tuple | None) -> int:
     return n
 
 
-def _spread(g: Tensor, ctx) -> Tensor:
+def _spread(g, ctx):
     """Undo a reduction's shape: the gradient reshaped to keepdim form and broadcast back to the
-    input's shape."""
+    input's shape (with ``ctx.ops``: arrays or Tensors, as the engine bound the rule)."""
+    ops = ctx.ops
     if not ctx.keepdim:
-        g = reshape(g, _keep_shape(ctx.shape, ctx.dims))
-    return broadcast_to(g, ctx.shape)
+        g = ops.apply(Reshape, g, _keep_shape(ctx.shape, ctx.dims))
+    return ops.apply(BroadcastTo, g, ctx.shape)
 
 
 def _acc_dtype(a):
@@ -144,7 +145,7 @@ class SumTo(Op):
         ### END SOLUTION
 
     @staticmethod
-    def backward(ctx, g): return broadcast_to(g, ctx.shape), None
+    def backward(ctx, g): return ctx.ops.apply(BroadcastTo, g, ctx.shape), None
 
 
 class Mean(Op):
@@ -193,20 +194,21 @@ class Prod(Op):
     @staticmethod
     def backward(ctx, g):
         (a,) = ctx.saved_tensors
-        return _spread(g, ctx) * _prod_of_others(a, ctx.dims), None, None
+        return _spread(g, ctx) * _prod_of_others(ctx.ops, a, ctx.dims), None, None
 
 
-def _prod_of_others(x: Tensor, dims: tuple | None) -> Tensor:
+def _prod_of_others(ops, x, dims: tuple | None):
     """d prod(x) / dx_i = the product of every other element. ``prod / x_i`` is that only when no
     element is zero. With one zero, the zero's slot gets the product p of the nonzero rest and
     every other slot gets 0; with two, only the zeros' slots are nonzero in their derivative; with
     more, all is zero. Each zero is written as ``zsum`` (the sum of the zero elements, a
     differentiable 0) so that second derivatives come out right too."""
+    where = ops.where
     zero = x == 0
     nonzero = where(zero, 1.0, x)
-    p = prod(nonzero, dims, keepdim=True)
-    zeros = reduce_sum(zero, dims, keepdim=True)
-    zsum = reduce_sum(where(zero, x, 0.0), dims, keepdim=True)
+    p = ops.apply(Prod, nonzero, dims, True)
+    zeros = ops.apply(Sum, zero, dims, True)
+    zsum = ops.apply(Sum, where(zero, x, 0.0), dims, True)
     one = where(zero, p, zsum * p / nonzero)
     two = where(zero, (zsum - x) * p, 0.0)
     return where(zeros == 0, p / nonzero, where(zeros == 1, one, where(zeros == 2, two, 0.0)))
@@ -227,7 +229,7 @@ class Cumsum(Op):
     @staticmethod
     def backward(ctx, g):
         # the reversed cumulative sum, sum(g) - cumsum(g) + g, keeps to ops that have a backward
-        return reduce_sum(g, ctx.dim, keepdim=True) - Cumsum.apply(g, ctx.dim) + g, None
+        return ctx.ops.sum(g, ctx.dim, keepdim=True) - ctx.ops.apply(Cumsum, g, ctx.dim) + g, None
 
 
 def reduce_sum(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
@@ -354,15 +356,17 @@ class MaxDim(Op):
         and set ``ctx.shape``, ``ctx.dims == (dim,)`` and ``ctx.keepdim``. The gradient is ``g`` at the
         picked position along ``dim`` and 0 elsewhere (a one-hot mask built from the index array, then
         ``where``); when not keepdim, ``g`` lacks the reduced axis. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        ``ctx.ops.data(index)`` is the saved index's array under either binding; ``ctx.ops.reshape``
+        and ``ctx.ops.where`` work on arrays and on Tensors.
         """
         ### BEGIN SOLUTION chapter 02: MaxDim.backward
         (index,) = ctx.saved_tensors
         xp, dim = ctx.xp, ctx.dims[0]
         positions = xp.arange(ctx.shape[dim]).reshape((-1,) + (1,) * (len(ctx.shape) - dim - 1))
-        hot = _wrap(positions == index.array, ctx.device)  # one-hot at the picked index
+        hot = positions == ctx.ops.data(index)  # one-hot at the picked index: an array, a constant
         if not ctx.keepdim:
-            g = reshape(g, _keep_shape(ctx.shape, ctx.dims))
-        return where(hot, g, 0.0), None, None
+            g = ctx.ops.reshape(g, _keep_shape(ctx.shape, ctx.dims))
+        return ctx.ops.where(hot, g, 0.0), None, None
         ### END SOLUTION
 
 
@@ -524,10 +528,11 @@ class Var(Op):
         ``ctx.scale = 2 / (n - correction)`` (nan when that is not positive), with ``ctx.shape``,
         ``ctx.dims``, ``ctx.keepdim`` as for ``Sum``. Return ``None`` for dims, correction and keepdim.
         The contract of every rule: ``minigrad.autograd.Function.backward``.
+        ``ctx.ops.mean(a, dims, keepdim=True)`` is the mean under either binding.
         """
         ### BEGIN SOLUTION chapter 02: Var.backward
         (a,) = ctx.saved_tensors
-        centred = a - mean(a, ctx.dims, keepdim=True)
+        centred = a - ctx.ops.mean(a, ctx.dims, keepdim=True)
         return _spread(g, ctx) * centred * ctx.scale, None, None, None
         ### END SOLUTION
 
@@ -569,12 +574,13 @@ class Logsumexp(Op):
         """d logsumexp(a) / d a = softmax(a) = exp(a - out). Forward saved ``(a, out)`` (``out``
         without the reduced axes unless keepdim) and set ``ctx.shape``, ``ctx.dims``, ``ctx.keepdim``.
         The contract of every rule: ``minigrad.autograd.Function.backward``.
+        ``ctx.ops.reshape`` and ``ctx.ops.exp`` work on arrays and on Tensors.
         """
         ### BEGIN SOLUTION chapter 02: Logsumexp.backward
         a, out = ctx.saved_tensors
         if not ctx.keepdim:
-            out = reshape(out, _keep_shape(ctx.shape, ctx.dims))
-        return _spread(g, ctx) * exp(a - out), None, None
+            out = ctx.ops.reshape(out, _keep_shape(ctx.shape, ctx.dims))
+        return _spread(g, ctx) * ctx.ops.exp(a - out), None, None
         ### END SOLUTION
 
 

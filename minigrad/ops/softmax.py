@@ -59,10 +59,11 @@ class Softmax(Op):
         """With ``y = softmax(a)`` saved: ``da = y * (g - sum(g * y, dim))``, the sum kept as a
         size-1 axis (in this module ``sum`` is minigrad's: ``sum(x, dim, keepdim=True)``). ``ctx.dim``
         is the softmax's axis. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        ``ctx.ops.sum(x, dim, keepdim=True)`` sums under either binding.
         """
         ### BEGIN SOLUTION chapter 02: Softmax.backward
         (y,) = ctx.saved_tensors
-        return y * (g - sum(g * y, ctx.dim, keepdim=True)), None
+        return y * (g - ctx.ops.sum(g * y, ctx.dim, keepdim=True)), None
         ### END SOLUTION
 
 
@@ -89,10 +90,11 @@ class LogSoftmax(Op):
     def backward(ctx, g):
         """With ``y = log_softmax(a)`` saved: ``da = g - exp(y) * sum(g, dim)``, the sum kept as a
         size-1 axis (minigrad's ``sum(x, dim, keepdim=True)``). ``ctx.dim`` is the axis. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        ``ctx.ops.sum`` and ``ctx.ops.exp`` work under either binding.
         """
         ### BEGIN SOLUTION chapter 02: LogSoftmax.backward
         (y,) = ctx.saved_tensors
-        return g - exp(y) * sum(g, ctx.dim, keepdim=True), None
+        return g - ctx.ops.exp(y) * ctx.ops.sum(g, ctx.dim, keepdim=True), None
         ### END SOLUTION
 
 
@@ -139,9 +141,10 @@ class Pick(Op):
         """The gradient of ``x`` has x's shape ``(N, C, ...)`` (``ctx.classes`` is C): zeros, with
         ``g[n, ...]`` at class ``t[n, ...]`` along dim 1 (forward saved the targets ``t``). The targets
         get ``None``. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Run another op with ``ctx.ops.apply(OtherOp, *args)``.
         """
         ### BEGIN SOLUTION chapter 02: Pick.backward (cross-entropy's gather)
-        return Place.apply(g, ctx.saved_tensors[0], ctx.classes), None
+        return ctx.ops.apply(Place, g, ctx.saved_tensors[0], ctx.classes), None
         ### END SOLUTION
 
 
@@ -163,9 +166,10 @@ class Place(Op):
         """Forward took ``(g, t, classes)`` and saved the targets ``t``; ``t`` and ``classes`` get
         ``None``. Each element of ``g`` went to one place of the output, so its gradient is
         ``gg`` at that place. The contract of every rule: ``minigrad.autograd.Function.backward``.
+        Run another op with ``ctx.ops.apply(OtherOp, *args)``.
         """
         ### BEGIN SOLUTION chapter 02: Place.backward
-        return Pick.apply(gg, ctx.saved_tensors[0]), None, None
+        return ctx.ops.apply(Pick, gg, ctx.saved_tensors[0]), None, None
         ### END SOLUTION
 
 

@@ -159,6 +159,10 @@ def to_sparse(x: Tensor, sparse_dim: int | None = None) -> SparseTensor:
 class SparseMM(Function):
     """``sparse @ dense`` for a 2-D COO ``sparse``: out[i] += v * dense[j] for every entry (i, j, v)."""
 
+    # its rule builds a SparseTensor (a Tensor kind with no array form), so it reads Tensors under
+    # either binding of ctx.ops; the engine wraps the gradient for it
+    tensor_backward = True
+
     @staticmethod
     def forward(ctx, values, dense, indices, shape):
         ctx.save_for_backward(values, dense)
@@ -194,6 +198,10 @@ def mm(sparse: SparseTensor, dense: Tensor) -> Tensor:
 class SparseEmbedding(Function):
     """``weight[index]`` whose weight gradient is a COO tensor: one row of the output gradient
     per looked-up index (repeats kept, uncoalesced, as PyTorch's ``Embedding(sparse=True)``)."""
+
+    # the gradient is a SparseTensor, which only exists as a Tensor: the rule stays on Tensors,
+    # and the engine hands the sparse gradient to the weight's .grad as it is
+    tensor_backward = True
 
     @staticmethod
     def forward(ctx, weight, index):

@@ -14,8 +14,9 @@ import pytest
 import minigrad as mg
 from minigrad import nn, optim
 from minigrad.autograd import Function, grad
-from minigrad.autograd.gradcheck import gradcheck
+from minigrad.autograd.gradcheck import gradcheck, gradgradcheck
 from minigrad.errors import AutogradError, ShapeError
+from minigrad.ops.op import Op
 from minigrad.ops.reduce import sum_to
 
 
@@ -196,7 +197,90 @@ class TestBackwardRules:
         same(logits.grad, want, "cross-entropy's gradient is (softmax - one_hot) / N")
 
 
-# -- the engine ------------------------------------------------------------------------------------
+# -- each rule under both bindings of ctx.ops -------------------------------------------------------
+def _rand(*shape, seed=0, low=-2.0, high=2.0):
+    return t(np.random.default_rng(seed + len(shape)).uniform(low, high, shape))
+
+
+_IDX = mg.tensor([0, 2, 0])
+# (region, function, inputs): every chapter-02 rule, run by an op that reaches it
+BINDING_ROWS = [
+    ("Relu.backward", lambda x: x.relu(), lambda: [t([-1.5, 0.7, 2.0, -0.3])]),
+    ("Mul.backward", lambda a, b: a * b, lambda: [_rand(3, 4), _rand(4, seed=1)]),
+    ("Div.backward", lambda a, b: a / b, lambda: [_rand(3, 4), _rand(3, 4, seed=2, low=0.5)]),
+    ("Pow.backward", lambda a, b: a ** b + 2 ** b, lambda: [_rand(3, seed=3, low=0.5), _rand(3, seed=4)]),
+    ("Exp.backward", lambda x: x.exp(), lambda: [_rand(2, 3)]),
+    ("Log.backward", lambda x: x.log(), lambda: [_rand(2, 3, low=0.5)]),
+    ("TanhBackward.backward", lambda x: x.tanh(), lambda: [_rand(2, 3)]),
+    ("SigmoidBackward.backward", lambda x: x.sigmoid(), lambda: [_rand(2, 3)]),
+    ("Maximum.backward", lambda a, b: mg.maximum(a, b) + mg.minimum(a, b) * 2,
+     lambda: [t([1.0, 5.0, -2.0]), t([3.0, 2.0, -1.0])]),
+    ("Where.backward", lambda a, b: mg.where(mg.tensor([True, False, True]), a, b), lambda: [_rand(3), _rand(2, 3, seed=5)]),
+    ("GetItem.backward", lambda x: x[_IDX] * x[_IDX], lambda: [_rand(4)]),
+    ("ScatterIndex.backward", lambda x: x[_IDX] * x[_IDX], lambda: [_rand(4)]),
+    ("IndexPut.backward", lambda x, v: mg.ops.index_put(x, mg.tensor([1]), v) ** 2, lambda: [_rand(3), _rand(1, seed=6)]),
+    ("Matmul.backward", lambda a, b, v: (a @ b) @ v + (v @ b.mT) @ a.mT + (a @ b).sum() * (v @ v),
+     lambda: [_rand(2, 3, 3), _rand(3, 3, seed=7), _rand(3, seed=8)]),
+    ("Linear.backward", lambda x, w, b: mg.nn.functional.linear(x, w, b) ** 2,
+     lambda: [_rand(2, 2, 3), _rand(4, 3, seed=9), _rand(4, seed=10)]),
+    ("Reshape.backward", lambda x: x.reshape(3, 2) ** 2, lambda: [_rand(2, 3)]),
+    ("BroadcastTo.backward", lambda x: x.broadcast_to((3, 4)) ** 2, lambda: [_rand(3, 1)]),
+    ("Permute.backward (transpose)", lambda x: x.permute(1, 2, 0) ** 2, lambda: [_rand(2, 3, 2)]),
+    ("Cat.backward", lambda a, b: mg.cat([a, b], 1) ** 2, lambda: [_rand(2, 2), _rand(2, 3, seed=11)]),
+    ("Sum.backward", lambda x: x.sum(dim=1) ** 2, lambda: [_rand(3, 4)]),
+    ("Mean.backward", lambda x: x.mean(dim=0) ** 2, lambda: [_rand(3, 4)]),
+    ("undoing broadcasting", lambda a, b: (a + b) ** 2, lambda: [_rand(3, 1), _rand(2, 1, 4, seed=12)]),
+    ("undoing broadcasting: the sum", lambda a, b: (a * b) ** 2, lambda: [_rand(3, 1), _rand(4, seed=13)]),
+    ("MaxDim.backward", lambda x: x.max(dim=1).values ** 2, lambda: [t([[1.0, 5.0, 2.0], [7.0, 0.0, 3.0]])]),
+    ("Var.backward", lambda x: x.var(dim=1), lambda: [_rand(2, 4)]),
+    ("Logsumexp.backward", lambda x: x.logsumexp(dim=1), lambda: [_rand(2, 3)]),
+    ("Softmax.backward", lambda x: x.softmax(dim=1), lambda: [_rand(2, 3)]),
+    ("LogSoftmax.backward", lambda x: x.log_softmax(dim=1), lambda: [_rand(2, 3)]),
+    ("Pick.backward (cross-entropy's gather)", lambda x: nn.functional.cross_entropy(x, mg.tensor([1, 2])),
+     lambda: [_rand(2, 3)]),
+    ("Place.backward", lambda x: nn.functional.cross_entropy(x, mg.tensor([1, 2])), lambda: [_rand(2, 3)]),
+]
+
+
+def _under(binding, region, check, fn, xs):
+    """Run a check, naming the binding and the rule when it fails or raises."""
+    try:
+        ok = check(fn, xs, raise_exception=False)
+    except Exception as e:  # a rule that only works under one binding raises there (an array has no
+        # .unsqueeze, a Tensor is no numpy array): say which
+        pytest.fail(f"{region}: the rule fails under the {binding}: {type(e).__name__}: {e}. A rule is "
+                    "written once against ctx.ops (operators and ctx.ops functions), which are arrays "
+                    "when nobody records the backward pass and Tensors when it is recorded")
+    assert ok, f"{region}: wrong gradient under the {binding}"
+
+
+class TestBothBindings:
+    """Each rule is checked as the engine runs it: gradcheck's backward is not recorded (ctx.ops
+    is the array module), gradgradcheck records the first backward (ctx.ops is minigrad's ops)."""
+
+    @pytest.mark.parametrize("region,fn,inputs", BINDING_ROWS, ids=[r[0] for r in BINDING_ROWS])
+    def test_gradcheck_on_arrays_and_gradgradcheck_on_tensors(self, region, fn, inputs):
+        _under("array binding (gradcheck)", region, gradcheck, fn, inputs())
+        _under("Tensor binding (gradgradcheck)", region, gradgradcheck, fn, inputs())
+
+    def test_a_rule_that_reads_tensors_only_is_named_with_its_binding(self):
+        class TensorsOnly(Op):
+            onnx_refused = "a test probe"
+
+            @staticmethod
+            def forward(ctx, a):
+                ctx.save_for_backward(a)
+                return a * a
+
+            @staticmethod
+            def backward(ctx, g):
+                (a,) = ctx.saved_tensors
+                return g * 2 * a.detach()  # .detach() is a Tensor method: no array has it
+
+        with pytest.raises(pytest.fail.Exception, match="under the array binding"):
+            _under("array binding (gradcheck)", "TensorsOnly.backward", gradcheck, TensorsOnly.apply, [t([1.0, 2.0])])
+
+
 class TestEngine:
     def test_a_gradient_is_summed_over_every_consumer(self):
         x = t(2.0)

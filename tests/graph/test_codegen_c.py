@@ -20,8 +20,7 @@ import pytest
 import minigrad as mg
 from minigrad.errors import ArgumentError
 from minigrad.graph import trace
-from minigrad.graph.codegen import c, cc
-from minigrad.graph.codegen import numpy_blocks
+from minigrad.graph.codegen import c, cc, cpu, machine
 from minigrad.graph.passes import fuse_elementwise
 from minigrad.graph.trace import run_graph
 from op_table import OPS
@@ -148,6 +147,7 @@ SOURCE = "void twice(float *out, const float *x) { for (long i = 0; i < 4; i++) 
 def test_libraries_are_cached_by_source_and_flags(tmp_path, monkeypatch):
     monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cc, "_loaded", {})
+    monkeypatch.setattr(cc, "_machines", {})  # a first process: probes the machine, and keeps the answer
     cc.build(SOURCE)
     (library,) = (tmp_path / "kernels").glob("*.so")
     assert library == cc.library_path(SOURCE)
@@ -155,12 +155,84 @@ def test_libraries_are_cached_by_source_and_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(cc, "_loaded", {})  # a new process: loads the library, compiles nothing
     fn = cc.build(SOURCE).twice
     record = library.with_suffix(".sha256")
-    assert library.stat().st_mtime_ns == stamp and sorted((tmp_path / "kernels").iterdir()) == sorted([library, record])
+    machine = tmp_path / "kernels" / cc.MACHINE_FILE  # the probe's answer, kept beside the libraries
+    assert library.stat().st_mtime_ns == stamp and sorted((tmp_path / "kernels").iterdir()) == sorted(
+        [library, record, machine])
     assert record.read_text() == f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
     assert (tmp_path / "kernels").stat().st_mode & 0o777 == 0o700
     x, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
     fn(ctypes.c_void_p(out.ctypes.data), ctypes.c_void_p(x.ctypes.data))
     assert out.tolist() == [0, 2, 4, 6]
+
+
+# -- the machine probe: vector width and OpenMP split ------------------------------------------------
+ZEN3 = "fpu sse sse2 avx f16c fma bmi2 avx2 sha_ni vaes"
+ZEN4 = ZEN3 + " avx512f avx512dq avx512bw avx512vl avx512_vbmi2 avx512_bf16"
+SKYLAKE_SP = "fpu sse sse2 avx fma avx2 avx512f avx512dq avx512bw avx512vl"
+GCC_AVX512 = {"avx", "avx2", "fma", "avx512f", "avx512bw"}
+
+
+@pytest.mark.parametrize("flags, compiler, arch, isa, bits", [
+    (ZEN3, None, "x86_64", "avx2", 256),                           # gcc tunes Zen 3 to 128: asked for 256
+    (ZEN4, GCC_AVX512, "x86_64", "avx512", 512),                   # full-clock AVX-512
+    (ZEN4, {"avx", "avx2", "fma"}, "x86_64", "avx2", 256),         # a compiler that cannot emit it
+    (SKYLAKE_SP, GCC_AVX512, "x86_64", "avx512", 256),             # 512-bit instructions lower its clock
+    ("fpu sse sse2 avx", None, "x86_64", "avx", 256),
+    ("fpu sse sse2", None, "x86_64", "sse2", 128),
+    ("fp asimd evtstrm", None, "aarch64", "aarch64", 128),
+])
+def test_the_probe_picks_the_vector_width_from_the_cpu_and_the_compiler(flags, compiler, arch, isa, bits):
+    m = machine.choose(set(flags.split()), compiler, arch, 4)
+    assert (m.isa, m.vector_bits, m.threads) == (isa, bits, 4)
+    assert m.flags == ((f"-mprefer-vector-width={bits}",) if arch == "x86_64" else ())
+    assert m.chunk(1 << 22, bits // 32) == (1 << 22) // (4 * machine.PIECES_PER_THREAD)
+    assert m.chunk(1000, bits // 32) == 16 * (bits // 32)  # never under 16 vectors a piece
+    assert machine.cpu_flags("processor\t: 0\nflags\t\t: " + flags + "\n") == set(flags.split())
+
+
+def fake_cpu(monkeypatch, flags: str, probes: list) -> None:
+    """Make the probe see a CPU with ``flags`` (and a compiler enabling AVX-512), counting its runs."""
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: f"processor\t: 0\nmodel name\t: Fake\nflags\t\t: {flags}\n")
+    monkeypatch.setattr(machine.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(machine, "compiler_extensions", lambda cc: probes.append(cc) or GCC_AVX512)
+    monkeypatch.setattr(cc, "_machines", {})
+
+
+def test_the_probe_runs_once_and_its_cached_answer_sets_the_flags_and_the_split(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    probes: list = []
+    fake_cpu(monkeypatch, ZEN4, probes)
+    m = cc.machine()
+    assert (m.isa, m.vector_bits) == ("avx512", 512) and probes == [cc.compiler()]
+    assert cc.flags()[-1] == "-mprefer-vector-width=512" and cc.flags()[:len(cc.FLAGS)] == cc.FLAGS
+    cached = tmp_path / "kernels" / cc.MACHINE_FILE
+    assert cached.stat().st_mode & 0o777 == 0o600
+    monkeypatch.setattr(cc, "_machines", {})  # a new process: reads the answer back, probes nothing
+    assert cc.machine() == m and len(probes) == 1
+    graph = trace(lambda a: (a * 3).tanh() + a, mg.randn(1 << 21)).graph
+    (kernel,) = [n.fn for n in fuse_elementwise(graph, backend="c") if n.op == "fused"]
+    piece = (1 << 21) // (m.threads * machine.PIECES_PER_THREAD)
+    assert f"schedule(simd: dynamic, {max(piece, 256)}) num_threads({m.threads})" in kernel.source
+    fake_cpu(monkeypatch, ZEN3, probes)  # another CPU (the cache moved with a home directory): probed again
+    assert cc.machine().vector_bits == 256 and len(probes) == 2 and cc.flags()[-1] == "-mprefer-vector-width=256"
+    monkeypatch.setattr(cc, "_machines", {})
+    assert cc.machine().vector_bits == 256 and len(probes) == 2
+
+
+@pytest.mark.parametrize("forged", ['{"key": "%s", "isa": "avx2", "vector_bits": "256 -fplugin=x.so", "threads": 2}',
+                                    '{"key": "%s", "isa": "avx2", "vector_bits": 256, "threads": 0}',
+                                    'not json'])
+def test_a_damaged_or_forged_probe_cache_is_probed_over(tmp_path, monkeypatch, forged):
+    monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
+    probes: list = []
+    fake_cpu(monkeypatch, ZEN4, probes)
+    cc.machine()
+    cached = tmp_path / "kernels" / cc.MACHINE_FILE
+    cached.write_text(forged.replace("%s", machine.probe_key(cc.compiler())))
+    monkeypatch.setattr(cc, "_machines", {})
+    assert cc.machine().vector_bits == 512 and len(probes) == 2
+    assert machine.loads(cached.read_text(), machine.probe_key(cc.compiler())).vector_bits == 512
 
 
 def test_processes_building_the_same_kernel_at_once_all_load_it(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 import minigrad
 from minigrad import nn
-from minigrad.autograd import gradcheck
+from minigrad.autograd import gradcheck, gradgradcheck
 from minigrad.errors import ShapeError
 
 rng = np.random.default_rng(0)
@@ -102,3 +102,15 @@ def test_bad_inputs_name_expected_and_actual():
         nn.GRUCell(3, 4)(minigrad.zeros(2, 3), minigrad.zeros(3, 4))
     with pytest.raises(ValueError, match="nonlinearity must be 'tanh' or 'relu', got 'sigmoid'"):
         nn.RNN(3, 4, nonlinearity="sigmoid")
+
+
+def test_gru_gates_backward_uses_forwards_activations_and_differentiates_again():
+    """GRUGates hands r, z and n to its backward op; given or recomputed, the gradients are the
+    same, and the backward op's own backward is right (third derivatives of a step)."""
+    from minigrad.ops.recurrent import GRUGates, GRUGatesBackward
+    t = [_x(*s) for s in ((2, 4), (2, 12), (2, 12), (2, 4))]  # g, gx, gh, h
+    given = minigrad.grad((GRUGates.apply(*t[1:]) * t[0]).sum(), t[1:])
+    recomputed = GRUGatesBackward.apply(*t)
+    for a, b in zip(given, recomputed):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-14)
+    assert gradcheck(GRUGatesBackward.apply, t) and gradgradcheck(GRUGatesBackward.apply, t)

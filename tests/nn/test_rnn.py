@@ -8,7 +8,7 @@ import pytest
 
 import minigrad
 from minigrad import nn
-from minigrad.autograd import gradcheck
+from minigrad.autograd import gradcheck, gradgradcheck
 from minigrad.errors import ShapeError
 
 rng = np.random.default_rng(0)
@@ -119,3 +119,44 @@ def test_lstm_bad_inputs_name_expected_and_actual():
         lstm(minigrad.randn(5, 2, 4), (minigrad.zeros(1, 2, 3), minigrad.zeros(1, 2, 3)))
     with pytest.raises(ShapeError, match=r"LSTMCell: expected input of shape \(batch, 4\).*got \(2, 5\)"):
         nn.LSTMCell(4, 3)(minigrad.randn(2, 5))
+
+
+def test_lstm_through_time_is_twice_differentiable():
+    minigrad.manual_seed(0)
+    lstm = nn.LSTM(2, 3, num_layers=2, bidirectional=True).double()
+    x = minigrad.tensor(rng.standard_normal((4, 2, 2)), requires_grad=True)
+    state = tuple(minigrad.tensor(rng.standard_normal((4, 2, 3)), requires_grad=True) for _ in range(2))
+    assert gradcheck(lambda x, h, c: lstm(x, (h, c))[0], (x, *state))
+    assert gradgradcheck(lambda x, h, c: lstm(x, (h, c))[1][1], (x, *state))
+
+
+@pytest.mark.parametrize("make", [lambda: nn.LSTM(3, 4), lambda: nn.GRU(3, 4), lambda: nn.RNN(3, 4)])
+def test_a_step_of_the_sequence_loop_records_a_few_nodes(make):
+    """Each time step adds its product with weight_hh and its gate op (an RNN: the add and the
+    tanh) to the graph, not a node per gate: the input's projection, its split into steps and the
+    joined outputs are one node each for the whole sequence."""
+    def nodes(length):
+        out, _ = make()(minigrad.randn(length, 2, 3))
+        seen, todo = set(), [out.grad_fn]
+        while todo:
+            fn = todo.pop()
+            if fn is not None and fn not in seen:
+                seen.add(fn)
+                todo.extend(e[0] for e in fn.next_functions if e is not None)
+        return len(seen)
+
+    assert nodes(9) - nodes(5) <= 4 * 3
+
+
+def test_lstm_gates_backward_uses_forwards_activations_and_differentiates_again():
+    """LSTMGates hands its activations to its backward op; given or recomputed, the gradients
+    are the same, and the backward op's own backward is right (third derivatives of a step)."""
+    from minigrad.ops.recurrent import LSTMGates, LSTMGatesBackward
+    shapes = ((2, 3), (2, 3), (2, 12), (2, 12), (2, 3))  # dh, dc, xg, hg, c
+    t = [minigrad.tensor(rng.standard_normal(s), requires_grad=True) for s in shapes]
+    h, c = LSTMGates.apply(*t[2:])
+    given = minigrad.grad((h * t[0]).sum() + (c * t[1]).sum(), t[2:])
+    recomputed = LSTMGatesBackward.apply(*t)
+    np.testing.assert_allclose(given[0].numpy(), recomputed[0].detach().numpy(), rtol=1e-14)
+    np.testing.assert_allclose(given[2].numpy(), recomputed[1].detach().numpy(), rtol=1e-14)
+    assert gradcheck(LSTMGatesBackward.apply, t) and gradgradcheck(LSTMGatesBackward.apply, t)

@@ -16,9 +16,10 @@ spec = importlib.util.spec_from_file_location("import_graph", ROOT / "tools" / "
 import_graph = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(import_graph)
 
-# Tensor, the ops, and the autograd machinery an op is made of (Function, and the engine and
-# anomaly checks it calls while running)
-CORE = {"minigrad._tensor", "minigrad.autograd.function", "minigrad.autograd.engine", "minigrad.autograd.anomaly"}
+# Tensor, the ops, and the autograd machinery an op is made of (Function, the engine and anomaly
+# checks it calls while running, and the bindings of ctx.ops its backward rule calls)
+CORE = {"minigrad._tensor", "minigrad.autograd.function", "minigrad.autograd.engine", "minigrad.autograd.anomaly",
+        "minigrad.autograd.binding"}
 
 
 def in_core(module: str) -> bool:

@@ -3,9 +3,10 @@
 The blocked numpy kernel (``codegen.numpy_blocks``) still pays numpy's cost per call: a dozen ufunc calls
 per block, each giving up and retaking the GIL. Written as one C loop, each element goes through
 the whole chain in registers, the compiler vectorises the loop (``tanhf`` and ``expf`` through
-glibc's vector math library) and OpenMP shares it among the cores:
+glibc's vector math library) and OpenMP shares it among the cores
+(one thread per physical core, in pieces sized for the machine: ``codegen.machine``):
 
-    #pragma omp parallel for simd schedule(simd: dynamic, 131072)
+    #pragma omp parallel for simd schedule(simd: dynamic, 131072) num_threads(2)
     for (long i = 0; i < 4194304; i++) {
         float a0 = x0[i];
         float v1 = a0 * a0;  // %3 Mul
@@ -25,7 +26,10 @@ per stretch of ops between reductions (``_by_rows``); a reduction declares its C
 Groups ending in any other reduction, dtypes C does not share with numpy (float16, integers) and
 ops without a ``c`` declaration keep the blocked numpy kernel (``unsupported`` says why). The
 library is built on the first call (``codegen.cc``); where no compiler is found or it fails,
-the numpy kernel runs instead and a ``KernelWarning`` says why, once.
+the numpy kernel runs instead and a ``KernelWarning`` says why, once. Elementwise groups of one
+shape that feed each other and are each stored (an optimizer's update: the new momentum, then the
+weight) can also be one loop with several results, which loads every operand of an element
+before it stores any (``generate_multi``, ``MultiKernel``; ``passes.update_fusion`` makes them).
 
 OpenMP does not survive ``fork``: libgomp keeps its pool of threads after a parallel loop, and a
 forked child (a ``DataLoader`` worker) inherits the pool's bookkeeping but not its threads, so its
@@ -51,11 +55,10 @@ from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 from minigrad.ops.op import c_expression
 
-__all__ = ["CKernel", "KernelWarning", "generate", "unsupported"]
+__all__ = ["CKernel", "KernelWarning", "MultiKernel", "generate", "generate_multi", "unsupported"]
 
 xp = _cpu_device.xp
 _C_TYPES = {"bool": "_Bool", "float32": "float", "float64": "double"}
-CHUNKS = 32  # pieces a parallel loop is cut into
 # glibc's vector math functions: declared ``simd`` here, as -ffast-math would (codegen.cc says why not it)
 _VECTOR_MATH = ("exp", "log", "sin", "cos", "tanh", "pow", "erf", "log1p")
 _warned: set[str] = set()
@@ -115,21 +118,126 @@ class CKernel:
                             for x in ins))
 
     def _load(self) -> Any:
-        try:
-            fn = getattr(cc.build(self.source), self.name)
-        except cc.CompilerUnavailable as e:
-            if str(e) not in _warned:
-                _warned.add(str(e))
-                warnings.warn(f"compiled C kernels are off ({e}); fused groups run as blocked numpy", KernelWarning,
-                              stacklevel=4)
-            return False
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p] * (1 + len(self._types))
-        _threads["loaded"] = _threads["loaded"] or self.threaded
-        return fn
+        return _load(self.source, self.name, 1 + len(self._types), self.threaded)
 
     def __repr__(self) -> str:
         return f"<CKernel {self.name}: {len(self.ops)} ops>"
+
+
+def _load(source: str, name: str, n_args: int, threaded: bool) -> Any:
+    """The compiled function ``name`` of ``source`` taking ``n_args`` pointers; False (after one
+    warning per reason) when no compiler can build it."""
+    try:
+        fn = getattr(cc.build(source), name)
+    except cc.CompilerUnavailable as e:
+        if str(e) not in _warned:
+            _warned.add(str(e))
+            warnings.warn(f"compiled C kernels are off ({e}); fused groups run as blocked numpy", KernelWarning,
+                          stacklevel=5)
+        return False
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p] * n_args
+    _threads["loaded"] = _threads["loaded"] or threaded
+    return fn
+
+
+class MultiKernel:
+    """Elementwise groups of one shape, each feeding the next, as one C loop that stores every
+    group's result: an optimizer's update of one parameter (the momentum and the weight; Adam's
+    two moments and the weight) in one pass over memory, where one kernel per group reads each
+    new moment back. ``kernel(*arrays, out=(a, b, ...)) -> tuple``, an array per result, each
+    written into its ``out`` (a tensor's own memory) when the loop may. Where no compiler builds
+    it, the groups' own kernels (``parts``: kernel and, per argument, an input's index or an
+    earlier part's ``("part", k)``) run one after the other."""
+
+    def __init__(self, group: Graph, name: str, source: str, leaves: list[int], types: list[str],
+                 parts: list[tuple[Any, list]]) -> None:
+        self.group, self.name, self.source, self.parts = group, name, source, parts
+        self._leaves, self._types = leaves, types
+        results = group.outputs
+        self._results = [(tuple(r.shape), xp.dtype(str(r.dtype))) for r in results]
+        self.ops = tuple(op for kernel, _ in parts for op in kernel.ops)
+        self.threaded = "omp parallel" in source
+        self._fn: Any = None
+
+    def __call__(self, *arrays: Any, out: tuple | None = None) -> tuple:
+        if self._fn is None:
+            self._fn = _load(self.source, self.name, len(self._results) + len(self._types), self.threaded)
+        outs = out or (None,) * len(self._results)
+        if self._fn is False or (self.threaded and _threads["forked"]):
+            return self._by_parts(arrays, outs)
+        ins = [xp.ascontiguousarray(arrays[k], dtype=t) for k, t in zip(self._leaves, self._types)]
+        targets = []
+        for k, (o, (shape, dtype)) in enumerate(zip(outs, self._results)):
+            fits = (o is not None and o.shape == shape and o.dtype == dtype and o.flags.c_contiguous
+                    and o.flags.writeable and _apart(o, ins, outs[:k] + outs[k + 1:]))
+            targets.append(o if fits else xp.empty(shape, dtype))
+        self._fn(*[_address(t) for t in targets], *[_address(x) for x in ins])
+        for o, t in zip(outs, targets):
+            if o is not None and t is not o:
+                xp.copyto(o, t)
+        return tuple(o if o is not None else t for o, t in zip(outs, targets))
+
+    def _by_parts(self, arrays: tuple, outs: tuple) -> tuple:
+        """The groups' kernels in turn, into new arrays (a later group may read what an earlier
+        one's ``out`` held), then copied into ``outs``."""
+        values: list[Any] = []
+        for kernel, args in self.parts:
+            values.append(kernel(*[values[a[1]] if isinstance(a, tuple) else arrays[a] for a in args]))
+        for o, v in zip(outs, values):
+            if o is not None:
+                xp.copyto(o, v)
+        return tuple(o if o is not None else v for o, v in zip(outs, values))
+
+    def __repr__(self) -> str:
+        return f"<MultiKernel {self.name}: {len(self._results)} results, {len(self.ops)} ops>"
+
+
+def _apart(a: Any, ins: list, others: tuple) -> bool:
+    """Whether the loop may store into ``a``: it shares memory with no other result, and with no
+    input other than one read element for element (the same buffer: each iteration loads before
+    it stores)."""
+    return (not any(o is not None and xp.may_share_memory(a, o) for o in others)
+            and not any(xp.may_share_memory(a, x) and not (x.ctypes.data == a.ctypes.data and x.shape == a.shape)
+                        for x in ins))
+
+
+def generate_multi(group: Graph, parts: list[tuple[Any, list]]) -> MultiKernel | None:
+    """One C loop for ``group``: a sub-graph of elementwise ops whose ``outputs`` (several) all
+    have one shape; None when C cannot write it (``unsupported``), or an op is not elementwise."""
+    results = group.outputs
+    members = [n for n in group.topological_order() if n.op not in ("placeholder", "output")]
+    shape = tuple(results[-1].shape)
+    prog = Program(f"fused_{len(results)}_results", group.placeholders, None, members, None, shape, results[-1])
+    if (any(tuple(r.shape) != shape or r.op == "placeholder" for r in results)
+            or any(op_kind(n) != "elementwise" for n in members) or unsupported(prog) is not None):
+        return None
+    names = {p: f"x{k}" for k, p in enumerate(prog.inputs)}
+    leaves = [p for p in prog.inputs if any(p in op.inputs for op in members)]
+    dims, full = _merge_axes(shape, [tuple(p.shape) for p in leaves])
+    body = [f"{_ctype(p)} a{k} = {names[p]}[{_index(dims, f)}];" for k, (p, f) in enumerate(zip(leaves, full))]
+    value = {p: f"a{k}" for k, p in enumerate(leaves)}
+    body += [_assign(n, value) for n in members]
+    where = _index(dims, (True,) * len(dims))
+    body += [f"out{k}[{where}] = {value[r]};  // {r.name}, after every load" for k, r in enumerate(results)]
+    args = [f"{_ctype(r)} *out{k}" for k, r in enumerate(results)] + [f"const {_ctype(p)} *{names[p]}" for p in leaves]
+    ops = " | ".join(", ".join(k.ops) for k, _ in parts)
+    source = _source(prog.name, f"{ops} -> {len(results)} x {shape} {results[-1].dtype}", ", ".join(args),
+                     _loops(dims, body, math.prod(shape)))
+    return MultiKernel(group, prog.name, source, [prog.inputs.index(p) for p in leaves],
+                       [str(p.dtype) for p in leaves], parts)
+
+
+def _source(name: str, comment: str, args: str, body: list[str]) -> str:
+    """A kernel's C file: the vector math functions its body calls, declared ``simd``, then the function."""
+    used = [f for f in _VECTOR_MATH if re.search(rf"\b{f}\(", "\n".join(body))]
+    lines = [f"/* {name}: {comment} */", "#include <math.h>"]
+    if used:
+        lines.append('#define SIMD __attribute__((__simd__("notinbranch")))  /* glibc has vector versions */')
+        lines += [f"SIMD float {f}f(float{', float' * (f == 'pow')}); SIMD double {f}(double{', double' * (f == 'pow')});"
+                  for f in used]
+    lines += ["#include <tgmath.h>", "", f"void {name}({args})", "{"] + body
+    return "\n".join(lines + ["}", ""])
 
 
 def _address(a: Any) -> int:
@@ -179,14 +287,7 @@ def generate(group: Graph) -> CKernel | cpu.CpuKernel:
     ops = ", ".join(n.op for n in [prog.anchor] * (prog.anchor is not None) + prog.ops)
     how = f", by rows of {math.prod(rows[split:])}" if rows else ""
     body = _by_rows(prog, params, names, rows, split) if rows else _flat(prog, params, names)
-    used = [f for f in _VECTOR_MATH if re.search(rf"\b{f}\(", "\n".join(body))]
-    lines = [f"/* {prog.name}: {ops} -> {tuple(prog.root.shape)} {prog.root.dtype}{how} */", "#include <math.h>"]
-    if used:
-        lines.append('#define SIMD __attribute__((__simd__("notinbranch")))  /* glibc has vector versions */')
-        lines += [f"SIMD float {f}f(float{', float' * (f == 'pow')}); SIMD double {f}(double{', double' * (f == 'pow')});"
-                  for f in used]
-    lines += ["#include <tgmath.h>", "", f"void {prog.name}({args})", "{"] + body
-    source = "\n".join(lines + ["}", ""])
+    source = _source(prog.name, f"{ops} -> {tuple(prog.root.shape)} {prog.root.dtype}{how}", args, body)
     return CKernel(prog, source, [prog.inputs.index(p) for p in leaves], fallback)
 
 
@@ -345,10 +446,17 @@ def _index(dims: list[int], full: tuple[bool, ...]) -> str:
 
 
 def _shared(n: int, simd: bool = False) -> str:
-    """The OpenMP pragma that shares ``n`` iterations among threads in ``CHUNKS`` pieces handed out
-    as threads ask: on a busy machine a thread the OS has not run yet leaves its share to the others."""
-    chunk = max(1, n // CHUNKS)
-    return f"parallel for simd schedule(simd: dynamic, {chunk})" if simd else f"parallel for schedule(dynamic, {chunk})"
+    """The OpenMP pragma that shares ``n`` iterations among this machine's threads (one per
+    physical core, ``cc.machine()``; ``$OMP_NUM_THREADS`` when set) in pieces handed out as threads
+    ask: on a busy machine a thread the OS has not run yet leaves its share to the others. A
+    vectorised loop's pieces are whole vectors of the machine's width."""
+    machine = cc.machine()
+    wanted = os.environ.get("OMP_NUM_THREADS", "").strip()
+    threads = int(wanted) if wanted.isdigit() and int(wanted) > 0 else machine.threads
+    chunk = machine._replace(threads=threads).chunk(n, machine.vector_bits // 32 if simd else 1)
+    clause = "" if wanted else f" num_threads({threads})"
+    return (f"parallel for simd schedule(simd: dynamic, {chunk}){clause}" if simd
+            else f"parallel for schedule(dynamic, {chunk}){clause}")
 
 
 def _loops(dims: list[int], body: list[str], size: int) -> list[str]:

@@ -6,7 +6,9 @@ named by a hash of the source, the compiler and its flags, so a second process (
 loads the library without compiling. Each compile writes a private temporary file and renames it
 into place, which is atomic: processes compiling the same kernel at once never see half a library.
 
-The flags are ``-O3 -march=native -fopenmp`` (256-bit vectors preferred on x86) and the parts of
+The flags are ``-O3 -march=native -fopenmp``, the vector width probed for this machine
+(``machine()``: ``codegen.machine`` says how it is chosen; cached in ``machine.json`` beside the
+libraries, so only the first process runs the probe) and the parts of
 ``-ffast-math`` that keep eager's answers: no ``errno`` (so ``sqrtf`` vectorises), reassociation
 (so a row's sum vectorises), but not ``-ffinite-math-only`` (which folds ``x != x`` to false:
 ``relu(nan)`` would be 0) nor ``-funsafe-math-optimizations`` (which rewrites ``pow(x, -1.5)``
@@ -49,7 +51,6 @@ import ctypes
 import fcntl
 import hashlib
 import os
-import platform
 import shutil
 import signal
 import stat
@@ -59,18 +60,21 @@ import threading
 import warnings
 from pathlib import Path
 
+from minigrad.graph.codegen import machine as _machine
+
 __all__ = ["COMPILE_TIMEOUT", "FLAGS", "CompilerUnavailable", "KernelWarning", "build", "cache_dir", "compiler",
-           "library_path"]
+           "flags", "library_path", "machine"]
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
-         "-fassociative-math", "-ffp-contract=off", "-fPIC", "-shared")
-if platform.machine().lower() in ("x86_64", "amd64"):  # gcc tunes some AVX2 CPUs (AMD Zen 1) to 128-bit
-    FLAGS += ("-mprefer-vector-width=256",)            # vectors; 256-bit ones ran the chain ~20% faster
+         "-fassociative-math", "-ffp-contract=off", "-fPIC", "-shared")  # and machine().flags: the vector width
 LIBS = ("-lmvec", "-lm")  # libmvec: the vector tanhf/expf the loops call
 COMPILE_TIMEOUT = 300.0  # seconds: gcc takes about one on a kernel; a hung compiler must not hang minigrad
 
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
+_machines: dict[str, _machine.Machine] = {}  # probe key -> this process's answer
+_machine_lock = threading.Lock()  # not _lock: build() asks for the flags while holding that
+MACHINE_FILE = "machine.json"  # the cached probe, in the kernel cache
 
 
 class CompilerUnavailable(RuntimeError):
@@ -96,10 +100,57 @@ def cache_dir() -> Path:
     return Path(root) / "kernels"
 
 
+def machine(cc: str | None = None) -> _machine.Machine:
+    """This machine as the kernels see it (``codegen.machine``: vector width, OpenMP threads),
+    probed once for compiler ``cc`` (default: ``compiler()``) and this CPU, then read back from
+    ``machine.json`` in the kernel cache by later processes. Where the cache cannot be used the
+    probe still answers; it runs again in the next process."""
+    cc = cc or compiler()
+    key = _machine.probe_key(cc)
+    with _machine_lock:
+        if key not in _machines:
+            _machines[key] = _cached_machine(cc, key)
+        return _machines[key]
+
+
+def _cached_machine(cc: str | None, key: str) -> _machine.Machine:
+    try:
+        directory = _private_directory(cache_dir())
+    except (OSError, CompilerUnavailable):  # build() will say why; the probe needs no cache
+        return _machine.probe(cc)
+    try:
+        with _locked(directory, fcntl.LOCK_SH):
+            found = _read_private(directory, MACHINE_FILE, cache_dir() / MACHINE_FILE, hashed=False)
+        cached = _machine.loads(found[0], key) if found is not None and found[1] is None else None
+        if cached is not None:
+            return cached
+        probed = _machine.probe(cc)
+        fd, tmp = tempfile.mkstemp(suffix=".json", dir=cache_dir())
+        try:
+            with open(fd, "w") as f:
+                f.write(_machine.dumps(key, probed))
+            with _locked(directory, fcntl.LOCK_EX):  # whole for readers, as a library is
+                os.replace(tmp, cache_dir() / MACHINE_FILE)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return probed
+    except (OSError, CompilerUnavailable):
+        return _machine.probe(cc)
+    finally:
+        os.close(directory)
+
+
+def flags(cc: str | None = None) -> tuple[str, ...]:
+    """The flags kernels are compiled with: ``FLAGS`` and this machine's (``machine().flags``)."""
+    return FLAGS + machine(cc).flags
+
+
 def library_path(source: str, cc: str | None = None) -> Path:
     """Where the library built from ``source`` by compiler ``cc`` (default: ``compiler()``) with
     these flags is cached."""
-    key = hashlib.sha256("\0".join([source, cc or compiler() or "", *FLAGS, *LIBS]).encode()).hexdigest()[:24]
+    cc = cc or compiler()
+    key = hashlib.sha256("\0".join([source, cc or "", *flags(cc), *LIBS]).encode()).hexdigest()[:24]
     return cache_dir() / f"k{key}.so"
 
 
@@ -240,7 +291,7 @@ def _compile(cc: str, source: str, directory: int, library: Path) -> None:
     try:
         Path(c_file).write_text(source)
         try:  # a session of its own: when it runs over, the compiler, cc1, as and ld are killed together
-            run = subprocess.Popen([cc, *FLAGS, "-o", tmp, c_file, *LIBS], stdin=subprocess.DEVNULL,
+            run = subprocess.Popen([cc, *flags(cc), "-o", tmp, c_file, *LIBS], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         except OSError as e:
             raise CompilerUnavailable(f"{Path(cc).name} could not run: {e}") from e
