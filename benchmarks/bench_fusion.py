@@ -257,7 +257,7 @@ def main() -> None:
     flags = " ".join(f for f in cc.flags() if f not in ("-fPIC", "-shared"))
     print(f"machine probe: {machine.isa}, {machine.vector_bits}-bit vectors, {machine.threads} physical core(s)")
     print(f"kernels: C ({flags}, {kernel_threads()} OpenMP threads); "
-          f"numpy blocks of {cpu.BLOCK_SIZE} elements on {cpu.NUM_THREADS} thread(s); "
+          f"numpy blocks of {numpy_blocks.BLOCK_SIZE} elements on {numpy_blocks.NUM_THREADS} thread(s); "
           f"median of {args.repeats} interleaved repeats x {args.steps} calls")
     print()
     verdicts: list[str] = []

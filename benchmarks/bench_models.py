@@ -3,7 +3,7 @@
 Each model is written once, as a function of the library (``minigrad`` or ``torch``): minigrad
 follows torch's API, so the same lines build both twins, and the torch twin is loaded with the
 minigrad twin's initial weights, so their first losses must agree (the test checks that on tiny
-sizes, ``tests/test_bench_models.py``). The workloads (chapter 02's layers at work):
+sizes, ``tests/suites/test_bench_models.py``). The workloads (chapter 02's layers at work):
 
 - ``lstm``: an LSTM classifier of 28-pixel rows (pytorch/examples mnist_rnn's shape): LSTM 28->64
   over 28 steps, a linear head on the last output, batch 64, cross-entropy, Adam.

@@ -12,7 +12,7 @@ interpreter is current) with MiniTorch's backend namespace.
 
 Both bindings offer the same names with the same signatures, and every array function computes
 with the op's own array forward (``apply(OpClass, *args)`` runs ``OpClass.forward`` and records
-nothing), so a gradient is bit-identical under either binding (``tests/test_bindings.py``).
+nothing), so a gradient is bit-identical under either binding (``tests/autograd/test_bindings.py``).
 """
 
 from __future__ import annotations

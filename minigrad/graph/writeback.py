@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from minigrad.graph.codegen import is_anchor
 from minigrad.graph.codegen.c import CKernel, MultiKernel
-from minigrad.graph.codegen.cpu import CpuKernel, one_ufunc
+from minigrad.graph.codegen.numpy_blocks import CpuKernel, one_ufunc
 from minigrad.graph.ir import EFFECT_OPS, SIDE_EFFECT_OPS, SOURCE_OPS, Graph, Node, op_kind
 from minigrad.graph.passes.rewrite import DROP, Rewriter, rewrite
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG

@@ -148,7 +148,7 @@ TENSOR_RULES = {
 def _classes() -> list[type]:
     """Every Function class the package's ops define: the Ops, and the Functions of minigrad.ops."""
     found = list(M.all_ops())
-    for mod in ("minigrad.ops.sparse", "minigrad.ops.checkpoint", "minigrad.ops.elementwise"):
+    for mod in ("minigrad.ops.sparse", "minigrad.memory.recompute", "minigrad.ops.elementwise"):
         module = __import__(mod, fromlist=["_"])
         found += [c for c in vars(module).values() if inspect.isclass(c) and issubclass(c, Function)
                   and not issubclass(c, Op) and c is not Function and c.__module__ == mod]

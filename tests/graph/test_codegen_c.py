@@ -20,7 +20,7 @@ import pytest
 import minigrad as mg
 from minigrad.errors import ArgumentError
 from minigrad.graph import trace
-from minigrad.graph.codegen import c, cc, cpu, machine
+from minigrad.graph.codegen import c, cc, machine, numpy_blocks
 from minigrad.graph.passes import fuse_elementwise
 from minigrad.graph.trace import run_graph
 from op_table import OPS

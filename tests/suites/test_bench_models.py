@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_models as bench  # noqa: E402
 
 import minigrad  # noqa: E402
