@@ -168,12 +168,15 @@ class MultiKernel:
         if self._fn is False or (self.threaded and _threads["forked"]):
             return self._by_parts(arrays, outs)
         ins = [xp.ascontiguousarray(arrays[k], dtype=t) for k, t in zip(self._leaves, self._types)]
-        targets = []
+        spans = [_span(x) for x in ins]
+        places = [_span(o) if o is not None and o.flags.c_contiguous and o.flags.writeable else None for o in outs]
+        targets, where = [], []
         for k, (o, (shape, dtype)) in enumerate(zip(outs, self._results)):
-            fits = (o is not None and o.shape == shape and o.dtype == dtype and o.flags.c_contiguous
-                    and o.flags.writeable and _apart(o, ins, outs[:k] + outs[k + 1:]))
+            fits = (places[k] is not None and o.shape == shape and o.dtype == dtype
+                    and _apart(places[k], spans, outs[:k] + outs[k + 1:], places[:k] + places[k + 1:]))
             targets.append(o if fits else xp.empty(shape, dtype))
-        self._fn(*[_address(t) for t in targets], *[_address(x) for x in ins])
+            where.append(places[k][0] if fits else _address(targets[-1]))
+        self._fn(*where, *[x[0] for x in spans])
         for o, t in zip(outs, targets):
             if o is not None and t is not o:
                 xp.copyto(o, t)
@@ -194,13 +197,28 @@ class MultiKernel:
         return f"<MultiKernel {self.name}: {len(self._results)} results, {len(self.ops)} ops>"
 
 
-def _apart(a: Any, ins: list, others: tuple) -> bool:
-    """Whether the loop may store into ``a``: it shares memory with no other result, and with no
-    input other than one read element for element (the same buffer: each iteration loads before
-    it stores)."""
-    return (not any(o is not None and xp.may_share_memory(a, o) for o in others)
-            and not any(xp.may_share_memory(a, x) and not (x.ctypes.data == a.ctypes.data and x.shape == a.shape)
-                        for x in ins))
+def _apart(a: tuple, ins: list[tuple], others: tuple, other_spans: list) -> bool:
+    """Whether the loop may store into the contiguous array spanning ``a`` (``_span``): it shares
+    memory with no other result, and with no input other than one read element for element (the
+    same buffer: each iteration loads before it stores). Contiguous arrays share memory exactly
+    when their byte ranges meet, which is cheaper to ask than ``may_share_memory`` (a few calls
+    per kernel call: on an optimizer's update of a bias, most of the call's time)."""
+    start, end, shape = a
+    return (not any(x[0] < end and start < x[1] and not (x[0] == start and x[2] == shape) for x in ins)
+            and not any(o is not None and (start < span[1] and span[0] < end if span is not None else _meets(o, a))
+                        for o, span in zip(others, other_spans)))
+
+
+def _span(a: Any) -> tuple[int, int, tuple]:
+    """A contiguous array's bytes, ``[start, end)``, and its shape."""
+    start = _address(a)
+    return start, start + a.nbytes, a.shape
+
+
+def _meets(o: Any, a: tuple) -> bool:
+    """Whether any array ``o`` (not contiguous, say) may share memory with the bytes ``a`` spans."""
+    low, high = xp.lib.array_utils.byte_bounds(o) if hasattr(xp.lib, "array_utils") else xp.byte_bounds(o)
+    return low < a[1] and a[0] < high
 
 
 def generate_multi(group: Graph, parts: list[tuple[Any, list]]) -> MultiKernel | None:
