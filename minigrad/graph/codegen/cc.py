@@ -17,7 +17,8 @@ from fusing ``a * b + c`` into one FMA instruction, which rounds once where nump
 with it, ``1 - y * y`` in tanh's backward differed from eager by 4e-6 relative where ``y`` nears
 1, and RMSprop, which divides each gradient by its own running size, carried such differences
 into its state at 1e-4. Now each ``+ - * /`` and ``sqrt`` of a kernel rounds as numpy's does;
-only the vector math functions differ from numpy's by an ulp or two. The generated source
+only the vector math functions differ from numpy's: glibc's by an ulp or two, float ``tanh``
+(a rational function of the kernel's own, ``codegen.c._TANHF``) by up to 6.2. The generated source
 declares glibc's vector math functions (``libmvec``: ``tanhf``, ``expf``...) itself, as
 ``-ffast-math`` would.
 When no compiler is found, or it fails, ``build`` raises ``CompilerUnavailable`` saying why; the
