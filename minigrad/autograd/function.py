@@ -65,7 +65,7 @@ class Function:
         "next_functions", "needs_input_grad", "device", "xp", "_input_meta", "_n_outputs",
         "_output_meta", "_trace", "__weakref__", "__dict__",
     )
-    _saved: Any = None  # what forward passed to save_for_backward; packed by _attach
+    _saved: Any = None  # what forward passed to save_for_backward or save_positions; packed by apply
     _pre_hooks: OrderedDict | None = None  # hooks on the gradients arriving at this node
 
     @staticmethod
@@ -96,13 +96,13 @@ class Function:
     # -- what forward may call on ctx -----------------------------------------------------------
     def save_for_backward(self, *tensors: Any) -> None:
         """Keep inputs or outputs (or other arrays) for backward; resolved after forward returns."""
-        self._saved = tensors
+        self._saved = list(tensors)  # a list: values to be found among the inputs and outputs
 
     def save_positions(self, *positions: int | str | None) -> None:
         """Keep forward's inputs by index, or its output (``OUTPUT``), for backward: the built-in
         ops' form of ``save_for_backward``, which says where each value is instead of leaving it
         to be searched for among the inputs and outputs. ``None`` keeps a slot empty."""
-        self._saved = _Positions(positions)
+        self._saved = positions  # a tuple: where each value is (save_for_backward's list says what it is)
 
     def mark_non_differentiable(self, *outputs: Any) -> None:
         self._non_differentiable = outputs
@@ -142,6 +142,8 @@ class Function:
     # -- apply ------------------------------------------------------------------------------------
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        # One frame does an op's whole bookkeeping (inputs, forward, outputs, the node): on a small
+        # tensor that bookkeeping is the op's cost, and every call made here is paid on every op.
         stack = current_modes()  # the modes on (minigrad.autograd.mode): empty unless one is entered
         if stack:
             for m in reversed(stack):
@@ -181,42 +183,48 @@ class Function:
         # cupy allocates and launches on the *current* GPU, which need not be the inputs' one:
         # an op on cuda:1 selects cuda:1 for its forward (and the engine for its backward). The
         # cpu has nothing to select, and skips the context manager (it costs two calls per op).
-        if device.type == "cuda":
-            with selected(device):
-                outputs = _run(cls, ctx, args, arrays, kwargs, device, xp, record, stack)
-        else:
-            outputs = _run(cls, ctx, args, arrays, kwargs, device, xp, record, stack)
+        gpu = selected(device) if device.type == "cuda" else None
+        if gpu is not None:
+            gpu.__enter__()
+        try:
+            if cls.array_forward:
+                try:  # (a call without ** when there are no keywords: it costs a dict less)
+                    out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
+                except ValueError as e:
+                    shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
+                    raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
+                ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
+                if type(out) is tuple:
+                    outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
+                else:
+                    outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
+            else:
+                with grad_mode.no_grad():
+                    outputs = out = cls.forward(ctx, *args, **kwargs)
+                if type(outputs) is tuple:
+                    outputs = tuple([_fresh_output(o, args) for o in outputs])
+                else:
+                    outputs = _fresh_output(outputs, args)
+        finally:
+            if gpu is not None:
+                gpu.__exit__(None, None, None)
+
+        if record:  # the node becomes the grad_fn of its (floating) outputs and packs what it saved
+            if type(outputs) is tuple:
+                _attach_several(ctx, outputs)
+                out_list, raw_list = outputs, out
+            else:
+                ctx._n_outputs = 1
+                if outputs.array.dtype.kind == "f" and not ctx._non_differentiable:
+                    outputs.requires_grad = True
+                    outputs.grad_fn = ctx
+                out_list, raw_list = (outputs,), (out,)
+            if ctx._saved:
+                _pack_saved(ctx, args, arrays, out_list, raw_list, stack)
         if stack:  # (here, in apply's frame: the profiler pairs before_op and after_op by their caller)
             for m in stack:
                 m.after_op(ctx, args, kwargs, outputs)
         return outputs
-
-
-def _run(cls: type, ctx: Function, args: tuple, arrays: list, kwargs: dict, device: Any, xp: Any,
-         record: bool, stack: tuple) -> Any:
-    """The middle of ``apply``: run forward, wrap its outputs, record the node."""
-    if cls.array_forward:
-        try:  # (a call without ** when there are no keywords: it costs a dict less)
-            out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
-        except ValueError as e:
-            shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
-            raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
-        ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
-        if type(out) is tuple:
-            outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
-        else:
-            outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
-    else:
-        with grad_mode.no_grad():
-            outputs = out = cls.forward(ctx, *args, **kwargs)
-        if type(outputs) is tuple:
-            outputs = tuple([_fresh_output(o, args) for o in outputs])
-        else:
-            outputs = _fresh_output(outputs, args)
-
-    if record:
-        _attach(ctx, args, arrays, outputs, out, stack)
-    return outputs
 
 
 _NONE_NEEDED = [(False,) * n for n in range(8)]
@@ -298,46 +306,42 @@ def _connect(ctx: Function, args: tuple) -> None:
     ### END SOLUTION
 
 
-def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, stack: tuple) -> None:
-    """Make the node the grad_fn of its (floating) outputs, and turn saved arrays into saved tensors
-    (``raw`` is what forward returned, which it may have saved before it became ``outputs``)."""
-    if type(outputs) is tuple:
-        non_diff = ctx._non_differentiable
-        ctx._n_outputs = len(outputs)
-        ctx._output_meta = tuple([(o.array.shape, o.array.dtype) for o in outputs])
-        for i, o in enumerate(outputs):
-            if isinstance(o, Tensor) and o.array.dtype.kind == "f" and not any(o is n for n in non_diff):
-                o.requires_grad, o.grad_fn, o._output_nr = True, ctx, i
-        out_list, raw_list = outputs, raw
-    else:
-        ctx._n_outputs = 1
-        if outputs.array.dtype.kind == "f" and not ctx._non_differentiable:
-            outputs.requires_grad = True
-            outputs.grad_fn = ctx
-        out_list, raw_list = (outputs,), (raw,)
+def _attach_several(ctx: Function, outputs: tuple) -> None:
+    """Make the node the grad_fn of each of its floating outputs, numbered, except the ones forward
+    marked non-differentiable."""
+    non_diff = ctx._non_differentiable
+    ctx._n_outputs = len(outputs)
+    ctx._output_meta = tuple([(o.array.shape, o.array.dtype) for o in outputs])
+    for i, o in enumerate(outputs):
+        if isinstance(o, Tensor) and o.array.dtype.kind == "f" and not any(o is n for n in non_diff):
+            o.requires_grad, o.grad_fn, o._output_nr = True, ctx, i
+
+
+def _pack_saved(ctx: Function, args: tuple, arrays: list, out_list: tuple, raw_list: tuple, stack: tuple) -> None:
+    """Turn what forward saved into saved entries (``raw_list`` is what forward returned, which it
+    may have saved before it became ``out_list``'s Tensors)."""
     saved = ctx._saved
-    if saved:
-        packed = []
-        if type(saved) is _Positions:  # declared by position: nothing to search
-            for p in saved:
-                if p is OUTPUT:
-                    o = out_list[0]
-                    packed.append((SAVED_OUTPUT, (o.array, 0, weakref.ref(o)), o._version))
-                elif p is None:
-                    packed.append(_NOTHING)
-                else:
-                    a = args[p]
-                    packed.append((SAVED_TENSOR, a, a._version) if isinstance(a, Tensor)
-                                  else _pack(a, args, arrays, out_list, raw_list))
-        else:
-            for x in saved:  # plain loops: on this path, zip() and comprehensions cost more than the work
-                packed.append(_pack(x, args, arrays, out_list, raw_list))
-        ctx._saved = packed = tuple(packed)
-        if stack:  # a constant kept for backward (a mask, im2col columns) is memory, and a traced value
-            for k, (kind, value, _) in enumerate(packed):
-                if kind == SAVED_ARRAY:
-                    for m in stack:
-                        m.saved_array(ctx, k, value)
+    packed = []
+    if type(saved) is tuple:  # declared by position (save_positions): nothing to search
+        for p in saved:  # (a tensor's version read inline: the _version property costs a call)
+            if p is OUTPUT:
+                o = out_list[0]
+                packed.append((SAVED_OUTPUT, (o.array, 0, weakref.ref(o)), o._vc if o._base is None else o._base._vc))
+            elif p is None:
+                packed.append(_NOTHING)
+            else:
+                a = args[p]
+                packed.append((SAVED_TENSOR, a, a._vc if a._base is None else a._base._vc) if isinstance(a, Tensor)
+                              else _pack(a, args, arrays, out_list, raw_list))
+    else:
+        for x in saved:  # plain loops: on this path, zip() and comprehensions cost more than the work
+            packed.append(_pack(x, args, arrays, out_list, raw_list))
+    ctx._saved = packed = tuple(packed)
+    if stack:  # a constant kept for backward (a mask, im2col columns) is memory, and a traced value
+        for k, (kind, value, _) in enumerate(packed):
+            if kind == SAVED_ARRAY:
+                for m in stack:
+                    m.saved_array(ctx, k, value)
 
 
 # A saved entry is (kind, value, version), of one of four kinds: a tensor kept as is (an input); an
@@ -347,10 +351,6 @@ SAVED_TENSOR, SAVED_OUTPUT, SAVED_ARRAY, SAVED_VALUE = 0, 1, 2, 3
 _PLAIN = (int, float, bool, tuple)  # plain Python values forward often keeps
 _NOTHING = (SAVED_VALUE, None, 0)
 OUTPUT = "output"  # what save_positions names forward's output by (its first, when it returns several)
-
-
-class _Positions(tuple):
-    """What ``save_positions`` keeps until ``_attach`` packs it: input indices and ``OUTPUT``."""
 
 
 def saved_entries(fn: Function) -> Iterator[tuple[int, Any]]:
