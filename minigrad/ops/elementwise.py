@@ -33,6 +33,27 @@ def _save_other(ctx: Function, a: Any, b: Any) -> None:
     ctx.save_positions(0 if need_b else None, 1 if need_a else None)
 
 
+_CONSTANTS: dict = {}  # (number, dtype) -> a read-only 0-d array (_operand)
+
+
+def _operand(s: float, like: Any) -> Any:
+    """A Python float operand of an op on the float numpy array ``like``, as a 0-d array of its
+    dtype: numpy resolves a Python scalar's dtype on every call, which about doubles the cost of
+    an op on a small array, and by NEP 50 it casts the scalar to ``like``'s dtype anyway, so the
+    result is the same bit for bit. A zero (its sign), a NaN (as a dict key), a value a float16
+    cannot hold and anything on another array module are returned as they are."""
+    c = _CONSTANTS.get((s, like.dtype)) if type(like) is _ndarray else None
+    if c is None:
+        if type(like) is not _ndarray or like.dtype.kind != "f" or not 0 < abs(s) <= 65504 or len(_CONSTANTS) > 256:
+            return s
+        c = _CONSTANTS[(s, like.dtype)] = backend.numpy.asarray(s, like.dtype)
+        c.flags.writeable = False
+    return c
+
+
+_ndarray = backend.numpy.ndarray
+
+
 # -- arithmetic ------------------------------------------------------------------------------------
 class Add(Op):
     kind = "elementwise"
@@ -43,7 +64,7 @@ class Add(Op):
     unit = (0, (0, 1))
 
     @staticmethod
-    def forward(ctx, a, b): return a + b
+    def forward(ctx, a, b): return a + (_operand(b, a) if type(b) is float else b)
     @staticmethod
     def backward(ctx, g): return g, g
 
@@ -57,7 +78,7 @@ class Sub(Op):
     unit = (0, (1,))
 
     @staticmethod
-    def forward(ctx, a, b): return a - b
+    def forward(ctx, a, b): return a - (_operand(b, a) if type(b) is float else b)
     @staticmethod
     def backward(ctx, g): return g, (-g if ctx.needs_input_grad[1] else None)
 
@@ -73,7 +94,7 @@ class Mul(Op):
     @staticmethod
     def forward(ctx, a, b):
         _save_other(ctx, a, b)
-        return a * b
+        return a * (_operand(b, a) if type(b) is float else b)
 
     @staticmethod
     def backward(ctx, g):
@@ -99,7 +120,7 @@ class Div(Op):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_positions(0 if ctx.needs_input_grad[1] else None, 1)
-        return a / b
+        return a / (_operand(b, a) if type(b) is float else b)
 
     @staticmethod
     def backward(ctx, g):
@@ -343,7 +364,8 @@ class Sigmoid(Op):
     @staticmethod
     def forward(ctx, a):
         # 0.5 * (1 + tanh(a / 2)) never overflows, unlike 1 / (1 + exp(-a)) for a << 0
-        out = 0.5 + 0.5 * ctx.xp.tanh(0.5 * a)
+        half = _operand(0.5, a)
+        out = half + half * ctx.xp.tanh(half * a)
         ctx.save_positions(OUTPUT)
         return out
 
