@@ -275,11 +275,19 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     """
     ### BEGIN SOLUTION chapter 02: the backward engine: one node, retain_graph
     ops, device = node.ops, node.device
-    with selected(device) if device.type == "cuda" else F._HOST:  # cupy computes on the current GPU: the node's
+    # cupy computes on the current GPU: select the node's; the cpu skips the context manager
+    # (entering and leaving one costs two calls per node)
+    gpu = selected(device) if device.type == "cuda" else None
+    if gpu is not None:
+        gpu.__enter__()
+    try:
         if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
             grads = [g if g is not None else ops.zeros(shape, dtype, device)
                      for g, (shape, dtype) in zip(grads, node._output_meta)]
         out = _tensor_rule(node, grads) if ops.arrays and node.tensor_backward else type(node).backward(node, *grads)
+    finally:
+        if gpu is not None:
+            gpu.__exit__(None, None, None)
     if type(out) is not tuple:
         out = (out,)
     edges = node.next_functions

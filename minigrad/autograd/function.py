@@ -33,7 +33,6 @@ profiler, the memory tracker, the tracer) see each op, before and after it runs.
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
@@ -228,7 +227,6 @@ class Function:
 
 
 _NONE_NEEDED = [(False,) * n for n in range(8)]
-_HOST = contextlib.nullcontext()  # no GPU to select on the cpu (a reusable context)
 
 
 class AccumulateGrad(Function):
