@@ -2,8 +2,9 @@
 
 Applying a Function computes its output and, when grad mode is on and an input requires grad,
 records a graph node: the Function instance itself (``ctx``), which becomes the output's
-``grad_fn``. A node's in-edges are ``next_functions``: for every input, the node that produced it
-(its ``grad_fn``, or an ``AccumulateGrad`` node for a leaf that requires grad).
+``grad_fn``. A node's in-edges are its ``_edges``, one tuple per input: the node that produced
+it (its ``grad_fn``, or an ``AccumulateGrad`` node for a leaf that requires grad), and the
+input's shape and dtype; PyTorch's ``next_functions`` shows them as ``(node, output_nr)`` pairs.
 
 A built-in rule is written once, against ``ctx.ops`` (``minigrad.autograd.binding``), which the
 engine binds per backward pass: to minigrad's differentiable ops when the pass is recorded
@@ -61,8 +62,8 @@ class Function:
 
     # ctx fields, set by apply (slots keep the per-op cost low; subclasses still get a __dict__)
     __slots__ = (
-        "next_functions", "needs_input_grad", "device", "xp", "_input_meta", "_n_outputs",
-        "_output_meta", "_trace", "__weakref__", "__dict__",
+        "_edges", "needs_input_grad", "device", "xp", "_n_outputs", "_output_meta", "_trace",
+        "__weakref__", "__dict__",
     )
     _saved: Any = None  # what forward passed to save_for_backward or save_positions; packed by apply
     _pre_hooks: OrderedDict | None = None  # hooks on the gradients arriving at this node
@@ -125,6 +126,12 @@ class Function:
             else:
                 tensors.append(_unpack(self, s, arrays))
         return tuple(tensors)
+
+    @property
+    def next_functions(self) -> tuple:
+        """The in-edges as PyTorch shows them: for each argument of forward, ``(node, output_nr)``,
+        or ``None`` where no gradient flows; made from ``_edges`` (``_connect``) when read."""
+        return tuple([None if e[0] is None else (e[0], e[1]) for e in self._edges])
 
     def name(self) -> str:
         return type(self).__name__
@@ -227,6 +234,7 @@ class Function:
 
 
 _NONE_NEEDED = [(False,) * n for n in range(8)]
+NO_EDGE = (None, 0, None, None)  # the _edges entry of an argument that is not a Tensor (_connect)
 
 
 class AccumulateGrad(Function):
@@ -259,7 +267,7 @@ def _accumulator(t: Tensor) -> AccumulateGrad:
     if node is None:
         node = object.__new__(AccumulateGrad)
         node.variable = t
-        node.next_functions = ()
+        node._edges = ()
         node._n_outputs = 1
         t._accum = weakref.ref(node)
     return node
@@ -269,38 +277,42 @@ def _connect(ctx: Function, args: tuple) -> None:
     """Record the node's in-edges: for each input, the node that produced it (its grad_fn, or
     its leaf's AccumulateGrad), plus its shape and dtype so gradients can be checked against them.
 
-    ``args`` are forward's arguments, Tensors or not (a dim, a shape, a Python number). Set three
+    ``args`` are forward's arguments, Tensors or not (a dim, a shape, a Python number). Set two
     tuples on ``ctx``, each with one entry per argument, in order:
 
-    - ``ctx.needs_input_grad``: ``a.requires_grad`` for a Tensor, False otherwise;
-    - ``ctx.next_functions``: the in-edges, ``(a.grad_fn, a._output_nr)`` for a Tensor an op made,
-      ``(_accumulator(a), 0)`` for a leaf that requires grad (one node per leaf, shared by all its
-      uses), ``None`` for a Tensor that needs no gradient and for every other argument;
-    - ``ctx._input_meta``: ``(a.array.shape, a.array.dtype)`` for a Tensor, ``None`` otherwise:
-      the engine sums a broadcast gradient back to that shape and casts it to that dtype.
+    - ``ctx._edges``: one tuple per argument, ``(node, output_nr, shape, dtype)``, where ``shape``
+      and ``dtype`` are ``a.array``'s (the engine sums a broadcast gradient back to that shape and
+      casts it to that dtype): ``(a.grad_fn, a._output_nr, ...)`` for a Tensor an op made;
+      ``(_accumulator(a), 0, ...)`` for a leaf that requires grad (one node per leaf, shared by all
+      its uses); ``(None, 0, ...)`` for a Tensor that needs no gradient (no edge, but
+      ``graph.viz`` still draws the constant with its shape); ``NO_EDGE``, ``(None, 0, None,
+      None)``, for every other argument;
+    - ``ctx.needs_input_grad``: ``a.requires_grad`` for a Tensor, False otherwise.
 
-    The engine walks ``next_functions``, ``graph.viz`` draws them with ``_input_meta`` and the
-    backward rules read ``needs_input_grad``; all three are checked on tensors, leaves,
-    constants and non-tensor arguments.
+    One tuple per edge holds what three parallel tuples per op used to (the in-edges, the inputs'
+    shapes and dtypes, and PyTorch's ``next_functions``), so recording an op builds fewer objects:
+    ``ctx.next_functions``, PyTorch's ``(node, output_nr)`` pairs (``None`` where no gradient
+    flows), is made from ``_edges`` when someone reads it. The engine walks ``_edges``,
+    ``graph.viz`` draws them and the backward rules read ``needs_input_grad``; both are checked
+    on tensors, leaves, constants and non-tensor arguments.
     """
     ### BEGIN SOLUTION chapter 01: Function.apply records the in-edges
-    needs, edges, meta = [], [], []
+    needs, edges = [], []
     for a in args:
         if isinstance(a, Tensor):
-            rg = a.requires_grad
-            needs.append(rg)
+            shape, dtype = a.array.shape, a.array.dtype
             if a.grad_fn is not None:
-                edges.append((a.grad_fn, a._output_nr))
+                edges.append((a.grad_fn, a._output_nr, shape, dtype))
+            elif a.requires_grad:
+                edges.append((_accumulator(a), 0, shape, dtype))
             else:
-                edges.append((_accumulator(a), 0) if rg else None)
-            meta.append((a.array.shape, a.array.dtype))
+                edges.append((None, 0, shape, dtype))
+            needs.append(a.requires_grad)
         else:
+            edges.append(NO_EDGE)
             needs.append(False)
-            edges.append(None)
-            meta.append(None)
+    ctx._edges = tuple(edges)
     ctx.needs_input_grad = tuple(needs)
-    ctx.next_functions = tuple(edges)
-    ctx._input_meta = tuple(meta)
     ### END SOLUTION
 
 
