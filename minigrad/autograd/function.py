@@ -121,10 +121,15 @@ class Function:
         arrays = self.ops.arrays  # under the array binding a rule reads arrays
         tensors = []
         for s in saved:  # a loop: cheaper than a comprehension for the one or two entries most ops keep
-            if arrays and s[0] >= SAVED_ARRAY:  # a constant or a Python value: as it was saved
-                tensors.append(s[1])
-            else:
-                tensors.append(_unpack(self, s, arrays))
+            if arrays:  # (the commonest entries read here, without _unpack's call)
+                kind, value, version = s
+                if kind >= SAVED_ARRAY:  # a constant or a Python value: as it was saved
+                    tensors.append(value)
+                    continue
+                if kind == SAVED_TENSOR and version == (value._vc if value._base is None else value._base._vc):
+                    tensors.append(value.array)
+                    continue
+            tensors.append(_unpack(self, s, arrays))
         return tuple(tensors)
 
     @property
@@ -219,14 +224,15 @@ class Function:
             if type(outputs) is tuple:
                 _attach_several(ctx, outputs)
                 out_list, raw_list = outputs, out
+                if ctx._saved:
+                    _pack_saved(ctx, args, arrays, outputs, out, stack)
             else:
                 ctx._n_outputs = 1
                 if outputs.array.dtype.kind == "f" and not ctx._non_differentiable:
                     outputs.requires_grad = True
                     outputs.grad_fn = ctx
-                out_list, raw_list = (outputs,), (out,)
-            if ctx._saved:
-                _pack_saved(ctx, args, arrays, out_list, raw_list, stack)
+                if ctx._saved:
+                    _pack_saved(ctx, args, arrays, (outputs,), (out,), stack)
         if stack:  # (here, in apply's frame: the profiler pairs before_op and after_op by their caller)
             for m in stack:
                 m.after_op(ctx, args, kwargs, outputs)

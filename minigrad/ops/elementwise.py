@@ -27,12 +27,6 @@ __all__ = [
 ]
 
 
-def _save_other(ctx: Function, a: Any, b: Any) -> None:
-    """Save only what backward will read: b for a's gradient, a for b's (as in ``a * b``)."""
-    need_a, need_b = ctx.needs_input_grad
-    ctx.save_positions(0 if need_b else None, 1 if need_a else None)
-
-
 _CONSTANTS: dict = {}  # (number, dtype) -> a read-only 0-d array (_operand)
 
 
@@ -93,12 +87,13 @@ class Mul(Op):
 
     @staticmethod
     def forward(ctx, a, b):
-        _save_other(ctx, a, b)
+        need_a, need_b = ctx.needs_input_grad  # save b for a's gradient, a for b's
+        ctx.save_positions(0 if need_b else None, 1 if need_a else None)
         return a * (_operand(b, a) if type(b) is float else b)
 
     @staticmethod
     def backward(ctx, g):
-        """d(a*b) = b da + a db. Forward saved ``(a, b)`` by ``_save_other``: ``b`` only when a
+        """d(a*b) = b da + a db. Forward saved ``(a, b)`` by position: ``b`` only when a
         needs a gradient and ``a`` only when b does, the other slot ``None`` (either may be a Python
         number). The contract of every rule: ``minigrad.autograd.Function.backward``.
         ``g`` and the saved values are arrays or Tensors, as the engine bound ``ctx.ops``: operators
