@@ -372,16 +372,22 @@ class Tensor:
         return self
 
     # -- arithmetic (numpy broadcasting; Python scalars do not promote the tensor's dtype) -------
-    # the commonest operators call their op's entry point (_binary, or the op's apply on a float
-    # tensor, where the wrapper would only check what is known already) without the wrapper in between
-    def __add__(self, other): return _binary(_Add, self, other)
+    # the commonest operators call their op's entry point (_binary), or the op's apply itself for a
+    # float tensor and a Python float, where the entry point would only check what is known already
+    def __add__(self, other):
+        if type(other) is float and self.array.dtype.kind == "f":
+            return _Add.apply(self, other)
+        return _binary(_Add, self, other)
     def __radd__(self, other): return _binary(_Add, other, self)
     def __sub__(self, other):  # (sub's wrapper refuses bools: a float tensor and a number are none)
-        if self.array.dtype.kind == "f" and (type(other) is float or type(other) is int):
+        if type(other) is float and self.array.dtype.kind == "f":
             return _Sub.apply(self, other)
         return _ops.sub(self, other)
     def __rsub__(self, other): return _ops.sub(other, self)
-    def __mul__(self, other): return _binary(_Mul, self, other)
+    def __mul__(self, other):
+        if type(other) is float and self.array.dtype.kind == "f":
+            return _Mul.apply(self, other)
+        return _binary(_Mul, self, other)
     def __rmul__(self, other): return _binary(_Mul, other, self)
     def __truediv__(self, other): return _ops.div(self, other)
     def __rtruediv__(self, other): return _ops.div(other, self)
