@@ -336,7 +336,7 @@ class TanhBackward(Op):
     @staticmethod
     def forward(ctx, g, y):
         ctx.save_positions(0, 1)
-        return g * (1 - y * y)
+        return g * (_operand(1.0, y) - y * y)  # (1 as a 0-d array: the same bits, sooner)
 
     @staticmethod
     def backward(ctx, gg):
@@ -379,7 +379,7 @@ class SigmoidBackward(Op):
     @staticmethod
     def forward(ctx, g, y):
         ctx.save_positions(0, 1)
-        return g * y * (1 - y)
+        return g * y * (_operand(1.0, y) - y)
 
     @staticmethod
     def backward(ctx, gg):
