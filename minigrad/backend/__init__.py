@@ -333,7 +333,9 @@ def _add_rows_at(out: Any, index: Any, values: Any) -> bool:
     here each row's first occurrence is added in one fancy-indexed ``+=`` (no row twice in it),
     and only the repeats go through ``add.at``, in their order: the same sums in the same order,
     so the same bits, at a third of the time for an LM's batch of words."""
-    rows = index[0] if type(index) is tuple and len(index) == 1 else index
+    if type(index) is tuple:  # (rows,) or (rows, ...): indexing's normal form
+        index = index[0] if len(index) == 1 or (len(index) == 2 and index[1] is Ellipsis) else None
+    rows = index
     if (type(rows) is not numpy.ndarray or rows.dtype.kind not in "iu" or out.ndim < 2 or rows.size < 2
             or out.dtype.kind != "f" or getattr(values, "dtype", None) != out.dtype
             or values.shape != rows.shape + out.shape[1:] or rows.min() < 0):  # -1 and n-1: one row, two keys
