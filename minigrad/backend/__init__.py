@@ -19,6 +19,9 @@ import numpy
 
 from minigrad.errors import DeviceError, DTypeError
 from minigrad.backend.value_checks import raise_pending
+from minigrad.backend.host_malloc import keep_freed_memory
+
+keep_freed_memory()  # numpy's large temporaries reuse freed pages instead of faulting in fresh ones each step
 
 # ---------------------------------------------------------------------------------------------
 # dtypes: minigrad uses numpy dtype objects directly, under torch's names.
