@@ -10,7 +10,7 @@ gate op's backward is one op too (``LSTMGatesBackward``, ``GRUGatesBackward``, a
 ``SigmoidBackward``), fed the activations forward kept, and whose own backward is built from
 minigrad ops, so a recurrent network stays differentiable at any order (gradgradcheck of the
 backward ops). Gate order is PyTorch's: i, f, g, o and r, z, n. The array forwards run as one C
-loop each where a compiler is found (``minigrad.ops.gate_kernels``), the numpy lines below otherwise.
+loop each where a compiler is found (``minigrad.ops.c_loops``), the numpy lines below otherwise.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from minigrad import backend
 from minigrad._tensor import Tensor
 from minigrad.errors import ShapeError
-from minigrad.ops import gate_kernels
+from minigrad.ops import c_loops
 from minigrad.ops.elementwise import sigmoid, tanh
 from minigrad.ops.indexing import _dim_of
 from minigrad.ops.movement import cat
@@ -80,7 +80,7 @@ class LSTMGates(Op):
 
     @staticmethod
     def forward(ctx, xg, hg, c):
-        fused = gate_kernels.lstm_forward(xg, hg, c)  # one C loop, where a compiler built it
+        fused = c_loops.lstm_forward(xg, hg, c)  # one C loop, where a compiler built it
         if fused is not None:
             h, c_next, s, t = fused
         else:
@@ -120,9 +120,9 @@ class LSTMGatesBackward(Op):
         xp, n = ctx.xp, c.shape[-1]
         ctx.save_for_backward(dh, dc, xg, hg, c)
         if s is None:  # the activations and tanh(c'), unless forward's are given
-            fused = gate_kernels.lstm_forward(xg, hg, c)
+            fused = c_loops.lstm_forward(xg, hg, c)
             s, t = (fused[2], fused[3]) if fused is not None else (_lstm_activations(xp, xg, hg, n), t)
-        fused = gate_kernels.lstm_backward(dh, dc, c, s, t) if t is not None else None
+        fused = c_loops.lstm_backward(dh, dc, c, s, t) if t is not None else None
         if fused is not None:
             return fused
         i, f, g, o = _blocks(s, n)
@@ -175,7 +175,7 @@ class GRUGates(Op):
     @staticmethod
     def forward(ctx, gx, gh, h):
         xp, k = ctx.xp, h.shape[-1]
-        fused = gate_kernels.gru_forward(gx, gh, h)  # one C loop, where a compiler built it
+        fused = c_loops.gru_forward(gx, gh, h)  # one C loop, where a compiler built it
         if fused is not None:
             out, rz, n = fused
         else:
@@ -205,10 +205,10 @@ class GRUGatesBackward(Op):
         xp, k = ctx.xp, h.shape[-1]
         ctx.save_for_backward(g, gx, gh, h)
         if rz is None or n is None:  # forward's activations, unless given
-            fused = gate_kernels.gru_forward(gx, gh, h)
+            fused = c_loops.gru_forward(gx, gh, h)
             if fused is not None:
                 rz, n = fused[1], fused[2]
-        fused = gate_kernels.gru_backward(g, gh, h, rz, n) if rz is not None and n is not None else None
+        fused = c_loops.gru_backward(g, gh, h, rz, n) if rz is not None and n is not None else None
         if fused is not None:
             return fused
         if rz is None:

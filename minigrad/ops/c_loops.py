@@ -1,17 +1,20 @@
-"""The gate ops' arithmetic as C loops: one pass over an LSTM or GRU step (chapters 02 and 03).
+"""Ops whose numpy lines take many passes, as one C loop each: LSTM and GRU steps, log-softmax rows
+(chapters 02 and 03).
 
 ``LSTMGates`` is one graph node, but in numpy its forward is still about twenty ufunc calls over
 (N, H) slices (sums, exps, reciprocals, products) and its backward op a dozen more: each call
 walks memory once and pays numpy's own dispatch, about 150 us a step at batch 64 and width 64,
-most of an LSTM's time. Written as one C loop, each element goes through the whole chain in
+most of an LSTM's time. A log-softmax over a word model's 2000 classes is five passes over the
+logits, and numpy's float32 ``exp`` alone took 1 ms of them for (320, 2000), where glibc's vector
+``expf`` takes 0.3 ms. Written as one C loop, each element goes through the whole chain in
 registers and the compiler vectorises it (``expf`` through glibc's vector math library), as the
 fused groups of ``minigrad.graph.codegen.c`` do: here the loops are written by hand, once, since
-the recurrences are fixed. They are built by ``minigrad.graph.codegen.cc`` (once per machine,
-cached and hashed), with its exact-math flags, and compute the numpy path's formulas operation
-for operation (sigmoid as ``1 / (1 + exp(-a))``, tanh as ``2 sigmoid(2a) - 1``), so the two
-agree but for the last bits of ``exp``. Where no compiler builds them, for other dtypes than
-float32/float64, on other devices, or with ``MINIGRAD_KERNELS=numpy``, each function here returns
-``None`` and the op runs its numpy lines.
+these ops are fixed. They are built by ``minigrad.graph.codegen.cc`` (once per machine, cached and
+hashed), with its exact-math flags, and compute the numpy lines' formulas operation for operation
+(sigmoid as ``1 / (1 + exp(-a))``, tanh as ``2 sigmoid(2a) - 1``, ``(x - max) - log(sum(exp))``),
+so the two agree but for the last bits of ``exp`` and the order of a row's sum. Where no compiler
+builds them, for other dtypes than float32/float64, on other devices, or with
+``MINIGRAD_KERNELS=numpy``, each function here returns ``None`` and the op runs its numpy lines.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ from typing import Any
 
 from minigrad.backend import numpy
 
-__all__ = ["gru_backward", "gru_forward", "lstm_backward", "lstm_forward"]
+__all__ = ["enabled", "gru_backward", "gru_forward", "log_softmax", "lstm_backward", "lstm_forward"]
 
 # One macro per loop, instantiated for float and double; T is the type, E its exp. Each line is
 # the numpy path's expression in the same order of operations (ops.recurrent).
-_SOURCE = r"""/* minigrad.ops.gate_kernels: the LSTM and GRU gate arithmetic */
+_SOURCE = r"""/* minigrad.ops.c_loops: the LSTM and GRU gate arithmetic, log-softmax rows */
+/* codegen.cc's flags let a sum be reassociated (so a row's sum vectorises): here each expression
+   keeps numpy's order instead (x - max, then - log(sum): folded into x - (max + log(sum)) a logit
+   of 1e4 loses its last digits), and the one reduction, declared below, still vectorises */
+#pragma GCC optimize ("no-associative-math")
 #include <math.h>
 #define SIMD __attribute__((__simd__("notinbranch")))  /* glibc has vector versions */
 SIMD float expf(float); SIMD double exp(double);
@@ -106,6 +113,24 @@ void NAME(long rows, long k, const T *g, const T *gh, const T *h, const T *rz, c
     } \
 }
 
+#define LOG_SOFTMAX(NAME, T, E, LOG) \
+void NAME(long rows, long n, const T *x, T *y) \
+{ \
+    for (long r = 0; r < rows; r++) { \
+        const T *xr = x + r * n; \
+        T *yr = y + r * n, m = xr[0], s = 0; \
+        _Pragma("omp simd reduction(max: m)") \
+        for (long j = 0; j < n; j++) m = xr[j] > m ? xr[j] : m; \
+        _Pragma("omp simd reduction(+: s)") \
+        for (long j = 0; j < n; j++) s += E(xr[j] - m); \
+        T ls = LOG(s); \
+        _Pragma("omp simd") \
+        for (long j = 0; j < n; j++) yr[j] = (xr[j] - m) - ls; \
+    } \
+}
+
+LOG_SOFTMAX(log_softmax_float, float, expf, logf)
+LOG_SOFTMAX(log_softmax_double, double, exp, log)
 LSTM_FORWARD(lstm_forward_float, float, expf)
 LSTM_FORWARD(lstm_forward_double, double, exp)
 LSTM_BACKWARD(lstm_backward_float, float)
@@ -116,7 +141,7 @@ GRU_BACKWARD(gru_backward_float, float)
 GRU_BACKWARD(gru_backward_double, double)
 """
 
-_ARGS = {"lstm_forward": 7, "lstm_backward": 7, "gru_forward": 6, "gru_backward": 8}  # pointers after (rows, n)
+_ARGS = {"lstm_forward": 7, "lstm_backward": 7, "gru_forward": 6, "gru_backward": 8, "log_softmax": 2}  # pointers after (rows, n)
 _TYPES = {numpy.dtype("float32"): "float", numpy.dtype("float64"): "double"}
 _functions: dict[str, Any] = {}
 _library: list = []  # [the loaded library], or [False] when none could be built (asked once per process)
@@ -128,7 +153,7 @@ def _build() -> Any:
     try:
         return cc.build(_SOURCE)
     except cc.CompilerUnavailable as e:
-        warnings.warn(f"the gate ops' C loops are off ({e}); LSTM and GRU steps run as numpy", cc.KernelWarning,
+        warnings.warn(f"the C loops of the gate ops and log-softmax are off ({e}); they run as numpy", cc.KernelWarning,
                       stacklevel=4)
         return False
 
@@ -225,3 +250,17 @@ def gru_backward(g: Any, gh: Any, h: Any, rz: Any, n: Any) -> tuple | None:
     fn(h.size // k, k, _address(g), _address(gh), _address(h), _address(rz), _address(n), _address(dgx),
        _address(dgh), _address(dh))
     return dgx, dgh, dh
+
+
+def log_softmax(a: Any, dim: int) -> Any:
+    """``log_softmax(a)`` along ``dim`` as ``ops.softmax.LogSoftmax`` computes it, for rows that
+    are the last axis of a C-contiguous array; None where the numpy lines must run."""
+    if dim != a.ndim - 1 or a.ndim == 0 or not a.flags.c_contiguous:
+        return None
+    fn = _kernel("log_softmax", a)
+    if fn is None:
+        return None
+    y = numpy.empty_like(a)
+    n = a.shape[-1]
+    fn(a.size // n, n, _address(a), _address(y))
+    return y

@@ -1,4 +1,4 @@
-"""The gate ops' C loops (minigrad.ops.gate_kernels): equal to the numpy lines they replace in
+"""The C loops of the gate ops and log-softmax (minigrad.ops.c_loops): equal to the numpy lines they replace in
 float32 and float64, forward and backward, LSTM and GRU, on contiguous and strided inputs; the
 gradients through them finite-difference checked in float64 (and again for second order), equal
 to torch's, and the numpy lines run when no compiler built the loops."""
@@ -8,11 +8,11 @@ import pytest
 
 import minigrad
 from minigrad.autograd import gradcheck, gradgradcheck
-from minigrad.ops import gate_kernels
+from minigrad.ops import c_loops
 from minigrad.ops.recurrent import GRUGates, GRUGatesBackward, LSTMGates, LSTMGatesBackward, gru_gates, lstm_gates
 
 rng = np.random.default_rng(0)
-compiled = pytest.mark.skipif(not gate_kernels.enabled(), reason="no C compiler built the gate loops")
+compiled = pytest.mark.skipif(not c_loops.enabled(), reason="no C compiler built the gate loops")
 
 
 class _Ctx:
@@ -27,7 +27,7 @@ def _both(monkeypatch, op, *args):
     """``op``'s forward with the C loops, then with the numpy lines; each with what it saved."""
     ctx_c, ctx_np = _Ctx(), _Ctx()
     fused = op.forward(ctx_c, *args)
-    monkeypatch.setattr(gate_kernels, "_library", [False])
+    monkeypatch.setattr(c_loops, "_library", [False])
     plain = op.forward(ctx_np, *args)
     monkeypatch.undo()
     as_tuple = lambda out: out if isinstance(out, tuple) else (out,)  # noqa: E731
@@ -89,19 +89,19 @@ def test_strided_and_broadcast_inputs_are_read_as_numpy_reads_them(monkeypatch):
 
 
 def test_without_a_compiler_the_numpy_lines_run(monkeypatch):
-    monkeypatch.setattr(gate_kernels, "_library", [False])
+    monkeypatch.setattr(c_loops, "_library", [False])
     xg, hg, c = _arrays(np.float64, (2, 8), (2, 8), (2, 2))
-    assert gate_kernels.lstm_forward(xg, hg, c) is None and gate_kernels.gru_forward(xg[:, :6], hg[:, :6], c) is None
+    assert c_loops.lstm_forward(xg, hg, c) is None and c_loops.gru_forward(xg[:, :6], hg[:, :6], c) is None
     h, c_next = lstm_gates(*(minigrad.tensor(a) for a in (xg, hg, c)))
     assert np.isfinite(h.numpy()).all() and h.shape == c_next.shape == (2, 2)
 
 
 def test_other_dtypes_and_empty_steps_take_the_numpy_lines():
     half = [a.astype(np.float16) for a in _arrays(np.float64, (2, 8), (2, 8), (2, 2))]
-    assert gate_kernels.lstm_forward(*half) is None
-    assert gate_kernels.lstm_forward(np.zeros((0, 8)), np.zeros((0, 8)), np.zeros((0, 2))) is None
+    assert c_loops.lstm_forward(*half) is None
+    assert c_loops.lstm_forward(np.zeros((0, 8)), np.zeros((0, 8)), np.zeros((0, 2))) is None
     mixed = _arrays(np.float64, (2, 8), (2, 8)) + [np.zeros((2, 2), np.float32)]
-    assert gate_kernels.lstm_forward(*mixed) is None
+    assert c_loops.lstm_forward(*mixed) is None
 
 
 def _t(*shape):
@@ -111,8 +111,8 @@ def _t(*shape):
 @pytest.mark.parametrize("loops", ["c", "numpy"])
 def test_gate_ops_gradcheck_in_float64_either_way(monkeypatch, loops):
     if loops == "numpy":
-        monkeypatch.setattr(gate_kernels, "_library", [False])
-    elif not gate_kernels.enabled():
+        monkeypatch.setattr(c_loops, "_library", [False])
+    elif not c_loops.enabled():
         pytest.skip("no C compiler built the gate loops")
     lstm_in, gru_in = (_t(3, 8), _t(3, 8), _t(3, 2)), (_t(3, 6), _t(3, 6), _t(3, 2))
     assert gradcheck(lstm_gates, lstm_in) and gradgradcheck(lstm_gates, lstm_in)
@@ -141,3 +141,68 @@ def test_gate_ops_and_their_gradients_equal_torchs(dtype, rtol):
             np.testing.assert_allclose(o.detach().numpy(), to.detach().numpy(), rtol=rtol, atol=rtol)
         for x, tx in zip(ins, tins):
             np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=10 * rtol, atol=10 * rtol)
+
+
+def _log_softmax_lines(monkeypatch, a, dim):
+    """LogSoftmax's array forward with the C loop, then with the numpy lines."""
+    from minigrad.ops.softmax import LogSoftmax
+
+    fused = LogSoftmax.forward(_Ctx(), a, dim)
+    monkeypatch.setattr(c_loops, "_library", [False])
+    plain = LogSoftmax.forward(_Ctx(), a, dim)
+    monkeypatch.undo()
+    return fused, plain
+
+
+@compiled
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-6), (np.float64, 1e-14)])
+@pytest.mark.parametrize("shape", [(7, 2000), (3, 4, 5), (1, 1), (6,)])
+def test_log_softmax_loop_equals_the_numpy_lines(monkeypatch, dtype, rtol, shape):
+    a = (rng.standard_normal(shape) * 5).astype(dtype)
+    assert c_loops.log_softmax(a, a.ndim - 1) is not None  # the loop ran
+    fused, plain = _log_softmax_lines(monkeypatch, a, a.ndim - 1)
+    assert fused.dtype == dtype
+    np.testing.assert_allclose(fused, plain, rtol=rtol, atol=rtol * 10)
+
+
+@compiled
+def test_log_softmax_loop_keeps_numpys_special_values_and_large_logits(monkeypatch):
+    nan, inf = np.nan, np.inf
+    a = np.array([[nan, 1, 2], [1, nan, 2], [-inf, 0, 1], [inf, 0, 1], [-inf, -inf, -inf], [1e4, -1e4, 1e4]],
+                 np.float32)
+    with np.errstate(all="ignore"):
+        fused, plain = _log_softmax_lines(monkeypatch, a, 1)
+    np.testing.assert_array_equal(np.isnan(fused), np.isnan(plain))
+    np.testing.assert_allclose(fused[~np.isnan(fused)], plain[~np.isnan(plain)], rtol=1e-7)  # -log 2 kept at 1e4
+
+
+def test_log_softmax_loop_leaves_other_layouts_to_numpy():
+    a = rng.standard_normal((4, 5))
+    assert c_loops.log_softmax(a, 0) is None  # not the last axis
+    assert c_loops.log_softmax(a.T, 1) is None  # not C-contiguous
+    assert c_loops.log_softmax(a.astype(np.float16), 1) is None
+
+
+@pytest.mark.parametrize("loops", ["c", "numpy"])
+def test_log_softmax_and_cross_entropy_gradcheck_either_way(monkeypatch, loops):
+    if loops == "numpy":
+        monkeypatch.setattr(c_loops, "_library", [False])
+    elif not c_loops.enabled():
+        pytest.skip("no C compiler built the loops")
+    x = _t(4, 6)
+    target = minigrad.tensor([0, 5, 2, 2])
+    assert gradcheck(lambda x: minigrad.log_softmax(x, -1), (x,)) and gradgradcheck(lambda x: minigrad.log_softmax(x, -1), (x,))
+    assert gradcheck(lambda x: minigrad.nn.functional.cross_entropy(x, target), (x,))
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+def test_log_softmax_and_its_gradient_equal_torchs(dtype, rtol):
+    torch = pytest.importorskip("torch")
+    a = (rng.standard_normal((5, 300)) * 3).astype(dtype)
+    w = rng.standard_normal((5, 300)).astype(dtype)
+    x, tx = minigrad.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    y, ty = minigrad.log_softmax(x, 1), torch.log_softmax(tx, 1)
+    (y * minigrad.tensor(w)).sum().backward()
+    (ty * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=10 * rtol, atol=10 * rtol)
