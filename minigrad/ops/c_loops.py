@@ -47,14 +47,19 @@ void NAME(long rows, long n, const T *xg, const T *hg, const T *c, T *h, T *cn, 
     for (long r = 0; r < rows; r++) { \
         const T *x = xg + r * 4 * n, *y = hg + r * 4 * n, *cr = c + r * n; \
         T *sr = s + r * 4 * n, *hr = h + r * n, *cnr = cn + r * n, *tr = t + r * n; \
+        /* the gates first, one exp per element in loops of their own (a loop of several vector \
+           calls keeps less in registers), then the cell update reading them back */ \
+        _Pragma("omp simd") \
+        for (long k = 0; k < 2 * n; k++) sr[k] = SIG(T, E, x[k] + y[k]); \
+        _Pragma("omp simd") \
+        for (long k = 2 * n; k < 3 * n; k++) sr[k] = TANH(T, E, x[k] + y[k]); \
+        _Pragma("omp simd") \
+        for (long k = 3 * n; k < 4 * n; k++) sr[k] = SIG(T, E, x[k] + y[k]); \
         _Pragma("omp simd") \
         for (long j = 0; j < n; j++) { \
-            T i = SIG(T, E, x[j] + y[j]), f = SIG(T, E, x[n + j] + y[n + j]); \
-            T g = TANH(T, E, x[2 * n + j] + y[2 * n + j]), o = SIG(T, E, x[3 * n + j] + y[3 * n + j]); \
-            T cnew = f * cr[j] + i * g; \
+            T cnew = sr[n + j] * cr[j] + sr[j] * sr[2 * n + j]; \
             T tc = TANH(T, E, cnew); \
-            sr[j] = i; sr[n + j] = f; sr[2 * n + j] = g; sr[3 * n + j] = o; \
-            cnr[j] = cnew; tr[j] = tc; hr[j] = tc * o; \
+            cnr[j] = cnew; tr[j] = tc; hr[j] = tc * sr[3 * n + j]; \
         } \
     } \
 }
@@ -85,11 +90,12 @@ void NAME(long rows, long k, const T *gx, const T *gh, const T *h, T *out, T *rz
         const T *x = gx + r * 3 * k, *y = gh + r * 3 * k, *hr = h + r * k; \
         T *rzr = rz + r * 2 * k, *nr = nn + r * k, *outr = out + r * k; \
         _Pragma("omp simd") \
+        for (long j = 0; j < 2 * k; j++) rzr[j] = SIG(T, E, x[j] + y[j]); \
+        _Pragma("omp simd") \
         for (long j = 0; j < k; j++) { \
-            T rg = SIG(T, E, x[j] + y[j]), z = SIG(T, E, x[k + j] + y[k + j]); \
-            T nv = TANH(T, E, x[2 * k + j] + rg * y[2 * k + j]); \
-            rzr[j] = rg; rzr[k + j] = z; nr[j] = nv; \
-            outr[j] = nv + z * (hr[j] - nv); \
+            T nv = TANH(T, E, x[2 * k + j] + rzr[j] * y[2 * k + j]); \
+            nr[j] = nv; \
+            outr[j] = nv + rzr[k + j] * (hr[j] - nv); \
         } \
     } \
 }
