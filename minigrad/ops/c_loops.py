@@ -188,7 +188,7 @@ def _kernel(name: str, *arrays: Any) -> Any:
 
 def enabled() -> bool:
     """Whether the C loops run: ``MINIGRAD_KERNELS`` was not ``numpy`` when first asked, and a
-    compiler built them (both settled once per process, on the first LSTM or GRU step)."""
+    compiler built them (both settled once per process, at the first step or log-softmax that asks)."""
     if not _library:
         _library.append(os.environ.get("MINIGRAD_KERNELS") != "numpy" and _build())
     return _library[0] is not False
