@@ -9,7 +9,7 @@ logits, and numpy's float32 ``exp`` alone took 1 ms of them for (320, 2000), whe
 ``expf`` takes 0.3 ms. Written as one C loop, each element goes through the whole chain in
 registers and the compiler vectorises it (``expf`` through glibc's vector math library), as the
 fused groups of ``minigrad.graph.codegen.c`` do: here the loops are written by hand, once, since
-these ops are fixed. They are built by ``minigrad.graph.codegen.cc`` (once per machine, cached and
+these ops are fixed. They are built by ``minigrad.backend.cc`` (once per machine, cached and
 hashed), with its exact-math flags, and compute the numpy lines' formulas operation for operation
 (sigmoid as ``1 / (1 + exp(-a))``, tanh as ``2 sigmoid(2a) - 1``, ``(x - max) - log(sum(exp))``),
 so the two agree but for the last bits of ``exp`` and the order of a row's sum. Where no compiler
@@ -31,7 +31,7 @@ __all__ = ["enabled", "gru_backward", "gru_forward", "log_softmax", "lstm_backwa
 # One macro per loop, instantiated for float and double; T is the type, E its exp. Each line is
 # the numpy path's expression in the same order of operations (ops.recurrent).
 _SOURCE = r"""/* minigrad.ops.c_loops: the LSTM and GRU gate arithmetic, log-softmax rows */
-/* codegen.cc's flags let a sum be reassociated (so a row's sum vectorises): here each expression
+/* backend.cc's flags let a sum be reassociated (so a row's sum vectorises): here each expression
    keeps numpy's order instead (x - max, then - log(sum): folded into x - (max + log(sum)) a logit
    of 1e4 loses its last digits), and the one reduction, declared below, still vectorises */
 #pragma GCC optimize ("no-associative-math")
@@ -154,7 +154,7 @@ _library: list = []  # [the loaded library], or [False] when none could be built
 
 
 def _build() -> Any:
-    from minigrad.graph.codegen import cc
+    from minigrad.backend import cc
 
     try:
         return cc.build(_SOURCE)

@@ -20,7 +20,8 @@ import pytest
 import minigrad as mg
 from minigrad.errors import ArgumentError
 from minigrad.graph import trace
-from minigrad.graph.codegen import c, cc, machine, numpy_blocks
+from minigrad.backend import cc, machine
+from minigrad.graph.codegen import c, numpy_blocks
 from minigrad.graph.passes import fuse_elementwise
 from minigrad.graph.trace import run_graph
 from op_table import OPS
@@ -266,7 +267,7 @@ def test_a_damaged_or_forged_probe_cache_is_probed_over(tmp_path, monkeypatch, f
 
 
 def test_processes_building_the_same_kernel_at_once_all_load_it(tmp_path):
-    code = ("import sys; from minigrad.graph.codegen import cc; "
+    code = ("import sys; from minigrad.backend import cc; "
             f"cc.build({SOURCE!r}).twice; print('ok')")
     env = {"MINIGRAD_CACHE_DIR": str(tmp_path), "PATH": os.environ["PATH"]}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
@@ -284,7 +285,7 @@ def build_in_a_new_process(cache: Path, env: dict | None = None, prelude: str = 
     """``cc.build(source).twice`` on [0, 1, 2, 3] in a fresh process (which a bad library may kill,
     and which maps no library that a test then damages): prints the result, or the
     CompilerUnavailable it raised, then each warning."""
-    code = ("import ctypes, warnings; import numpy as np; from minigrad.graph.codegen import cc\n"
+    code = ("import ctypes, warnings; import numpy as np; from minigrad.backend import cc\n"
             f"{prelude}\n"
             "with warnings.catch_warnings(record=True) as caught:\n"
             "    warnings.simplefilter('always')\n"
@@ -480,7 +481,7 @@ def test_a_child_forked_after_a_threaded_kernel_ran_runs_it_without_hanging(tmp_
 
 @pytest.mark.parametrize("policy", [None, "ACTIVE"])
 def test_openmp_threads_sleep_between_kernels_unless_the_environment_says_otherwise(tmp_path, policy):
-    code = ("import os; from minigrad.graph.codegen import cc; "
+    code = ("import os; from minigrad.backend import cc; "
             f"cc.build({SOURCE!r}).twice; print(os.environ['OMP_WAIT_POLICY'])")
     env = {"MINIGRAD_CACHE_DIR": str(tmp_path), "PATH": os.environ["PATH"]} | (
         {"OMP_WAIT_POLICY": policy} if policy else {})

@@ -5,7 +5,7 @@ per block, each giving up and retaking the GIL. Written as one C loop, each elem
 the whole chain in registers, the compiler vectorises the loop (``expf`` through glibc's vector
 math library, float ``tanh`` as a rational function written into the source: ``_TANHF``) and
 OpenMP shares it among the cores
-(one thread per physical core, in pieces sized for the machine: ``codegen.machine``):
+(one thread per physical core, in pieces sized for the machine: ``backend.machine``):
 
     #pragma omp parallel for simd schedule(simd: dynamic, 131072) num_threads(2)
     for (long i = 0; i < 4194304; i++) {
@@ -26,7 +26,7 @@ LayerNorm, a softmax's sum) become a loop over rows and, in each row, one loop o
 per stretch of ops between reductions (``_by_rows``); a reduction declares its C in ``c_reduce``.
 Groups ending in any other reduction, dtypes C does not share with numpy (float16, integers) and
 ops without a ``c`` declaration keep the blocked numpy kernel (``unsupported`` says why). The
-library is built on the first call (``codegen.cc``); where no compiler is found or it fails,
+library is built on the first call (``backend.cc``); where no compiler is found or it fails,
 the numpy kernel runs instead and a ``KernelWarning`` says why, once. Elementwise groups of one
 shape that feed each other and are each stored (an optimizer's update: the new momentum, then the
 weight) can also be one loop with several results, which loads every operand of an element
@@ -50,7 +50,8 @@ import warnings
 from typing import Any
 
 from minigrad.backend import cpu as _cpu_device
-from minigrad.graph.codegen import cc, numpy_blocks as cpu
+from minigrad.backend import cc
+from minigrad.graph.codegen import numpy_blocks as cpu
 from minigrad.graph.codegen.program import Dialect, Program, expression
 from minigrad.graph.ir import Graph, Node, op_kind
 from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
@@ -60,7 +61,7 @@ __all__ = ["CKernel", "KernelWarning", "MultiKernel", "generate", "generate_mult
 
 xp = _cpu_device.xp
 _C_TYPES = {"bool": "_Bool", "float32": "float", "float64": "double"}
-# glibc's vector math functions: declared ``simd`` here, as -ffast-math would (codegen.cc says why not it)
+# glibc's vector math functions: declared ``simd`` here, as -ffast-math would (backend.cc says why not it)
 _VECTOR_MATH = ("exp", "log", "sin", "cos", "tanh", "pow", "erf", "log1p")
 _warned: set[str] = set()
 _threads = {"loaded": False, "forked": False}  # a threaded kernel was loaded; this process is a fork since
