@@ -181,9 +181,19 @@ class ConvTranspose2d(Op):
     def backward(ctx, gx):
         y, w = ctx.saved_tensors
         need_y, need_w = ctx.needs_input_grad[:2]
-        gy = ctx.ops.apply(Conv2d, gx, w, None, ctx.geometry, ctx.groups) if need_y else None
-        gw = ctx.ops.apply(Conv2dWeight, gx, y, ctx.geometry, ctx.groups, ctx.kernel) if need_w else None
+        gy, cols = _conv_and_columns(ctx, gx, w, need_w) if need_y else (None, None)
+        gw = ctx.ops.apply(Conv2dWeight, gx, y, ctx.geometry, ctx.groups, ctx.kernel, cols) if need_w else None
         return gy, gw, None, None, None
+
+
+def _conv_and_columns(ctx, gx, w, keep_cols: bool):
+    """``Conv2d(gx, w)`` in ``ConvTranspose2d``'s backward, and gx's im2col when ``keep_cols`` and
+    nobody records: the weight gradient reads the same windows, so Conv2d's array forward keeps its
+    columns for it (as it does for its own weight gradient) instead of a second im2col. Recorded,
+    the two stay ops of their own (None for the columns)."""
+    if not (ctx.ops.arrays and keep_cols):
+        return ctx.ops.apply(Conv2d, gx, w, None, ctx.geometry, ctx.groups), None
+    return conv_algorithms.conv2d(ctx.xp, gx, w, None, ctx.geometry, ctx.groups, True, _im2col)
 
 
 class Conv2dWeight(Op):
