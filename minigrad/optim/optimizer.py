@@ -93,11 +93,13 @@ class Optimizer:
         """``(ops, (w, g, t, *state))``: parameter ``p``, its gradient, its step count ``t`` and its
         ``state`` tensors as the values an update rule computes on, and the binding ``ops`` for them.
         With a mode on the stack (the tracer of a compiled step), the Tensors themselves and
-        ``UPDATE_TENSOR_OPS``, so every op is seen; else the arrays inside them (the step count as a
-        0-d float64 array) and the array binding, whose in-place writes land in the same memory. A
-        gradient of another dtype or device than ``p`` keeps the Tensors, where promotion applies."""
+        ``UPDATE_TENSOR_OPS``, so every op is seen; else, on the cpu, the arrays inside them (the
+        step count as a 0-d float64 array) and the array binding, whose in-place writes land in the
+        same memory. A gradient of another dtype or device than ``p`` keeps the Tensors, where
+        promotion applies, and so does a GPU, where ``ops.scalar``'s float() would wait for the device."""
         g = p.grad
-        if mode.current_modes() or g.array.dtype is not p.array.dtype or g.device is not p.device:
+        if (mode.current_modes() or p.device.type != "cpu" or g.array.dtype is not p.array.dtype
+                or g.device is not p.device):
             return UPDATE_TENSOR_OPS, (p, g, t) + state
         for x in (p,) + state:
             x._bump_version()  # the writes that follow are in place, as the Tensor binding's
