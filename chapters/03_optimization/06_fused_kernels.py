@@ -39,7 +39,8 @@ import numpy as np
 import minigrad
 from minigrad import memory, nn
 from minigrad.graph import Executor, trace
-from minigrad.graph.codegen import c, cc, cuda, numpy_blocks
+from minigrad.backend import cc
+from minigrad.graph.codegen import c, cuda, numpy_blocks
 from minigrad.graph.passes import eliminate_dead_code, fuse_elementwise, fusion_groups
 from minigrad.graph.viz import draw_pair
 

@@ -12,7 +12,8 @@ import pytest
 
 import minigrad as mg
 from minigrad import nn, optim
-from minigrad.graph.codegen import c, cc
+from minigrad.backend import cc
+from minigrad.graph.codegen import c
 from minigrad.graph.executor import Executor
 from minigrad.graph.passes.update_fusion import fuse_updates
 from helpers import training_step
