@@ -294,8 +294,10 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     for edge, g, meta in zip(edges, out, node._input_meta):
         if edge is None or g is None:
             continue
-        if not node.array_forward or g is grads[0] or (len(grads) > 1 and any(g is gi for gi in grads)):
-            shared.add(id(g))  # passed through, or from a user backward that may keep it
+        if (not node.array_forward and not getattr(node, "owns_gradients", False)) or g is grads[0] \
+                or (len(grads) > 1 and any(g is gi for gi in grads)):
+            shared.add(id(g))  # passed through, or from a user backward that may keep it (one that
+            # says its gradients are fresh arrays nobody else holds, owns_gradients, hands them over)
         shape, dtype = meta
         data = g.array if type(g) is Tensor else g  # an array, or a sparse gradient (minigrad.ops.sparse)
         if data.shape != shape:

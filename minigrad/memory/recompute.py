@@ -37,6 +37,9 @@ class CheckpointFunction(Function):
     # its rule is a whole forward and backward of the segment on Tensors (a recomputation, then
     # engine.grad), not a formula, so it stays on Tensors under either binding of ctx.ops
     tensor_backward = True
+    # the gradients it returns are fresh arrays nobody else holds (``_handed_over`` copies any that
+    # might not be), so the engine may store them as .grad without a copy: one per parameter a step
+    owns_gradients = True
 
     @staticmethod
     def forward(ctx, segment: Any, *inputs: Tensor) -> Any:  # memory.checkpoint builds the segment
@@ -71,7 +74,7 @@ class CheckpointFunction(Function):
         saved = ctx.saved_tensors
         last = _last_apart(seg, create_graph, grad_outputs)
         if last is not None:
-            return _backward_last_apart(seg, saved, last, grad_outputs[0])
+            return _handed_over(_backward_last_apart(seg, saved, last, grad_outputs[0]), grad_outputs)
         with _replayed_rng(seg.rng_states), _buffers_kept(seg.modules), recomputation(), enable_grad():
             replay = [_replay_input(t, create_graph, seg.reentrant) for t in saved]
             outputs = as_outputs(seg.call(replay))
@@ -80,13 +83,32 @@ class CheckpointFunction(Function):
         if seg.reentrant:  # as PyTorch: a nested backward fills the .grad of every leaf it reaches
             for i, (o, g) in enumerate(pairs):
                 engine.backward(o, g, retain_graph=i < len(pairs) - 1)
-            return (None, *[t.grad if t.requires_grad else None for t in replay])
+            return _handed_over((None, *[t.grad if t.requires_grad else None for t in replay]), grad_outputs)
         _check_no_outside_nodes(seg, outputs, replay)
         wanted = [t for t in replay + seg.params if t.requires_grad]
         grads = iter(engine.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
                                  create_graph=create_graph, allow_unused=True) if pairs else [None] * len(wanted))
-        return (None, *[next(grads) if t.requires_grad else None for t in replay + seg.params])
+        return _handed_over((None, *[next(grads) if t.requires_grad else None for t in replay + seg.params]),
+                            grad_outputs)
         ### END SOLUTION
+
+
+def _handed_over(grads: tuple, grad_outputs: tuple) -> tuple:
+    """``grads`` with a copy of each one that another may hold (``CheckpointFunction.owns_gradients``
+    promises the engine fresh arrays): a gradient passed through from ``grad_outputs`` (a segment
+    ``x + b`` gives ``b`` its output's gradient itself), one returned twice (``x`` and ``b`` there),
+    a view. Under ``create_graph`` the engine keeps gradients as they are anyway, graph and all."""
+    if is_grad_enabled():
+        return grads
+    # by array, not by Tensor: the engine wraps one array in several Tensors (its array binding)
+    seen, result = {id(g.array) for g in grad_outputs if g is not None and not g.is_sparse}, []
+    for g in grads:
+        if g is not None and not g.is_sparse:
+            if id(g.array) in seen or g.array.base is not None:
+                g = _wrap(g.array.copy(), g.device)
+            seen.add(id(g.array))
+        result.append(g)
+    return tuple(result)
 
 
 def _last_apart(seg: Any, create_graph: bool, grad_outputs: tuple) -> Any:
