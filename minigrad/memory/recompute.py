@@ -52,6 +52,18 @@ class CheckpointFunction(Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs: Tensor) -> tuple:
+        """``recompute_backward``, or, for a segment ending on a Linear that need not be recomputed,
+        ``_backward_last_apart``; either way the gradients handed over as fresh arrays
+        (``_handed_over``, as ``owns_gradients`` promises the engine)."""
+        last = _last_apart(ctx.segment, is_grad_enabled(), grad_outputs)
+        if last is not None:
+            grads = _backward_last_apart(ctx.segment, ctx.saved_tensors, last, grad_outputs[0])
+        else:
+            grads = CheckpointFunction.recompute_backward(ctx, *grad_outputs)
+        return _handed_over(grads, grad_outputs)
+
+    @staticmethod
+    def recompute_backward(ctx, *grad_outputs: Tensor) -> tuple:
         """Recompute the segment with grad enabled, then backpropagate ``grad_outputs`` through it.
 
         ``ctx.segment`` holds ``call`` (run the segment on a list of inputs), ``rng_states`` and
@@ -72,9 +84,6 @@ class CheckpointFunction(Function):
             raise AutogradError("checkpoint(use_reentrant=True) does not support create_graph=True; "
                                 "use use_reentrant=False")
         saved = ctx.saved_tensors
-        last = _last_apart(seg, create_graph, grad_outputs)
-        if last is not None:
-            return _handed_over(_backward_last_apart(seg, saved, last, grad_outputs[0]), grad_outputs)
         with _replayed_rng(seg.rng_states), _buffers_kept(seg.modules), recomputation(), enable_grad():
             replay = [_replay_input(t, create_graph, seg.reentrant) for t in saved]
             outputs = as_outputs(seg.call(replay))
@@ -83,13 +92,12 @@ class CheckpointFunction(Function):
         if seg.reentrant:  # as PyTorch: a nested backward fills the .grad of every leaf it reaches
             for i, (o, g) in enumerate(pairs):
                 engine.backward(o, g, retain_graph=i < len(pairs) - 1)
-            return _handed_over((None, *[t.grad if t.requires_grad else None for t in replay]), grad_outputs)
+            return (None, *[t.grad if t.requires_grad else None for t in replay])
         _check_no_outside_nodes(seg, outputs, replay)
         wanted = [t for t in replay + seg.params if t.requires_grad]
         grads = iter(engine.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
                                  create_graph=create_graph, allow_unused=True) if pairs else [None] * len(wanted))
-        return _handed_over((None, *[next(grads) if t.requires_grad else None for t in replay + seg.params]),
-                            grad_outputs)
+        return (None, *[next(grads) if t.requires_grad else None for t in replay + seg.params])
         ### END SOLUTION
 
 
