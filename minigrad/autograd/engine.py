@@ -269,7 +269,8 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     is cast to the input's (``ops.cast(g, dtype)``); add it into ``buffers[next_node][nr]`` (a new list of
     ``next_node._n_outputs`` slots when missing), out of place (``a + b``), since another node may
     hold the tensor. A gradient that is one of ``grads`` passed through, or that comes from a
-    user-defined Function (``not node.array_forward``), may be held elsewhere: add its id to
+    user-defined Function (``not node.array_forward``, unless it declares ``owns_gradients``: its
+    gradients are fresh arrays nobody else holds), may be held elsewhere: add its id to
     ``shared``. Last, unless ``retain_graph``, free the saved tensors: ``node._saved = F._FREED``
     (a second backward through the node then says so).
     """
@@ -294,10 +295,9 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     for edge, g, meta in zip(edges, out, node._input_meta):
         if edge is None or g is None:
             continue
-        if (not node.array_forward and not getattr(node, "owns_gradients", False)) or g is grads[0] \
-                or (len(grads) > 1 and any(g is gi for gi in grads)):
-            shared.add(id(g))  # passed through, or from a user backward that may keep it (one that
-            # says its gradients are fresh arrays nobody else holds, owns_gradients, hands them over)
+        owned = node.array_forward or getattr(node, "owns_gradients", False)  # checkpoint's: fresh arrays
+        if not owned or g is grads[0] or (len(grads) > 1 and any(g is gi for gi in grads)):
+            shared.add(id(g))  # passed through, or from a user backward that may keep it
         shape, dtype = meta
         data = g.array if type(g) is Tensor else g  # an array, or a sparse gradient (minigrad.ops.sparse)
         if data.shape != shape:
