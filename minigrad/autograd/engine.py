@@ -271,7 +271,8 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     is cast to the input's (``ops.cast(g, dtype)``); add it into ``buffers[next_node][nr]`` (a new list of
     ``next_node._n_outputs`` slots when missing), out of place (``a + b``), since another node may
     hold the tensor. A gradient that is one of ``grads`` passed through, or that comes from a
-    user-defined Function (``not node.array_forward``), may be held elsewhere: add its id to
+    user-defined Function (``not node.array_forward``, unless it declares ``owns_gradients``: its
+    gradients are fresh arrays nobody else holds), may be held elsewhere: add its id to
     ``shared``. Last, unless ``retain_graph``, free the saved tensors: ``node._saved = F._FREED``
     (a second backward through the node then says so).
     """
@@ -304,7 +305,8 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     for (nxt, nr, shape, dtype), g in zip(edges, out):
         if nxt is None or g is None:
             continue
-        if not node.array_forward or g is grads[0] or (len(grads) > 1 and any(g is gi for gi in grads)):
+        owned = node.array_forward or getattr(node, "owns_gradients", False)  # checkpoint's: fresh arrays
+        if not owned or g is grads[0] or (len(grads) > 1 and any(g is gi for gi in grads)):
             shared.add(id(g))  # passed through, or from a user backward that may keep it
         data = g.array if type(g) is Tensor else g  # an array, or a sparse gradient (minigrad.ops.sparse)
         if data.shape != shape:
