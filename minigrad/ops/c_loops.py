@@ -205,6 +205,11 @@ def _c(a: Any) -> Any:
     return a if a.flags.c_contiguous else numpy.ascontiguousarray(a)
 
 
+def _launch(fn: Any, rows: int, n: int, *arrays: Any) -> None:
+    """Call a C loop over ``rows`` rows of ``n`` with the arrays' data, inputs then outputs."""
+    fn(rows, n, *[_address(a) for a in arrays])
+
+
 def lstm_forward(xg: Any, hg: Any, c: Any) -> tuple | None:
     """``(h', c', s, t)`` of one LSTM step (``s`` the activated gates i, f, g, o, ``t`` tanh(c')),
     as ``ops.recurrent.LSTMGates`` computes them; None where the numpy lines must run."""
@@ -214,7 +219,7 @@ def lstm_forward(xg: Any, hg: Any, c: Any) -> tuple | None:
     xg, hg, c = _c(xg), _c(hg), _c(c)
     h, cn, t, s = numpy.empty_like(c), numpy.empty_like(c), numpy.empty_like(c), numpy.empty_like(xg)
     n = c.shape[-1]
-    fn(c.size // n, n, _address(xg), _address(hg), _address(c), _address(h), _address(cn), _address(s), _address(t))
+    _launch(fn, c.size // n, n, xg, hg, c, h, cn, s, t)
     return h, cn, s, t
 
 
@@ -227,7 +232,7 @@ def lstm_backward(dh: Any, dc: Any, c: Any, s: Any, t: Any) -> tuple | None:
     dh, dc, c, s, t = _c(dh), _c(dc), _c(c), _c(s), _c(t)
     d, dcp = numpy.empty_like(s), numpy.empty_like(c)
     n = c.shape[-1]
-    fn(c.size // n, n, _address(dh), _address(dc), _address(c), _address(s), _address(t), _address(d), _address(dcp))
+    _launch(fn, c.size // n, n, dh, dc, c, s, t, d, dcp)
     return d, dcp
 
 
@@ -240,7 +245,7 @@ def gru_forward(gx: Any, gh: Any, h: Any) -> tuple | None:
     gx, gh, h = _c(gx), _c(gh), _c(h)
     k = h.shape[-1]
     out, rz, n = numpy.empty_like(h), numpy.empty(h.shape[:-1] + (2 * k,), h.dtype), numpy.empty_like(h)
-    fn(h.size // k, k, _address(gx), _address(gh), _address(h), _address(out), _address(rz), _address(n))
+    _launch(fn, h.size // k, k, gx, gh, h, out, rz, n)
     return out, rz, n
 
 
@@ -253,8 +258,7 @@ def gru_backward(g: Any, gh: Any, h: Any, rz: Any, n: Any) -> tuple | None:
     g, gh, h, rz, n = _c(g), _c(gh), _c(h), _c(rz), _c(n)
     dgx, dgh, dh = numpy.empty_like(gh), numpy.empty_like(gh), numpy.empty_like(h)
     k = h.shape[-1]
-    fn(h.size // k, k, _address(g), _address(gh), _address(h), _address(rz), _address(n), _address(dgx),
-       _address(dgh), _address(dh))
+    _launch(fn, h.size // k, k, g, gh, h, rz, n, dgx, dgh, dh)
     return dgx, dgh, dh
 
 
@@ -268,5 +272,5 @@ def log_softmax(a: Any, dim: int) -> Any:
         return None
     y = numpy.empty_like(a)
     n = a.shape[-1]
-    fn(a.size // n, n, _address(a), _address(y))
+    _launch(fn, a.size // n, n, a, y)
     return y
