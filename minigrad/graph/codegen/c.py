@@ -171,17 +171,26 @@ class MultiKernel:
         ins = [xp.ascontiguousarray(arrays[k], dtype=t) for k, t in zip(self._leaves, self._types)]
         spans = [_span(x) for x in ins]
         places = [_span(o) if o is not None and o.flags.c_contiguous and o.flags.writeable else None for o in outs]
-        targets, where = [], []
+        where, made = [], False
         for k, (o, (shape, dtype)) in enumerate(zip(outs, self._results)):
-            fits = (places[k] is not None and o.shape == shape and o.dtype == dtype
-                    and _apart(places[k], spans, outs[:k] + outs[k + 1:], places[:k] + places[k + 1:]))
-            targets.append(o if fits else xp.empty(shape, dtype))
-            where.append(places[k][0] if fits else _address(targets[-1]))
+            place = places[k]
+            if place is not None and o.shape == shape and o.dtype == dtype and _apart(place, spans, outs, places, k):
+                where.append(place[0])
+            else:
+                where.append(None)
+                made = True
+        if made:  # a result the loop may not store in place: into a new array, copied after
+            targets = [outs[k] if w is not None else xp.empty(*self._results[k]) for k, w in enumerate(where)]
+            where = [w if w is not None else _address(t) for w, t in zip(where, targets)]
+        else:
+            targets = outs
         self._fn(*where, *[x[0] for x in spans])
-        for o, t in zip(outs, targets):
-            if o is not None and t is not o:
-                xp.copyto(o, t)
-        return tuple(o if o is not None else t for o, t in zip(outs, targets))
+        if made:
+            for o, t in zip(outs, targets):
+                if o is not None and t is not o:
+                    xp.copyto(o, t)
+            return tuple(o if o is not None else t for o, t in zip(outs, targets))
+        return tuple(outs)
 
     def _by_parts(self, arrays: tuple, outs: tuple) -> tuple:
         """The groups' kernels in turn, into new arrays (a later group may read what an earlier
@@ -198,16 +207,23 @@ class MultiKernel:
         return f"<MultiKernel {self.name}: {len(self._results)} results, {len(self.ops)} ops>"
 
 
-def _apart(a: tuple, ins: list[tuple], others: tuple, other_spans: list) -> bool:
-    """Whether the loop may store into the contiguous array spanning ``a`` (``_span``): it shares
-    memory with no other result, and with no input other than one read element for element (the
-    same buffer: each iteration loads before it stores). Contiguous arrays share memory exactly
-    when their byte ranges meet, which is cheaper to ask than ``may_share_memory`` (a few calls
-    per kernel call: on an optimizer's update of a bias, most of the call's time)."""
+def _apart(a: tuple, ins: list[tuple], outs: tuple, places: list, k: int) -> bool:
+    """Whether the loop may store result ``k`` into the contiguous array spanning ``a`` (``_span``):
+    it shares memory with no other result (``outs``, spanning ``places``), and with no input other
+    than one read element for element (the same buffer: each iteration loads before it stores).
+    Contiguous arrays share memory exactly when their byte ranges meet, which is cheaper to ask
+    than ``may_share_memory`` (on an optimizer's update of a bias, most of a call's time; hence
+    the plain loops, too)."""
     start, end, shape = a
-    return (not any(x[0] < end and start < x[1] and not (x[0] == start and x[2] == shape) for x in ins)
-            and not any(o is not None and (start < span[1] and span[0] < end if span is not None else _meets(o, a))
-                        for o, span in zip(others, other_spans)))
+    for x in ins:
+        if x[0] < end and start < x[1] and not (x[0] == start and x[2] == shape):
+            return False
+    for j, o in enumerate(outs):
+        if j != k and o is not None:
+            span = places[j]
+            if (start < span[1] and span[0] < end) if span is not None else _meets(o, a):
+                return False
+    return True
 
 
 def _span(a: Any) -> tuple[int, int, tuple]:
