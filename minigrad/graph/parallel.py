@@ -247,40 +247,59 @@ class _Ready:
             if self.missing[k] == 0:
                 self._ready(k)
 
-    def _push(self, k: int) -> None:
+    def _key(self, k: int) -> tuple[float, int, int]:
         # what only the main thread runs goes first (sources, calls, lookups): it is cheap and may make branches ready
         first = self.plan.tasks[k][0]
-        key = -math.inf if k not in self.threadable else -self.plan.priority[first], self.index[first], k
-        heapq.heappush(self.shared if k in self.handoff else self.mine, key)
+        return -math.inf if k not in self.threadable else -self.plan.priority[first], self.index[first], k
 
-    def _ready(self, k: int) -> None:
+    def _heap(self, k: int) -> list[tuple[float, int, int]]:
+        return self.shared if k in self.handoff else self.mine
+
+    def _ready(self, k: int) -> bool:
+        """Queue a task whose waits are done (or hold it for the barrier); whether it is queued."""
         first = self.plan.tasks[k][0]
         if first in self.plan.barrier and self.prefix < self.index[first]:
             self.held.append(k)
-        else:
-            self._push(k)
+            return False
+        heapq.heappush(self._heap(k), self._key(k))
+        return True
 
-    def take(self, main: bool, spare: int = 0) -> int | None:
+    def take(self, main: bool, spare: int = 0, after: list[int] = ()) -> int | None:
         """The next task for the main thread (the best of both heaps, leaving as many shared tasks
-        as there are ``spare`` helpers, idle ones, to them) or a helper (shared ones only)."""
+        as there are ``spare`` helpers, idle ones, to them) or a helper (shared ones only). A task
+        that the thread's last one made ready (``after``) comes first: its inputs are still in
+        this core's cache, and a sum of heads adds each head as it comes, not all at the end;
+        only what the main thread alone runs (sources, calls, lookups) comes before it, there."""
+        if main and self.mine and self.mine[0][0] == -math.inf:
+            return heapq.heappop(self.mine)[2]
+        for k in sorted(after, key=self._key):
+            heap, key = self._heap(k), self._key(k)
+            if (main or heap is self.shared) and key in heap:
+                heap.remove(key)
+                heapq.heapify(heap)
+                return k
         shared = self.shared if not main or len(self.shared) > spare else []
         if main and self.mine and (not shared or self.mine[0] < shared[0]):
             return heapq.heappop(self.mine)[2]
         return heapq.heappop(shared)[2] if shared else None
 
-    def finish(self, k: int) -> None:
+    def finish(self, k: int) -> list[int]:
+        """Task ``k`` is done: its followers' waits drop, the barrier moves on; returns the tasks
+        that it made ready."""
         self.left -= 1
-        for f in self.followers[k]:
-            self.missing[f] -= 1
-            if self.missing[f] == 0:
-                self._ready(f)
+        made = [f for f in self.followers[k] if self._arrive(f)]
         for n in self.plan.tasks[k]:
             self.done[self.index[n]] = True
         while self.prefix < len(self.done) and self.done[self.prefix]:
             self.prefix += 1
         for h in [h for h in self.held if self.index[self.plan.tasks[h][0]] <= self.prefix]:
             self.held.remove(h)
-            self._push(h)
+            heapq.heappush(self._heap(h), self._key(h))
+        return made
+
+    def _arrive(self, f: int) -> bool:
+        self.missing[f] -= 1
+        return self.missing[f] == 0 and self._ready(f)
 
 
 def _simulate(plan: ParallelPlan, schedule: list[Node], seconds: dict[Node, float]) -> list[Slot]:
@@ -290,7 +309,8 @@ def _simulate(plan: ParallelPlan, schedule: list[Node], seconds: dict[Node, floa
     anything, time moves on to the next task's end."""
     state = _Ready(plan, schedule)
     free_at = [0.0] * plan.workers
-    running: list[tuple[float, int]] = []  # (end, task), finished once time reaches end
+    running: list[tuple[float, int, int]] = []  # (end, task, thread), finished once time reaches end
+    after: list[list[int]] = [[] for _ in range(plan.workers)]  # what each thread's last task made ready
     slots: list[Slot] = []
     now = 0.0
 
@@ -299,25 +319,26 @@ def _simulate(plan: ParallelPlan, schedule: list[Node], seconds: dict[Node, floa
             slots.append(Slot(n, thread, at, at + seconds[n]))
             at += seconds[n]
         free_at[thread] = at
-        running.append((at, k))
+        after[thread] = []
+        running.append((at, k, thread))
 
     while state.left:
         for r in sorted(r for r in running if r[0] <= now):
             running.remove(r)
-            state.finish(r[1])
+            after[r[2]] = state.finish(r[1])
         took = False
         for helper in range(1, plan.workers):
-            k = state.take(False) if free_at[helper] <= now else None
+            k = state.take(False, after=after[helper]) if free_at[helper] <= now else None
             if k is not None:
-                start(k, helper, now + HANDOFF_SECONDS)
+                start(k, helper, now + (HANDOFF_SECONDS if k not in after[helper] else 0.0))
                 took = True
         if free_at[0] <= now:
-            k = state.take(True, sum(f <= now for f in free_at[1:]))
+            k = state.take(True, sum(f <= now for f in free_at[1:]), after[0])
             if k is not None:
                 start(k, 0, now)
                 took = True
         if not took and state.left:
-            now = min(t for t in [e for e, _ in running] + free_at if t > now)
+            now = min(t for t in [r[0] for r in running] + free_at if t > now)
     return slots
 
 
@@ -352,14 +373,15 @@ def run_parallel(plan: ParallelPlan, schedule: list[Node], pool: ThreadPoolExecu
     t0 = time.perf_counter()
 
     def work(thread: int) -> None:
-        main = thread == 0
+        main, made = thread == 0, []
         while True:
             with ready:
                 patient = True
                 while True:
                     if failed or not state.left:
                         return
-                    k = state.take(main, len(team) - busy[0] if main and patient else 0)
+                    k = state.take(main, len(team) - busy[0] if main and patient else 0, made)
+                    made = []
                     if k is not None:
                         break
                     if main and state.shared:  # left to an idle helper; take it back if none comes for it
@@ -377,7 +399,7 @@ def run_parallel(plan: ParallelPlan, schedule: list[Node], pool: ThreadPoolExecu
             with ready:
                 for n in plan.tasks[k]:
                     finish(n)
-                state.finish(k)
+                made = state.finish(k)
                 busy[0] -= not main
                 ready.notify_all()
 
