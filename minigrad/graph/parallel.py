@@ -202,9 +202,10 @@ def branches(schedule: list[Node], seconds: dict[Node, float], barrier: frozense
 def _sole_user(n: Node, barrier: frozenset[Node]) -> Node | None:
     """The op that ``n`` joins the tree of: its only reader, where both may run on a helper, and
     neither is ordered nor waits for the barrier."""
-    if len(n._users) != 1 or n.ordered or n in barrier or not _groupable(n):
+    users = n.users
+    if len(users) != 1 or n.ordered or n in barrier or not _groupable(n):
         return None
-    (user,) = n._users
+    (user,) = users
     return None if user.ordered or user in barrier or not _groupable(user) else user
 
 
