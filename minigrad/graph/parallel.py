@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 from minigrad.graph.ir import EFFECT_OPS, SOURCE_OPS, Node, op_kind
 
@@ -137,8 +137,8 @@ def plan_parallel(schedule: list[Node], workers: int = 2, barrier: frozenset[Nod
     task_of = {n: k for k, t in enumerate(tasks) for n in t}
     task_waits = [tuple(dict.fromkeys(task_of[p] for n in t for p in waits[n] if task_of[p] != k))
                   for k, t in enumerate(tasks)]
-    handoff = frozenset(n for t in tasks if _threadable(t) and (force or sum(seconds[n] for n in t) >= MIN_HANDOFF_SECONDS)
-                        for n in t)
+    worth = [t for t in tasks if _threadable(t) and (force or sum(seconds[n] for n in t) >= MIN_HANDOFF_SECONDS)]
+    handoff = frozenset(n for t in worth for n in t)
     plan = ParallelPlan(workers, waits, barrier, handoff, priority, list(schedule), sum(seconds.values()), 0.0, [],
                         tasks, task_waits)
     simulated = _simulate(plan, schedule, seconds)

@@ -295,7 +295,7 @@ def test_no_branch_spans_a_barrier_node():
 
 
 def test_an_error_in_a_branch_on_a_helper_stops_the_run_and_is_raised(monkeypatch):
-    monkeypatch.setattr(parallel, "WAKE_SECONDS", 60.0)  # the main thread leaves a branch to the helper, however busy the machine
+    monkeypatch.setattr(parallel, "WAKE_SECONDS", 60.0)  # a branch is left to the helper, however busy the machine
     class Boom(Op):
         @staticmethod
         def forward(ctx, a):
