@@ -7,7 +7,7 @@ blocked numpy kernels (``compiled-numpy``), PyTorch eager and ``torch.compile`` 
 which compiles C++ with g++ on its first call: 30-60 s). Targets (issue 19, restated by issue 28
 for any x86-64 machine, AVX2 or AVX-512): compiled >= 5x faster than eager minigrad, and at most
 0.8x torch.compile's time. PyTorch gets as many threads as minigrad's C kernels use (one per
-physical core: the machine probe of ``codegen.machine``, printed first with the vector width it
+physical core: the machine probe of ``backend.machine``, printed first with the vector width it
 chose). (b) bench_train's MLP 784-512-512-10 training step (batch 128, SGD with
 momentum) and the same MLP with GELU, tanh and sigmoid activations, compiled vs eager; target:
 compiled >= 1.2x faster (each parameter's update is one kernel: ``passes.update_fusion``;
@@ -40,7 +40,8 @@ import numpy
 import minigrad
 from bench_train import make_step, mlp
 from minigrad.graph import trace
-from minigrad.graph.codegen import cc, numpy_blocks
+from minigrad.backend import cc
+from minigrad.graph.codegen import numpy_blocks
 from minigrad.graph.executor import Executor
 from minigrad.graph.ir import op_kind
 from minigrad.graph.passes import default_passes, eliminate_dead_code, fuse_elementwise

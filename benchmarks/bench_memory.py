@@ -23,7 +23,7 @@ forward time without a graph, measured alone) and the step time that predicts; a
 target with met or not met.
 
 ``make bench``, or ``python benchmarks/bench_memory.py [--repeats R] [--steps N] [--width W]
-[--tanh-width W] [--tanh-batch B]``.
+[--tanh-width W] [--tanh-batch B] [--cases abc]``.
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=1024, help="MLP width (batch 256)")
     parser.add_argument("--tanh-width", type=int, default=512, help="tanh MLP width")
     parser.add_argument("--tanh-batch", type=int, default=2048, help="tanh MLP batch")
+    parser.add_argument("--cases", default="abc", help="which models to run, by letter (default abc: all)")
     args = parser.parse_args()
     minigrad.manual_seed(0)
     mlp_x = minigrad.randn(256, args.width)
@@ -133,6 +134,7 @@ def main() -> None:
              ("(b) CNN: 25 x (Conv2d(16, 16, 3, padding=1) + BatchNorm2d + ReLU), 32x32, batch 8", cnn(25, 16), cnn_x),
              (f"(c) tanh MLP: 32 x (Linear({args.tanh_width}, {args.tanh_width}) + Tanh), batch {args.tanh_batch}",
               mlp(32, args.tanh_width, nn.Tanh), tanh_x)]
+    cases = [c for c in cases if c[0][1] in args.cases]
     for k, (title, model, x) in enumerate(cases):
         if k:
             print()

@@ -372,12 +372,22 @@ class Tensor:
         return self
 
     # -- arithmetic (numpy broadcasting; Python scalars do not promote the tensor's dtype) -------
-    # the commonest operators call their op's entry point (_binary) without the wrapper in between
-    def __add__(self, other): return _binary(_Add, self, other)
+    # the commonest operators call their op's entry point (_binary), or the op's apply itself for a
+    # float tensor and a Python float, where the entry point would only check what is known already
+    def __add__(self, other):
+        if type(other) is float and self.array.dtype.kind == "f":
+            return _Add.apply(self, other)
+        return _binary(_Add, self, other)
     def __radd__(self, other): return _binary(_Add, other, self)
-    def __sub__(self, other): return _ops.sub(self, other)
+    def __sub__(self, other):  # (sub's wrapper refuses bools: a float tensor and a number are none)
+        if type(other) is float and self.array.dtype.kind == "f":
+            return _Sub.apply(self, other)
+        return _ops.sub(self, other)
     def __rsub__(self, other): return _ops.sub(other, self)
-    def __mul__(self, other): return _binary(_Mul, self, other)
+    def __mul__(self, other):
+        if type(other) is float and self.array.dtype.kind == "f":
+            return _Mul.apply(self, other)
+        return _binary(_Mul, self, other)
     def __rmul__(self, other): return _binary(_Mul, other, self)
     def __truediv__(self, other): return _ops.div(self, other)
     def __rtruediv__(self, other): return _ops.div(other, self)
@@ -414,7 +424,7 @@ class Tensor:
     ge = __ge__
 
     def pow(self, exponent): return _ops.pow(self, exponent)
-    def exp(self): return _ops.exp(self)
+    def exp(self): return _Exp.apply(self) if self.array.dtype.kind == "f" else _ops.exp(self)
     def log(self): return _ops.log(self)
     def sqrt(self): return _ops.sqrt(self)
     def rsqrt(self): return _ops.rsqrt(self)
@@ -422,8 +432,8 @@ class Tensor:
     def sign(self): return _ops.sign(self)
     def sin(self): return _ops.sin(self)
     def cos(self): return _ops.cos(self)
-    def tanh(self): return _ops.tanh(self)
-    def sigmoid(self): return _ops.sigmoid(self)
+    def tanh(self): return _Tanh.apply(self) if self.array.dtype.kind == "f" else _ops.tanh(self)
+    def sigmoid(self): return _Sigmoid.apply(self) if self.array.dtype.kind == "f" else _ops.sigmoid(self)
     def relu(self): return _ops.relu(self)
     def clamp(self, min=None, max=None): return _ops.clamp(self, min, max)
     clip = clamp
@@ -617,4 +627,6 @@ def _dim(dim: int, ndim: int, op: str) -> int:
 
 from minigrad.autograd.mode import current_modes as _current_modes, new_array as _new_array, reads_values as _reads_values  # noqa: E402  (autograd imports Tensor from this module)
 from minigrad import ops as _ops  # noqa: E402  (ops import Tensor from this module)
-_Add, _Mul, _binary = _ops.elementwise.Add, _ops.elementwise.Mul, _ops.elementwise._binary  # the operators' entry point
+# the operators' entry points
+_Add, _Sub, _Mul, _binary = _ops.elementwise.Add, _ops.elementwise.Sub, _ops.elementwise.Mul, _ops.elementwise._binary
+_Exp, _Tanh, _Sigmoid = _ops.elementwise.Exp, _ops.elementwise.Tanh, _ops.elementwise.Sigmoid

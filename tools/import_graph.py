@@ -62,6 +62,8 @@ PROCESS_WIDE: dict[tuple[str, str], str] = {
     ("minigrad.backend.allocator", "_enabled"): "the CPU pool is one per process (its lock serves every "
                                                 "thread), and this switch is its configuration, as torch's "
                                                 "allocator settings are",
+    ("minigrad.backend.host_malloc", "applied"): "glibc's malloc is one per process: its thresholds are set "
+                                                 "once, at import, for every thread (MINIGRAD_MALLOC=system opts out)",
     ("minigrad.data.workers", "_worker_info"): "set once in each DataLoader worker process, for the whole process",
     ("minigrad.distributed.process_group", "_default"): "one default process group per process, as torch.distributed",
     ("minigrad.distributed.process_group", "_transport"): "the MPI or NCCL transport of that process group",

@@ -39,7 +39,8 @@ import numpy as np
 import minigrad
 from minigrad import memory, nn
 from minigrad.graph import Executor, trace
-from minigrad.graph.codegen import c, cc, cuda, numpy_blocks
+from minigrad.backend import cc
+from minigrad.graph.codegen import c, cuda, numpy_blocks
 from minigrad.graph.passes import eliminate_dead_code, fuse_elementwise, fusion_groups
 from minigrad.graph.viz import draw_pair
 
@@ -144,9 +145,11 @@ for fn, kwargs in [(diamond, {}), (fork, {}), (transposed, {}), (dropped, {}), (
 # `cuda`), so the generators keep no table of op names. For the GELU-and-gate group:
 #
 # **C** (`codegen/c.py`, what `minigrad.compile` uses on the CPU): one loop in which each element
-# goes through the whole chain in registers. gcc vectorises it (`tanhf` through glibc's vector
-# math library) and OpenMP shares it among the cores. Shapes are fixed by the trace, so the
-# broadcast operands are indexed in the loop itself: `x1[i1]` is the per-column scale.
+# goes through the whole chain in registers. gcc vectorises it (float `tanh` as a rational
+# function written into the source, `minigrad_tanhf`, within 6 ulp of the exact value and 2.4x
+# faster than glibc's vector `tanhf`; `exp` and the rest through glibc's vector math library)
+# and OpenMP shares it among the cores. Shapes are fixed by the trace, so the broadcast operands
+# are indexed in the loop itself: `x1[i1]` is the per-column scale.
 
 # %%
 gate_graph = fuse_elementwise(trace(gelu_gate, *small).graph)

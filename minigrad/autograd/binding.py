@@ -29,6 +29,7 @@ class TensorOps:
     functions of ``minigrad.ops``), and ``apply(OpClass, *args)`` is ``OpClass.apply``."""
 
     arrays = False
+    device = None  # any device's: Tensors carry their own (``on`` returns this binding)
 
     def __getattr__(self, name: str) -> Any:
         import minigrad.ops as ops  # (autograd is imported before the ops; looked up once per name)

@@ -34,11 +34,11 @@ def topological_order(roots: Iterable[Function]) -> list[Function]:
     of an iterative depth-first search).
 
     ``roots`` are nodes (``t.grad_fn``, or a leaf's ``AccumulateGrad``). A node's inputs are its
-    ``next_functions``: one entry per argument of its forward, either ``(input_node, output_nr)``
-    or ``None`` (an argument that needs no gradient). Return a new list holding every node
-    reachable from the roots exactly once (a node reached along several paths, as ``h`` in
-    ``h * h + h``, is listed once), in which each node comes before every node of its
-    ``next_functions``; an unreachable node is never listed. What is checked: that order on
+    ``_edges``: one tuple per argument of its forward, ``(input_node, output_nr, shape, dtype)``,
+    whose ``input_node`` is ``None`` for an argument that needs no gradient (``_connect``, in
+    ``function.py``). Return a new list holding every node reachable from the roots exactly once
+    (a node reached along several paths, as ``h`` in ``h * h + h``, is listed once), in which each
+    node comes before every input node of its ``_edges``; an unreachable node is never listed. What is checked: that order on
     diamonds and shared subgraphs, roots that reach each other, and a chain of 100,000 nodes:
     the walk must keep its own stack, since Python's recursion limit is about 1,000. Hint: a
     depth-first search that appends a node once all its inputs are done (post-order), then the
@@ -51,13 +51,14 @@ def topological_order(roots: Iterable[Function]) -> list[Function]:
         if root in visited:
             continue
         visited.add(root)
-        stack = [(root, iter(root.next_functions))]
+        stack = [(root, iter(root._edges))]
         while stack:
             node, edges = stack[-1]
             for edge in edges:
-                if edge is not None and edge[0] not in visited:
-                    visited.add(edge[0])
-                    stack.append((edge[0], iter(edge[0].next_functions)))
+                nxt = edge[0]
+                if nxt is not None and nxt not in visited:
+                    visited.add(nxt)
+                    stack.append((nxt, iter(nxt._edges)))
                     break
             else:
                 stack.pop()
@@ -72,8 +73,8 @@ def consumers(roots: Iterable[Function]) -> dict[Function, list[Function]]:
     users: dict[Function, list[Function]] = {}
     for node in topological_order(roots):
         users.setdefault(node, [])
-        for edge in node.next_functions:
-            if edge is not None:
+        for edge in node._edges:
+            if edge[0] is not None:
                 users.setdefault(edge[0], []).append(node)
     return users
 
@@ -210,7 +211,7 @@ def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dic
     list of gradients and returning a replacement list or ``None``); then capture targets; an
     ``AccumulateGrad`` node (a leaf; the leaf is ``node.variable``) goes to ``_accumulate`` when
     ``accumulate`` is true and the leaf is wanted (every leaf when ``targets`` is None), and has no
-    backward to call; with ``targets``, a node none of whose ``next_functions`` is needed is not
+    backward to call; with ``targets``, a node none of whose ``_edges`` leads to a needed node is not
     called either (its saved tensors stay); every other node goes to ``_call_backward``.
     """
     ### BEGIN SOLUTION chapter 02: the backward engine: nodes in order
@@ -235,9 +236,9 @@ def _walk(order: list[Function], buffers: dict, needed: set | None, targets: dic
                 if accumulate and grads[0] is not None and (targets is None or (node, 0) in targets):
                     _accumulate(node.variable, grads[0], create_graph, shared, ops)
                 continue
-            if targets is not None and not any(e is not None and e[0] in needed for e in node.next_functions):
+            if targets is not None and not any(e[0] in needed for e in node._edges):
                 continue  # a wanted node with nothing wanted below it: capture only, keep its saved tensors
-            node.ops = ops.on(node.device)
+            node.ops = ops if node.device is ops.device else ops.on(node.device)  # (a call less per node)
             _call_backward(node, grads, buffers, retain_graph, shared)
     ### END SOLUTION
 
@@ -246,7 +247,7 @@ def _needed(order: list[Function], wanted: set[Function]) -> set[Function]:
     """Nodes from which a wanted node can be reached; the others need not run."""
     needed = set()
     for node in reversed(order):  # inputs before their consumers
-        if node in wanted or any(e is not None and e[0] in needed for e in node.next_functions):
+        if node in wanted or any(e[0] in needed for e in node._edges):
             needed.add(node)
     return needed
 
@@ -259,30 +260,40 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     ``(shape, dtype)``; ``ops.zeros(shape, dtype, node.device)``, where ``ops = node.ops`` is the
     binding ``_walk`` set). Call the rule as ``type(node).backward(node, *grads)``, or, when the
     binding is arrays but the rule reads Tensors only (``node.tensor_backward``), as
-    ``_tensor_rule(node, grads)``: it returns one gradient per entry of ``node.next_functions``
+    ``_tensor_rule(node, grads)``: it returns one gradient per entry of ``node._edges``
     (a bare value counts as a 1-tuple; fewer than that is an ``AutogradError`` that names the
     node and both counts). Tell each mode of
     ``current_modes()`` with ``m.node_backward(node, out)``. Then for each input edge
-    ``(next_node, nr)`` whose gradient is not ``None`` (skip ``None`` edges): a gradient whose shape
-    differs from the input's (``node._input_meta``: ``(shape, dtype)`` per input; a Tensor's are
-    its ``.array``'s) was broadcast in forward, so ``_unbroadcast`` it; a gradient of another dtype
+    ``(next_node, nr, shape, dtype)`` of ``node._edges`` (one per argument of forward; skip those
+    whose ``next_node`` or gradient is ``None``): a gradient whose shape differs from the input's
+    (``shape``: its ``.array``'s when forward ran) was broadcast in forward, so ``_unbroadcast``
+    it; a gradient of another dtype
     is cast to the input's (``ops.cast(g, dtype)``); add it into ``buffers[next_node][nr]`` (a new list of
     ``next_node._n_outputs`` slots when missing), out of place (``a + b``), since another node may
     hold the tensor. A gradient that is one of ``grads`` passed through, or that comes from a
-    user-defined Function (``not node.array_forward``), may be held elsewhere: add its id to
+    user-defined Function (``not node.array_forward``, unless it declares ``owns_gradients``: its
+    gradients are fresh arrays nobody else holds), may be held elsewhere: add its id to
     ``shared``. Last, unless ``retain_graph``, free the saved tensors: ``node._saved = F._FREED``
     (a second backward through the node then says so).
     """
     ### BEGIN SOLUTION chapter 02: the backward engine: one node, retain_graph
     ops, device = node.ops, node.device
-    with selected(device) if device.type == "cuda" else F._HOST:  # cupy computes on the current GPU: the node's
+    # cupy computes on the current GPU: select the node's; the cpu skips the context manager
+    # (entering and leaving one costs two calls per node)
+    gpu = selected(device) if device.type == "cuda" else None
+    if gpu is not None:
+        gpu.__enter__()
+    try:
         if node._n_outputs > 1:  # a multi-output op gets zeros for outputs that received no gradient
             grads = [g if g is not None else ops.zeros(shape, dtype, device)
                      for g, (shape, dtype) in zip(grads, node._output_meta)]
         out = _tensor_rule(node, grads) if ops.arrays and node.tensor_backward else type(node).backward(node, *grads)
+    finally:
+        if gpu is not None:
+            gpu.__exit__(None, None, None)
     if type(out) is not tuple:
         out = (out,)
-    edges = node.next_functions
+    edges = node._edges
     if len(out) < len(edges):
         raise AutogradError(
             f"{node.name()}.backward returned {len(out)} gradient(s), expected {len(edges)} (one per forward input)"
@@ -291,18 +302,17 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     if modes:
         for m in modes:
             m.node_backward(node, out)
-    for edge, g, meta in zip(edges, out, node._input_meta):
-        if edge is None or g is None:
+    for (nxt, nr, shape, dtype), g in zip(edges, out):
+        if nxt is None or g is None:
             continue
-        if not node.array_forward or g is grads[0] or (len(grads) > 1 and any(g is gi for gi in grads)):
+        owned = node.array_forward or getattr(node, "owns_gradients", False)  # checkpoint's: fresh arrays
+        if not owned or g is grads[0] or (len(grads) > 1 and any(g is gi for gi in grads)):
             shared.add(id(g))  # passed through, or from a user backward that may keep it
-        shape, dtype = meta
         data = g.array if type(g) is Tensor else g  # an array, or a sparse gradient (minigrad.ops.sparse)
         if data.shape != shape:
             g = _unbroadcast(node, g, shape)
         if data.dtype is not dtype and data.dtype != dtype:
             g = ops.cast(g, dtype)
-        nxt, nr = edge
         buf = buffers.get(nxt)
         if buf is None:
             buf = buffers[nxt] = [None] * nxt._n_outputs
@@ -328,10 +338,9 @@ def _tensor_rule(node: Function, grads: list) -> tuple:
         node.ops = ops
     if type(out) is not tuple:
         out = (out,)
-    edges, values = node.next_functions, []
+    edges, values = node._edges, []
     for i, g in enumerate(out):
-        if g is not None and not (g.is_sparse and i < len(edges) and edges[i] is not None
-                                  and type(edges[i][0]) is AccumulateGrad):
+        if g is not None and not (g.is_sparse and i < len(edges) and type(edges[i][0]) is AccumulateGrad):
             g = ops.value(g)
         values.append(g)
     return tuple(values)

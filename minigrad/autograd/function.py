@@ -2,8 +2,9 @@
 
 Applying a Function computes its output and, when grad mode is on and an input requires grad,
 records a graph node: the Function instance itself (``ctx``), which becomes the output's
-``grad_fn``. A node's in-edges are ``next_functions``: for every input, the node that produced it
-(its ``grad_fn``, or an ``AccumulateGrad`` node for a leaf that requires grad).
+``grad_fn``. A node's in-edges are its ``_edges``, one tuple per input: the node that produced
+it (its ``grad_fn``, or an ``AccumulateGrad`` node for a leaf that requires grad), and the
+input's shape and dtype; PyTorch's ``next_functions`` shows them as ``(node, output_nr)`` pairs.
 
 A built-in rule is written once, against ``ctx.ops`` (``minigrad.autograd.binding``), which the
 engine binds per backward pass: to minigrad's differentiable ops when the pass is recorded
@@ -33,7 +34,6 @@ profiler, the memory tracker, the tracer) see each op, before and after it runs.
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
@@ -62,10 +62,10 @@ class Function:
 
     # ctx fields, set by apply (slots keep the per-op cost low; subclasses still get a __dict__)
     __slots__ = (
-        "next_functions", "needs_input_grad", "device", "xp", "_input_meta", "_n_outputs",
-        "_output_meta", "_trace", "__weakref__", "__dict__",
+        "_edges", "needs_input_grad", "device", "xp", "_n_outputs", "_output_meta", "_trace",
+        "__weakref__", "__dict__",
     )
-    _saved: Any = None  # what forward passed to save_for_backward; packed by _attach
+    _saved: Any = None  # what forward passed to save_for_backward or save_positions; packed by apply
     _pre_hooks: OrderedDict | None = None  # hooks on the gradients arriving at this node
 
     @staticmethod
@@ -96,13 +96,13 @@ class Function:
     # -- what forward may call on ctx -----------------------------------------------------------
     def save_for_backward(self, *tensors: Any) -> None:
         """Keep inputs or outputs (or other arrays) for backward; resolved after forward returns."""
-        self._saved = tensors
+        self._saved = list(tensors)  # a list: values to be found among the inputs and outputs
 
     def save_positions(self, *positions: int | str | None) -> None:
         """Keep forward's inputs by index, or its output (``OUTPUT``), for backward: the built-in
         ops' form of ``save_for_backward``, which says where each value is instead of leaving it
         to be searched for among the inputs and outputs. ``None`` keeps a slot empty."""
-        self._saved = _Positions(positions)
+        self._saved = positions  # a tuple: where each value is (save_for_backward's list says what it is)
 
     def mark_non_differentiable(self, *outputs: Any) -> None:
         self._non_differentiable = outputs
@@ -121,11 +121,22 @@ class Function:
         arrays = self.ops.arrays  # under the array binding a rule reads arrays
         tensors = []
         for s in saved:  # a loop: cheaper than a comprehension for the one or two entries most ops keep
-            if arrays and s[0] >= SAVED_ARRAY:  # a constant or a Python value: as it was saved
-                tensors.append(s[1])
-            else:
-                tensors.append(_unpack(self, s, arrays))
+            if arrays:  # (the commonest entries read here, without _unpack's call)
+                kind, value, version = s
+                if kind >= SAVED_ARRAY:  # a constant or a Python value: as it was saved
+                    tensors.append(value)
+                    continue
+                if kind == SAVED_TENSOR and version == (value._vc if value._base is None else value._base._vc):
+                    tensors.append(value.array)
+                    continue
+            tensors.append(_unpack(self, s, arrays))
         return tuple(tensors)
+
+    @property
+    def next_functions(self) -> tuple:
+        """The in-edges as PyTorch shows them: for each argument of forward, ``(node, output_nr)``,
+        or ``None`` where no gradient flows; made from ``_edges`` (``_connect``) when read."""
+        return tuple([None if e[0] is None else (e[0], e[1]) for e in self._edges])
 
     def name(self) -> str:
         return type(self).__name__
@@ -142,6 +153,8 @@ class Function:
     # -- apply ------------------------------------------------------------------------------------
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        # One frame does an op's whole bookkeeping (inputs, forward, outputs, the node): on a small
+        # tensor that bookkeeping is the op's cost, and every call made here is paid on every op.
         stack = current_modes()  # the modes on (minigrad.autograd.mode): empty unless one is entered
         if stack:
             for m in reversed(stack):
@@ -181,46 +194,53 @@ class Function:
         # cupy allocates and launches on the *current* GPU, which need not be the inputs' one:
         # an op on cuda:1 selects cuda:1 for its forward (and the engine for its backward). The
         # cpu has nothing to select, and skips the context manager (it costs two calls per op).
-        if device.type == "cuda":
-            with selected(device):
-                outputs = _run(cls, ctx, args, arrays, kwargs, device, xp, record, stack)
-        else:
-            outputs = _run(cls, ctx, args, arrays, kwargs, device, xp, record, stack)
+        gpu = selected(device) if device.type == "cuda" else None
+        if gpu is not None:
+            gpu.__enter__()
+        try:
+            if cls.array_forward:
+                try:  # (a call without ** when there are no keywords: it costs a dict less)
+                    out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
+                except ValueError as e:
+                    shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
+                    raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
+                ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
+                if type(out) is tuple:
+                    outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
+                else:
+                    outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
+            else:
+                with grad_mode.no_grad():
+                    outputs = out = cls.forward(ctx, *args, **kwargs)
+                if type(outputs) is tuple:
+                    outputs = tuple([_fresh_output(o, args) for o in outputs])
+                else:
+                    outputs = _fresh_output(outputs, args)
+        finally:
+            if gpu is not None:
+                gpu.__exit__(None, None, None)
+
+        if record:  # the node becomes the grad_fn of its (floating) outputs and packs what it saved
+            if type(outputs) is tuple:
+                _attach_several(ctx, outputs)
+                out_list, raw_list = outputs, out
+                if ctx._saved:
+                    _pack_saved(ctx, args, arrays, outputs, out, stack)
+            else:
+                ctx._n_outputs = 1
+                if outputs.array.dtype.kind == "f" and not ctx._non_differentiable:
+                    outputs.requires_grad = True
+                    outputs.grad_fn = ctx
+                if ctx._saved:
+                    _pack_saved(ctx, args, arrays, (outputs,), (out,), stack)
         if stack:  # (here, in apply's frame: the profiler pairs before_op and after_op by their caller)
             for m in stack:
                 m.after_op(ctx, args, kwargs, outputs)
         return outputs
 
 
-def _run(cls: type, ctx: Function, args: tuple, arrays: list, kwargs: dict, device: Any, xp: Any,
-         record: bool, stack: tuple) -> Any:
-    """The middle of ``apply``: run forward, wrap its outputs, record the node."""
-    if cls.array_forward:
-        try:  # (a call without ** when there are no keywords: it costs a dict less)
-            out = cls.forward(ctx, *arrays, **kwargs) if kwargs else cls.forward(ctx, *arrays)
-        except ValueError as e:
-            shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, Tensor))
-            raise ShapeError(f"{cls.__name__}: {e} (input shapes: {shapes})") from None
-        ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
-        if type(out) is tuple:
-            outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
-        else:
-            outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
-    else:
-        with grad_mode.no_grad():
-            outputs = out = cls.forward(ctx, *args, **kwargs)
-        if type(outputs) is tuple:
-            outputs = tuple([_fresh_output(o, args) for o in outputs])
-        else:
-            outputs = _fresh_output(outputs, args)
-
-    if record:
-        _attach(ctx, args, arrays, outputs, out, stack)
-    return outputs
-
-
 _NONE_NEEDED = [(False,) * n for n in range(8)]
-_HOST = contextlib.nullcontext()  # no GPU to select on the cpu (a reusable context)
+NO_EDGE = (None, 0, None, None)  # the _edges entry of an argument that is not a Tensor (_connect)
 
 
 class AccumulateGrad(Function):
@@ -253,7 +273,7 @@ def _accumulator(t: Tensor) -> AccumulateGrad:
     if node is None:
         node = object.__new__(AccumulateGrad)
         node.variable = t
-        node.next_functions = ()
+        node._edges = ()
         node._n_outputs = 1
         t._accum = weakref.ref(node)
     return node
@@ -263,81 +283,81 @@ def _connect(ctx: Function, args: tuple) -> None:
     """Record the node's in-edges: for each input, the node that produced it (its grad_fn, or
     its leaf's AccumulateGrad), plus its shape and dtype so gradients can be checked against them.
 
-    ``args`` are forward's arguments, Tensors or not (a dim, a shape, a Python number). Set three
+    ``args`` are forward's arguments, Tensors or not (a dim, a shape, a Python number). Set two
     tuples on ``ctx``, each with one entry per argument, in order:
 
-    - ``ctx.needs_input_grad``: ``a.requires_grad`` for a Tensor, False otherwise;
-    - ``ctx.next_functions``: the in-edges, ``(a.grad_fn, a._output_nr)`` for a Tensor an op made,
-      ``(_accumulator(a), 0)`` for a leaf that requires grad (one node per leaf, shared by all its
-      uses), ``None`` for a Tensor that needs no gradient and for every other argument;
-    - ``ctx._input_meta``: ``(a.array.shape, a.array.dtype)`` for a Tensor, ``None`` otherwise:
-      the engine sums a broadcast gradient back to that shape and casts it to that dtype.
+    - ``ctx._edges``: one tuple per argument, ``(node, output_nr, shape, dtype)``, where ``shape``
+      and ``dtype`` are ``a.array``'s (the engine sums a broadcast gradient back to that shape and
+      casts it to that dtype): ``(a.grad_fn, a._output_nr, ...)`` for a Tensor an op made;
+      ``(_accumulator(a), 0, ...)`` for a leaf that requires grad (one node per leaf, shared by all
+      its uses); ``(None, 0, ...)`` for a Tensor that needs no gradient (no edge, but
+      ``graph.viz`` still draws the constant with its shape); ``NO_EDGE``, ``(None, 0, None,
+      None)``, for every other argument;
+    - ``ctx.needs_input_grad``: ``a.requires_grad`` for a Tensor, False otherwise.
 
-    The engine walks ``next_functions``, ``graph.viz`` draws them with ``_input_meta`` and the
-    backward rules read ``needs_input_grad``; all three are checked on tensors, leaves,
-    constants and non-tensor arguments.
+    One tuple per edge holds what three parallel tuples per op used to (the in-edges, the inputs'
+    shapes and dtypes, and PyTorch's ``next_functions``), so recording an op builds fewer objects:
+    ``ctx.next_functions``, PyTorch's ``(node, output_nr)`` pairs (``None`` where no gradient
+    flows), is made from ``_edges`` when someone reads it. The engine walks ``_edges``,
+    ``graph.viz`` draws them and the backward rules read ``needs_input_grad``; both are checked
+    on tensors, leaves, constants and non-tensor arguments.
     """
     ### BEGIN SOLUTION chapter 01: Function.apply records the in-edges
-    needs, edges, meta = [], [], []
+    needs, edges = [], []
     for a in args:
         if isinstance(a, Tensor):
-            rg = a.requires_grad
-            needs.append(rg)
+            shape, dtype = a.array.shape, a.array.dtype
             if a.grad_fn is not None:
-                edges.append((a.grad_fn, a._output_nr))
+                edges.append((a.grad_fn, a._output_nr, shape, dtype))
+            elif a.requires_grad:
+                edges.append((_accumulator(a), 0, shape, dtype))
             else:
-                edges.append((_accumulator(a), 0) if rg else None)
-            meta.append((a.array.shape, a.array.dtype))
+                edges.append((None, 0, shape, dtype))
+            needs.append(a.requires_grad)
         else:
+            edges.append(NO_EDGE)
             needs.append(False)
-            edges.append(None)
-            meta.append(None)
+    ctx._edges = tuple(edges)
     ctx.needs_input_grad = tuple(needs)
-    ctx.next_functions = tuple(edges)
-    ctx._input_meta = tuple(meta)
     ### END SOLUTION
 
 
-def _attach(ctx: Function, args: tuple, arrays: list, outputs: Any, raw: Any, stack: tuple) -> None:
-    """Make the node the grad_fn of its (floating) outputs, and turn saved arrays into saved tensors
-    (``raw`` is what forward returned, which it may have saved before it became ``outputs``)."""
-    if type(outputs) is tuple:
-        non_diff = ctx._non_differentiable
-        ctx._n_outputs = len(outputs)
-        ctx._output_meta = tuple([(o.array.shape, o.array.dtype) for o in outputs])
-        for i, o in enumerate(outputs):
-            if isinstance(o, Tensor) and o.array.dtype.kind == "f" and not any(o is n for n in non_diff):
-                o.requires_grad, o.grad_fn, o._output_nr = True, ctx, i
-        out_list, raw_list = outputs, raw
-    else:
-        ctx._n_outputs = 1
-        if outputs.array.dtype.kind == "f" and not ctx._non_differentiable:
-            outputs.requires_grad = True
-            outputs.grad_fn = ctx
-        out_list, raw_list = (outputs,), (raw,)
+def _attach_several(ctx: Function, outputs: tuple) -> None:
+    """Make the node the grad_fn of each of its floating outputs, numbered, except the ones forward
+    marked non-differentiable."""
+    non_diff = ctx._non_differentiable
+    ctx._n_outputs = len(outputs)
+    ctx._output_meta = tuple([(o.array.shape, o.array.dtype) for o in outputs])
+    for i, o in enumerate(outputs):
+        if isinstance(o, Tensor) and o.array.dtype.kind == "f" and not any(o is n for n in non_diff):
+            o.requires_grad, o.grad_fn, o._output_nr = True, ctx, i
+
+
+def _pack_saved(ctx: Function, args: tuple, arrays: list, out_list: tuple, raw_list: tuple, stack: tuple) -> None:
+    """Turn what forward saved into saved entries (``raw_list`` is what forward returned, which it
+    may have saved before it became ``out_list``'s Tensors)."""
     saved = ctx._saved
-    if saved:
-        packed = []
-        if type(saved) is _Positions:  # declared by position: nothing to search
-            for p in saved:
-                if p is OUTPUT:
-                    o = out_list[0]
-                    packed.append((SAVED_OUTPUT, (o.array, 0, weakref.ref(o)), o._version))
-                elif p is None:
-                    packed.append(_NOTHING)
-                else:
-                    a = args[p]
-                    packed.append((SAVED_TENSOR, a, a._version) if isinstance(a, Tensor)
-                                  else _pack(a, args, arrays, out_list, raw_list))
-        else:
-            for x in saved:  # plain loops: on this path, zip() and comprehensions cost more than the work
-                packed.append(_pack(x, args, arrays, out_list, raw_list))
-        ctx._saved = packed = tuple(packed)
-        if stack:  # a constant kept for backward (a mask, im2col columns) is memory, and a traced value
-            for k, (kind, value, _) in enumerate(packed):
-                if kind == SAVED_ARRAY:
-                    for m in stack:
-                        m.saved_array(ctx, k, value)
+    packed = []
+    if type(saved) is tuple:  # declared by position (save_positions): nothing to search
+        for p in saved:  # (a tensor's version read inline: the _version property costs a call)
+            if p is OUTPUT:
+                o = out_list[0]
+                packed.append((SAVED_OUTPUT, (o.array, 0, weakref.ref(o)), o._vc if o._base is None else o._base._vc))
+            elif p is None:
+                packed.append(_NOTHING)
+            else:
+                a = args[p]
+                packed.append((SAVED_TENSOR, a, a._vc if a._base is None else a._base._vc) if isinstance(a, Tensor)
+                              else _pack(a, args, arrays, out_list, raw_list))
+    else:
+        for x in saved:  # plain loops: on this path, zip() and comprehensions cost more than the work
+            packed.append(_pack(x, args, arrays, out_list, raw_list))
+    ctx._saved = packed = tuple(packed)
+    if stack:  # a constant kept for backward (a mask, im2col columns) is memory, and a traced value
+        for k, (kind, value, _) in enumerate(packed):
+            if kind == SAVED_ARRAY:
+                for m in stack:
+                    m.saved_array(ctx, k, value)
 
 
 # A saved entry is (kind, value, version), of one of four kinds: a tensor kept as is (an input); an
@@ -347,10 +367,6 @@ SAVED_TENSOR, SAVED_OUTPUT, SAVED_ARRAY, SAVED_VALUE = 0, 1, 2, 3
 _PLAIN = (int, float, bool, tuple)  # plain Python values forward often keeps
 _NOTHING = (SAVED_VALUE, None, 0)
 OUTPUT = "output"  # what save_positions names forward's output by (its first, when it returns several)
-
-
-class _Positions(tuple):
-    """What ``save_positions`` keeps until ``_attach`` packs it: input indices and ``OUTPUT``."""
 
 
 def saved_entries(fn: Function) -> Iterator[tuple[int, Any]]:

@@ -19,6 +19,9 @@ import numpy
 
 from minigrad.errors import DeviceError, DTypeError
 from minigrad.backend.value_checks import raise_pending
+from minigrad.backend.host_malloc import keep_freed_memory
+
+keep_freed_memory()  # numpy's large temporaries reuse freed pages instead of faulting in fresh ones each step
 
 # ---------------------------------------------------------------------------------------------
 # dtypes: minigrad uses numpy dtype objects directly, under torch's names.
@@ -322,7 +325,32 @@ def add_at(xp: Any, out: Any, index: Any, values: Any) -> None:
     int64 array is added as uint64, the very same bits in two's complement."""
     if xp is not numpy and out.dtype == int64:
         out, values = out.view(numpy.uint64), xp.asarray(values, dtype=int64).view(numpy.uint64)
+    if xp is numpy and _add_rows_at(out, index, values):
+        return
     xp.add.at(out, index, values)
+
+
+def _add_rows_at(out: Any, index: Any, values: Any) -> bool:
+    """``numpy.add.at`` for whole rows picked by one integer array (an embedding's backward), or
+    False when the call is not of that form. ``add.at`` goes row by row at about 0.7 us a row;
+    here each row's first occurrence is added in one fancy-indexed ``+=`` (no row twice in it),
+    and only the repeats go through ``add.at``, in their order: the same sums in the same order,
+    so the same bits, at a third of the time for an LM's batch of words."""
+    if type(index) is tuple:  # (rows,) or (rows, ...): indexing's normal form
+        index = index[0] if len(index) == 1 or (len(index) == 2 and index[1] is Ellipsis) else None
+    rows = index
+    if (type(rows) is not numpy.ndarray or rows.dtype.kind not in "iu" or out.ndim < 2 or rows.size < 2
+            or out.dtype.kind != "f" or getattr(values, "dtype", None) != out.dtype
+            or values.shape != rows.shape + out.shape[1:] or rows.min() < 0):  # -1 and n-1: one row, two keys
+        return False
+    rows, values = rows.reshape(-1), values.reshape((-1,) + out.shape[1:])
+    unique, first = numpy.unique(rows, return_index=True)
+    out[unique] += values[first]
+    if len(unique) < len(rows):
+        repeats = numpy.ones(len(rows), bool)
+        repeats[first] = False
+        numpy.add.at(out, rows[repeats], values[repeats])
+    return True
 
 
 # ---------------------------------------------------------------------------------------------

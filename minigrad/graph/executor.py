@@ -175,10 +175,11 @@ class Executor:
             for k, (calls, frees, ctx_frees, new) in enumerate(self._work):
                 if overlap:
                     for n in self._waits.get(k, ()):
-                        env[n] = pending.pop(n).result()[0]
+                        env[n] = _finish(pending.pop(n), self._launch[n])
                     if calls and calls[0][0] in self._launch:  # one node per step when not parallel
                         n = calls[0][0]
-                        pending[n] = thread.submit(self._launch[n], [env[i] for i in n.inputs])
+                        arrays = [env[i] for i in n.inputs]
+                        pending[n] = (thread.submit(self._launch[n], arrays), arrays)
                         calls = ()
                 for n, call in calls:
                     if clock or timeline:
@@ -198,11 +199,11 @@ class Executor:
                     del env[n]
                 for n in ctx_frees:  # a ctx holds the arrays its op saved
                     del ctxs[n]
-            for n, f in pending.items():  # values only the writes or the output read
-                env[n] = f.result()[0]
+            for n, job in pending.items():  # values only the writes or the output read
+                env[n] = _finish(job, self._launch[n])
         finally:
-            for f in pending.values():  # an error here: let the helper finish before its inputs go away
-                f.exception()
+            for f, _ in pending.values():  # an error here: let the helper finish before its inputs go away
+                f.cancel() or f.exception()
         self._apply_effects(env, given, clock)
         return [env[n] for n in self.graph.outputs]
 
@@ -470,6 +471,14 @@ class Executor:
 
     def __repr__(self) -> str:
         return f"<Executor {self.report()}>"
+
+
+def _finish(job: tuple, compute: Callable[[list], tuple[Any, Any]]) -> Any:
+    """The value of a product handed to the helper thread: its result, or, when the helper has not
+    started it yet (a busy machine leaves the helper no core), computed here at once instead of
+    waiting for the helper to be scheduled."""
+    future, arrays = job
+    return compute(arrays)[0] if future.cancel() else future.result()[0]
 
 
 def _is_structural(n: Node) -> bool:

@@ -7,7 +7,8 @@ update at the end, while ``dX = g @ W`` is what the next layer's backward needs 
 ``plan_overlap`` picks such products: the executor starts each on a helper thread (numpy's
 matrix products give up the GIL) and waits for its value just before the first node that reads
 it, or that writes into a tensor in place or is a ``call`` (the product might read that memory),
-or that an ordering edge puts after it, or at the end.
+or that an ordering edge puts after it, or at the end. If by then the helper has not started it
+(on a busy machine the helper may wait for a core), the product is taken back and computed there.
 A product is worth it when the main thread has at least half as much product work of its own to
 do meanwhile. On 2 cores, overlapping an MLP step's ``dW`` with its ``dX`` took 12% off the step.
 Every executor hands its products to the same one thread (``helper``), made on first use.

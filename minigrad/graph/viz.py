@@ -1,6 +1,6 @@
 """Drawing graphs with Graphviz: the autograd graph behind a tensor, or a traced IR graph (chapter 01).
 
-``draw(loss)`` walks the graph autograd recorded, from ``loss.grad_fn`` through ``next_functions``
+``draw(loss)`` walks the graph autograd recorded, from ``loss.grad_fn`` through the in-edges of each node
 to the leaves, and draws the data flowing forward: tensors as ellipses (inputs, parameters,
 constants and the output each in their own colour, with shape and dtype), ops as boxes, and each
 edge labelled with the shape that flows along it. ``draw(graph)`` draws an IR ``Graph`` coloured
@@ -195,18 +195,17 @@ def _draw_autograd(dot: Digraph, root: Tensor, show_grads: bool, max_nodes: int 
     for node in kept:
         if type(node) is AccumulateGrad:
             continue
-        for edge, meta in zip(node.next_functions, node._input_meta):
-            if meta is None:  # a non-tensor argument (a dim, a shape)
+        for nxt, nr, shape, dtype in node._edges:  # (autograd.function._connect)
+            if shape is None:  # a non-tensor argument (a dim, a shape)
                 continue
-            shape, dtype = meta
-            if edge is None:  # a tensor that does not require grad
+            if nxt is None:  # a tensor that does not require grad
                 src = f"const{constants}"
                 constants += 1
                 dot.node(src, f"constant\\n{_shape(shape)} {dtype}", shape="ellipse", style="filled",
                          fillcolor=_COLORS["constant"])
             else:
-                src = ids.get(edge[0], "more")
-            label = _shape(shape) + (f" [{edge[1]}]" if edge is not None and edge[0]._n_outputs > 1 else "")
+                src = ids.get(nxt, "more")
+            label = _shape(shape) + (f" [{nr}]" if nxt is not None and nxt._n_outputs > 1 else "")
             dot.edge(src, ids[node], label=label)
 
 

@@ -96,19 +96,25 @@ def checkpoint_sequential(functions: Sequence[Callable] | ModuleLike, segments: 
 
 
 def checkpoint_modules(function: Callable, input: Tensor, modules: Sequence[ModuleLike],
-                       preserve_rng_state: bool = True) -> Any:
+                       preserve_rng_state: bool = True, head: Callable | None = None) -> Any:
     """``checkpoint(function, input)`` for a function that reads nothing but its input and the
     parameters and buffers of ``modules`` (a chain of layers, say): those parameters are known, so
     no first run recording a graph is needed to find them. The first run is under ``no_grad``, as
     in the reentrant variant, while gradients travel as in the default one; backward refuses a
     recomputed graph that reaches any other leaf. ``memory.plan`` runs its recomputed ranges so,
-    each run of a range as cheap as a forward pass without autograd."""
+    each run of a range as cheap as a forward pass without autograd.
+
+    ``head``, when given, runs all of ``function`` but its last layer, ``modules[-1]``:
+    ``function(x)`` is ``modules[-1](head(x))``. When that layer is an ``nn.Linear``, whose
+    backward never reads its output, backward recomputes the head only
+    (``minigrad.memory.recompute``)."""
     if not is_grad_enabled():
         return function(input)
     call = _Call(function, (input,), {})
     inputs = call.take_tensors()
     seg = _Segment(call, inputs, preserve_rng_state, reentrant=False)
     seg.modules = list(modules)
+    seg.head = head
     seg.params = list({id(p): p for m in seg.modules for p in m.parameters() if p.requires_grad}.values())
     with no_grad():
         seg.outputs = call(inputs)
@@ -152,6 +158,7 @@ class _Segment:
         self.rng_states = {d: backend.get_rng_state(d) for d in devices} if preserve_rng_state else None
         self.params: list[Tensor] = []
         self.inner: weakref.WeakSet | None = None
+        self.head: Callable | None = None  # all but the last layer (checkpoint_modules)
         self.outputs: Any = None
 
 

@@ -75,7 +75,7 @@ class Plan:
             else:
                 segment = _Segment(self.layers, piece[1], piece[2], piece[3])
                 if all(is_module(layer) for layer in segment.layers):
-                    x = checkpoint_modules(segment, x, segment.layers)
+                    x = checkpoint_modules(segment, x, segment.layers, head=segment.head)
                 else:
                     x = checkpoint(segment, x)
         return x
@@ -103,6 +103,10 @@ class _Segment(_Layers):
     def __init__(self, layers: Sequence[Callable], start: int, stop: int, inner: Plan) -> None:
         super().__init__([layers[i] for i in range(start, stop)])
         self.inner = inner
+        # its plan without the last layer, when that layer is kept: backward may then skip
+        # recomputing it (a Linear, which reads its input and not its output; recompute.py)
+        last_kept = bool(inner.pieces) and inner.pieces[-1] == ("keep", stop - 1)
+        self.head = Plan(layers, inner.pieces[:-1], 0, 0.0) if last_kept else None
 
     def __call__(self, x: Tensor) -> Tensor:
         return self.inner(x)

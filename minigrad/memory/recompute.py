@@ -9,14 +9,17 @@ applies it (``checkpoint``, ``checkpoint_sequential``) and explains the two vari
 from __future__ import annotations
 
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 from minigrad import backend
 from minigrad.autograd import engine
 from minigrad.autograd.function import AccumulateGrad, Function
 from minigrad.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad
-from minigrad.autograd.mode import recomputation
+from minigrad.autograd.binding import TENSOR_OPS, array_ops
+from minigrad.autograd.mode import casts_inputs, current_modes, recomputation
 from minigrad.errors import AutogradError
+from minigrad.ops.linalg import Linear as LinearOp
 from minigrad.ops.movement import reshape
 from minigrad._tensor import Tensor, _wrap
 
@@ -34,6 +37,9 @@ class CheckpointFunction(Function):
     # its rule is a whole forward and backward of the segment on Tensors (a recomputation, then
     # engine.grad), not a formula, so it stays on Tensors under either binding of ctx.ops
     tensor_backward = True
+    # the gradients it returns are fresh arrays nobody else holds (``_handed_over`` copies any that
+    # might not be), so the engine may store them as .grad without a copy: one per parameter a step
+    owns_gradients = True
 
     @staticmethod
     def forward(ctx, segment: Any, *inputs: Tensor) -> Any:  # memory.checkpoint builds the segment
@@ -46,6 +52,18 @@ class CheckpointFunction(Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs: Tensor) -> tuple:
+        """``recompute_backward``, or, for a segment ending on a Linear that need not be recomputed,
+        ``_backward_last_apart``; either way the gradients handed over as fresh arrays
+        (``_handed_over``, as ``owns_gradients`` promises the engine)."""
+        last = _last_apart(ctx.segment, is_grad_enabled(), grad_outputs)
+        if last is not None:
+            grads = _backward_last_apart(ctx.segment, ctx.saved_tensors, last, grad_outputs[0])
+        else:
+            grads = CheckpointFunction.recompute_backward(ctx, *grad_outputs)
+        return _handed_over(grads, grad_outputs)
+
+    @staticmethod
+    def recompute_backward(ctx, *grad_outputs: Tensor) -> tuple:
         """Recompute the segment with grad enabled, then backpropagate ``grad_outputs`` through it.
 
         ``ctx.segment`` holds ``call`` (run the segment on a list of inputs), ``rng_states`` and
@@ -81,6 +99,82 @@ class CheckpointFunction(Function):
                                  create_graph=create_graph, allow_unused=True) if pairs else [None] * len(wanted))
         return (None, *[next(grads) if t.requires_grad else None for t in replay + seg.params])
         ### END SOLUTION
+
+
+def _handed_over(grads: tuple, grad_outputs: tuple) -> tuple:
+    """``grads`` with a copy of each one that another may hold (``CheckpointFunction.owns_gradients``
+    promises the engine fresh arrays): a gradient passed through from ``grad_outputs`` (a segment
+    ``x + b`` gives ``b`` its output's gradient itself), one returned twice (``x`` and ``b`` there),
+    a view. Under ``create_graph`` the engine keeps gradients as they are anyway, graph and all."""
+    if is_grad_enabled():
+        return grads
+    # by array, not by Tensor: the engine wraps one array in several Tensors (its array binding)
+    seen, result = {id(g.array) for g in grad_outputs if g is not None and not g.is_sparse}, []
+    for g in grads:
+        if g is not None and not g.is_sparse:
+            if id(g.array) in seen or g.array.base is not None:
+                g = _wrap(g.array.copy(), g.device)
+            seen.add(id(g.array))
+        result.append(g)
+    return tuple(result)
+
+
+def _last_apart(seg: Any, create_graph: bool, grad_outputs: tuple) -> Any:
+    """The segment's last layer, when backward may skip recomputing it: a segment of modules that
+    says how to run all but its last layer (``seg.head``, ``memory.planner`` gives it), ending on a
+    plain ``nn.Linear``. Linear's backward reads its input and weight, never its output, so the
+    recomputation stops before it and its rule is called on what it would have saved: one matrix
+    product fewer per such segment. Anything that could see the difference keeps the whole
+    recomputation: ``create_graph`` (the gradients must carry a graph), a module hook, autocast,
+    mixed dtypes, a missing output gradient."""
+    if seg.head is None or create_graph or seg.reentrant or len(grad_outputs) != 1 or grad_outputs[0] is None:
+        return None
+    from minigrad.nn.linear import Linear as LinearModule  # (nn imports memory's users; looked up when used)
+
+    last = seg.modules[-1] if seg.modules else None
+    if type(last) is not LinearModule or last._forward_hooks or last._forward_pre_hooks or casts_inputs():
+        return None
+    w, b = last.weight, last.bias
+    if w.dtype != grad_outputs[0].dtype or (b is not None and b.dtype != w.dtype):
+        return None
+    return last
+
+
+def _backward_last_apart(seg: Any, saved: tuple, last: Any, g: Tensor) -> tuple:
+    """``CheckpointFunction.backward`` for a segment whose last layer, a Linear, is not recomputed:
+    recompute the rest (``seg.head``) to get that layer's input ``h``, call ``Linear.backward`` on
+    ``(h, weight)`` as its node would have saved them (bound to arrays, or to Tensors while a mode
+    such as the memory tracker watches, as the engine binds it), then backpropagate ``h``'s
+    gradient through the recomputed graph. The gradients equal the whole recomputation's bit for
+    bit: the same rule on the same values."""
+    with _replayed_rng(seg.rng_states), _buffers_kept(seg.modules), recomputation(), enable_grad():
+        replay = [_replay_input(t, False, False) for t in saved]
+        h = seg.head(replay[0])
+    if not isinstance(h, Tensor) or h.dtype != last.weight.dtype:
+        raise AutogradError(f"checkpoint: the segment's head must return a Tensor of the last Linear's dtype "
+                            f"({last.weight.dtype}), got {getattr(h, 'dtype', type(h).__name__)}")
+    w, b = last.weight, last.bias
+    needs = (h.requires_grad, w.requires_grad, b is not None and b.requires_grad)
+    tensors = bool(current_modes())
+    ops = TENSOR_OPS if tensors else array_ops(g.device)
+    rule = SimpleNamespace(saved_tensors=(h, w) if tensors else (h.array, w.array), needs_input_grad=needs, ops=ops)
+    with no_grad():
+        gh, gw, gb = LinearOp.backward(rule, g if tensors else g.array)
+    if not tensors:
+        gh, gw, gb = [None if a is None else _wrap(a, g.device) for a in (gh, gw, gb)]
+    del rule  # it holds h's values, which Linear's rule has read: the recomputed graph needs only h's place
+    h = _graph_only(h)
+    _check_no_outside_nodes(seg, (h,), replay)
+    wanted = [t for t in replay + seg.params if t.requires_grad]
+    if h.grad_fn is not None and gh is not None:
+        found = engine.grad([h], wanted, [gh], allow_unused=True)
+    else:  # h is the segment's input itself (the head ran no layer), or nothing before it needs a gradient
+        found = [gh if t is h else None for t in wanted]
+    grads = {id(t): g for t, g in zip(wanted, found)}
+    for t, extra in ((w, gw), (b, gb)):
+        if extra is not None and id(t) in grads:
+            grads[id(t)] = extra if grads[id(t)] is None else grads[id(t)] + extra  # a weight used twice
+    return (None, *[grads.get(id(t)) for t in replay + seg.params])
 
 
 @contextmanager

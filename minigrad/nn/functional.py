@@ -23,7 +23,7 @@ from minigrad.backend.meta import has_values
 from minigrad.ops.indexing import check_range
 from minigrad.ops.conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d  # noqa: F401  (with the ops)
 from minigrad.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d  # noqa: F401
-from minigrad.ops.normalize import Standardize
+from minigrad.ops.normalize import BatchNorm, Standardize
 from minigrad.ops.sparse import embedding as sparse_embedding
 from minigrad._tensor import Tensor, _wrap
 
@@ -219,15 +219,20 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         if n <= 1:
             raise ValueError("Expected more than 1 value per channel when training, "
                              f"got input size {tuple(input.shape)}")
-        xhat, mean, var = Standardize.apply(input, (0,) + tuple(range(2, input.ndim)), eps)
+        dims = (0,) + tuple(range(2, input.ndim))
+        if weight is not None and bias is not None:  # the affine map in the same op (ops.normalize)
+            out, mean, var = BatchNorm.apply(input, weight, bias, dims, eps)
+        else:
+            xhat, mean, var = Standardize.apply(input, dims, eps)
+            out = xhat if weight is None else xhat * weight.reshape(shape)
+            out = out if bias is None else out + bias.reshape(shape)
         if running_mean is not None or running_var is not None:
             with no_grad():
                 if running_mean is not None:
                     running_mean.mul_(1 - momentum).add_(mean.reshape(c) * momentum)
                 if running_var is not None:
                     running_var.mul_(1 - momentum).add_(var.reshape(c) * (momentum * n / (n - 1)))
-        out = xhat if weight is None else xhat * weight.reshape(shape)
-        return out if bias is None else out + bias.reshape(shape)
+        return out
     if running_mean is None or running_var is None:
         raise ValueError("batch_norm: running_mean and running_var are required when training=False")
     # fold the running stats and the affine transform into one scale and shift per channel

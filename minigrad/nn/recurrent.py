@@ -22,7 +22,8 @@ from minigrad.nn import functional as F
 from minigrad.nn.module import Module, Parameter
 from minigrad.nn import init
 from minigrad.ops import cat, relu, stack, tanh
-from minigrad.ops.recurrent import Stack, gru_gates, unbind
+from minigrad.ops.linalg import Matmul
+from minigrad.ops.recurrent import GRUGates, Stack, gru_gates, unbind
 from minigrad._tensor import Tensor
 
 __all__ = ["GRU", "GRUCell", "RNN", "RNNCell", "gru_cell", "rnn_cell"]
@@ -223,7 +224,11 @@ class _Stack(Module):
             hidden = lambda h: F.linear(h, w_hh, b_hh)  # noqa: E731
         else:  # both biases join the product over the whole sequence, and a step is one matmul
             inputs = unbind(F.linear(x, w_ih, b_ih if b_hh is None else b_ih + b_hh))
-            hidden = w_hh.mT.__rmatmul__
+            w_t = w_hh.mT
+            if all(t.dtype == w_hh.dtype for t in (*state, *inputs[:1])):  # matmul()'s checks and promotion hold
+                hidden = lambda h: Matmul.apply(h, w_t)  # noqa: E731
+            else:
+                hidden = w_t.__rmatmul__
         out = [None] * len(inputs)
         for t in (reversed(range(len(inputs))) if reverse else range(len(inputs))):
             state = self._step(inputs[t], hidden(state[0]), state)
@@ -260,4 +265,4 @@ class GRU(_Stack):
     gates, kind, hidden_bias_per_step = 3, "GRU", True
 
     def _step(self, xg: Tensor, hg: Tensor, state: tuple) -> tuple:
-        return (gru_gates(xg, hg, state[0]),)
+        return (GRUGates.apply(xg, hg, state[0]),)  # the loop's shapes fit: gru_gates's checks are not needed

@@ -20,7 +20,7 @@ from minigrad.errors import ShapeError
 from minigrad.nn import functional as F
 from minigrad.nn.module import Module, Parameter
 from minigrad.nn.recurrent import _init_uniform, _Stack
-from minigrad.ops.recurrent import lstm_gates
+from minigrad.ops.recurrent import LSTMGates, lstm_gates
 from minigrad._tensor import Tensor
 
 __all__ = ["LSTM", "LSTMCell", "lstm_cell"]
@@ -86,4 +86,4 @@ class LSTM(_Stack):
         return super().forward(input, hx)
 
     def _step(self, xg: Tensor, hg: Tensor, state: tuple) -> tuple:
-        return lstm_gates(xg, hg, state[1])
+        return LSTMGates.apply(xg, hg, state[1])  # the loop's shapes fit: lstm_gates's checks are not needed

@@ -13,6 +13,7 @@ from typing import Iterable
 
 from minigrad import ops as _ops
 from minigrad.autograd.grad_mode import no_grad
+from minigrad.ops.recurrent import Stack
 from minigrad._tensor import Tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
@@ -41,8 +42,12 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm
     if not grads:
         return Tensor(0.0)
     with no_grad():
-        norms = _ops.stack([_norm(g, norm_type) for g in grads])
-        total = _norm(norms, norm_type)
+        if norm_type == 2.0:  # each gradient's sum of squares as one dot product (one pass, no squared copy),
+            # joined in one node (ops.stack would add an unsqueeze per gradient)
+            squares = [_ops.dot(v, v) for v in (g.reshape(-1) for g in grads)]
+            total = Stack.apply(0, *squares).sum().sqrt()
+        else:
+            total = _norm(_ops.stack([_norm(g, norm_type) for g in grads]), norm_type)
         if error_if_nonfinite and not math.isfinite(total.item()):
             raise RuntimeError(
                 f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it "

@@ -48,7 +48,13 @@ class LeakyRelu(Op):
     @staticmethod
     def forward(ctx, a, negative_slope):
         # the slope, 1 or negative_slope, made in a's dtype (not float64, then cast) is also the factor
-        slope = ctx.xp.where(a > 0, a.dtype.type(1), a.dtype.type(negative_slope))
+        xp, one, slope = ctx.xp, a.dtype.type(1), a.dtype.type(negative_slope)
+        if a.dtype.kind == "f" and 0 <= slope <= 1:
+            # the same numbers as where(a > 0, 1, slope), whose scalar operands numpy broadcasts
+            # with a zero stride and walks several times slower: max(1, slope) = 1, max(0, slope) = slope
+            slope = xp.maximum((a > 0).astype(a.dtype), slope)
+        else:
+            slope = xp.where(a > 0, one, slope)
         ctx.save_for_backward(slope)
         return a * slope
 

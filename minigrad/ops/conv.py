@@ -88,14 +88,34 @@ def _im2col(xp, x, g: Geometry, groups: int):
 
 def _col2im(xp, cols, g: Geometry, h: int, w: int):
     """The adjoint of im2col: add every window of ``cols`` (C, KH, KW, OH, OW, N) back to where it
-    was taken from, giving (N, C, H, W). Here the batch is the last axis, so each of the KH*KW
-    adds runs over rows of OW*N contiguous numbers rather than OW."""
+    was taken from, giving (N, C, H, W). With stride s, output row ``i*s + u*d`` has phase
+    ``u*d mod s``: the kernel offsets of one phase (4 of a 4x4 kernel at stride 2) land on the same
+    rows and columns of the output, shifted by whole steps. So each phase is summed in a buffer of
+    its own, where every add is a shifted block of rows of OW*N contiguous numbers (not a scatter
+    into every s-th pixel), and the phases are interleaved into the output once; each output
+    pixel receives its windows in the same order as a scatter would add them."""
     c, kh, kw, oh, ow, n = cols.shape
+    (sh, sw), (dh, dw) = g.stride, g.dilation
     pt, pb, pl, pr = g.padding
-    out = xp.zeros((c, h + pt + pb, w + pl + pr, n), dtype=cols.dtype)
-    for u, v, rows, columns in _offsets(g, oh, ow):
-        out[:, rows, columns] += cols[:, u, v]
-    return xp.ascontiguousarray(out[:, pt:pt + h, pl:pl + w].transpose(3, 0, 1, 2))
+    hp, wp = h + pt + pb, w + pl + pr  # the padded output, which the windows cover
+    out = xp.empty((n, c, h, w), dtype=cols.dtype)
+    for r in range(sh):
+        first_row = (r - pt) % sh  # the first unpadded output row of phase r
+        rows = len(range(first_row, h, sh))
+        for q in range(sw):
+            first_col = (q - pl) % sw
+            columns = len(range(first_col, w, sw))
+            if not rows or not columns:
+                continue
+            phase = xp.zeros((c, len(range(r, hp, sh)), len(range(q, wp, sw)), n), dtype=cols.dtype)
+            for u in range(kh):
+                for v in range(kw):
+                    if u * dh % sh == r and v * dw % sw == q:
+                        a, b = u * dh // sh, v * dw // sw
+                        phase[:, a:a + oh, b:b + ow] += cols[:, u, v]
+            i, j = (first_row + pt - r) // sh, (first_col + pl - q) // sw  # the padding cropped off
+            out[:, :, first_row::sh, first_col::sw] = phase[:, i:i + rows, j:j + columns].transpose(3, 0, 1, 2)
+    return out
 
 
 def _channels_first(y, groups: int):
@@ -161,9 +181,19 @@ class ConvTranspose2d(Op):
     def backward(ctx, gx):
         y, w = ctx.saved_tensors
         need_y, need_w = ctx.needs_input_grad[:2]
-        gy = ctx.ops.apply(Conv2d, gx, w, None, ctx.geometry, ctx.groups) if need_y else None
-        gw = ctx.ops.apply(Conv2dWeight, gx, y, ctx.geometry, ctx.groups, ctx.kernel) if need_w else None
+        gy, cols = _conv_and_columns(ctx, gx, w, need_w) if need_y else (None, None)
+        gw = ctx.ops.apply(Conv2dWeight, gx, y, ctx.geometry, ctx.groups, ctx.kernel, cols) if need_w else None
         return gy, gw, None, None, None
+
+
+def _conv_and_columns(ctx, gx, w, keep_cols: bool):
+    """``Conv2d(gx, w)`` in ``ConvTranspose2d``'s backward, and gx's im2col when ``keep_cols`` and
+    nobody records: the weight gradient reads the same windows, so Conv2d's array forward keeps its
+    columns for it (as it does for its own weight gradient) instead of a second im2col. Recorded,
+    the two stay ops of their own (None for the columns)."""
+    if not (ctx.ops.arrays and keep_cols):
+        return ctx.ops.apply(Conv2d, gx, w, None, ctx.geometry, ctx.groups), None
+    return conv_algorithms.conv2d(ctx.xp, gx, w, None, ctx.geometry, ctx.groups, True, _im2col)
 
 
 class Conv2dWeight(Op):

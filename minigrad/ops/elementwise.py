@@ -27,10 +27,25 @@ __all__ = [
 ]
 
 
-def _save_other(ctx: Function, a: Any, b: Any) -> None:
-    """Save only what backward will read: b for a's gradient, a for b's (as in ``a * b``)."""
-    need_a, need_b = ctx.needs_input_grad
-    ctx.save_positions(0 if need_b else None, 1 if need_a else None)
+_CONSTANTS: dict = {}  # (number, dtype) -> a read-only 0-d array (_operand)
+
+
+def _operand(s: float, like: Any) -> Any:
+    """A Python float operand of an op on the float numpy array ``like``, as a 0-d array of its
+    dtype: numpy resolves a Python scalar's dtype on every call, which about doubles the cost of
+    an op on a small array, and by NEP 50 it casts the scalar to ``like``'s dtype anyway, so the
+    result is the same bit for bit. A zero (its sign), a NaN (as a dict key), a value a float16
+    cannot hold and anything on another array module are returned as they are."""
+    c = _CONSTANTS.get((s, like.dtype)) if type(like) is _ndarray else None
+    if c is None:
+        if type(like) is not _ndarray or like.dtype.kind != "f" or not 0 < abs(s) <= 65504 or len(_CONSTANTS) > 256:
+            return s
+        c = _CONSTANTS[(s, like.dtype)] = backend.numpy.asarray(s, like.dtype)
+        c.flags.writeable = False
+    return c
+
+
+_ndarray = backend.numpy.ndarray
 
 
 # -- arithmetic ------------------------------------------------------------------------------------
@@ -43,7 +58,7 @@ class Add(Op):
     unit = (0, (0, 1))
 
     @staticmethod
-    def forward(ctx, a, b): return a + b
+    def forward(ctx, a, b): return a + (_operand(b, a) if type(b) is float else b)
     @staticmethod
     def backward(ctx, g): return g, g
 
@@ -57,7 +72,7 @@ class Sub(Op):
     unit = (0, (1,))
 
     @staticmethod
-    def forward(ctx, a, b): return a - b
+    def forward(ctx, a, b): return a - (_operand(b, a) if type(b) is float else b)
     @staticmethod
     def backward(ctx, g): return g, (-g if ctx.needs_input_grad[1] else None)
 
@@ -72,12 +87,13 @@ class Mul(Op):
 
     @staticmethod
     def forward(ctx, a, b):
-        _save_other(ctx, a, b)
-        return a * b
+        need_a, need_b = ctx.needs_input_grad  # save b for a's gradient, a for b's
+        ctx.save_positions(0 if need_b else None, 1 if need_a else None)
+        return a * (_operand(b, a) if type(b) is float else b)
 
     @staticmethod
     def backward(ctx, g):
-        """d(a*b) = b da + a db. Forward saved ``(a, b)`` by ``_save_other``: ``b`` only when a
+        """d(a*b) = b da + a db. Forward saved ``(a, b)`` by position: ``b`` only when a
         needs a gradient and ``a`` only when b does, the other slot ``None`` (either may be a Python
         number). The contract of every rule: ``minigrad.autograd.Function.backward``.
         ``g`` and the saved values are arrays or Tensors, as the engine bound ``ctx.ops``: operators
@@ -99,7 +115,7 @@ class Div(Op):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_positions(0 if ctx.needs_input_grad[1] else None, 1)
-        return a / b
+        return a / (_operand(b, a) if type(b) is float else b)
 
     @staticmethod
     def backward(ctx, g):
@@ -320,7 +336,7 @@ class TanhBackward(Op):
     @staticmethod
     def forward(ctx, g, y):
         ctx.save_positions(0, 1)
-        return g * (1 - y * y)
+        return g * (_operand(1.0, y) - y * y)  # (1 as a 0-d array: the same bits, sooner)
 
     @staticmethod
     def backward(ctx, gg):
@@ -343,7 +359,8 @@ class Sigmoid(Op):
     @staticmethod
     def forward(ctx, a):
         # 0.5 * (1 + tanh(a / 2)) never overflows, unlike 1 / (1 + exp(-a)) for a << 0
-        out = 0.5 + 0.5 * ctx.xp.tanh(0.5 * a)
+        half = _operand(0.5, a)
+        out = half + half * ctx.xp.tanh(half * a)
         ctx.save_positions(OUTPUT)
         return out
 
@@ -362,7 +379,7 @@ class SigmoidBackward(Op):
     @staticmethod
     def forward(ctx, g, y):
         ctx.save_positions(0, 1)
-        return g * y * (1 - y)
+        return g * y * (_operand(1.0, y) - y)
 
     @staticmethod
     def backward(ctx, gg):

@@ -151,7 +151,7 @@ class Matmul(Op):
 def _dense(xp: Any, x: Any) -> Any:
     """A broadcast array (a zero stride, as the gradient of a sum is) defeats BLAS, and numpy
     falls back to a loop many times slower than copying it first."""
-    if any(s == 0 and n > 1 for s, n in zip(x.strides, x.shape)):
+    if 0 in x.strides and any(s == 0 and n > 1 for s, n in zip(x.strides, x.shape)):  # (the first test is cheap)
         return xp.ascontiguousarray(x)
     return x
 

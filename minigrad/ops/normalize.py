@@ -3,7 +3,9 @@
 ``(x - mean) / sqrt(var + eps)`` composed from single ops records nine nodes and makes about
 twice as many passes over the data; as one op it makes two, and its backward, written with
 minigrad ops on its own outputs, still differentiates again. ``nn.functional.batch_norm`` and
-``layer_norm`` call it; chapter 02's numerical-stability notebook explains the ``eps``.
+``layer_norm`` call it; chapter 02's numerical-stability notebook explains the ``eps``. Batch
+norm's training pass with a weight and a bias is ``BatchNorm``: Standardize and the affine map in
+one op, whose backward shares the per-channel sums that the three would each make.
 """
 
 from __future__ import annotations
@@ -13,6 +15,17 @@ from minigrad.ops.elementwise import Rsqrt
 from minigrad.ops.op import Op
 
 __all__: list[str] = []  # no function of its own: nn.functional's batch_norm and layer_norm apply it
+
+
+def _mean(x, dims: tuple):
+    """``x.mean(axis=dims, keepdims=True)``. Over batch norm's dims (every one but the channels,
+    dim 1) it is two reductions that each walk contiguous memory, the batch first: numpy's mean
+    over (0, 2, 3) at once takes rows as short as one image's width, several times slower on the
+    small images of a conv net's deeper layers."""
+    if x.ndim < 3 or dims != (0,) + tuple(range(2, x.ndim)):
+        return x.mean(axis=dims, keepdims=True)
+    c = x.shape[1]
+    return (x.sum(axis=0).reshape(c, -1).sum(axis=1) / (x.size // max(c, 1))).reshape((1, c) + (1,) * (x.ndim - 2))
 
 
 class Standardize(Op):
@@ -33,9 +46,9 @@ class Standardize(Op):
     @staticmethod
     def forward(ctx, x, dims, eps):
         xp = ctx.xp
-        mean = x.mean(axis=dims, keepdims=True)
+        mean = _mean(x, dims)
         xhat = x - mean
-        var = xp.square(xhat).mean(axis=dims, keepdims=True)
+        var = _mean(xp.square(xhat), dims)
         xhat *= 1 / xp.sqrt(var + eps)
         ctx.dims, ctx.eps, ctx.n = dims, eps, x.size // max(mean.size, 1)
         ctx.save_for_backward(xhat, var)
@@ -64,3 +77,57 @@ class Standardize(Op):
         d = b.add("Sub", [x, mean])
         var = b.reduce("ReduceMean", b.add("Mul", [d, d]), dims, True)
         return [b.add("Div", [d, b.add("Sqrt", [b.add("Add", [var, b.scalar(eps, dtype)])])]), mean, var]
+
+
+class BatchNorm(Op):
+    """Batch norm's training pass in one op: ``Standardize``'s ``xhat`` over ``dims`` (every dim but
+    the channels, dim 1), then ``xhat * weight + bias`` per channel; it also returns the batch's
+    mean and biased variance (keepdim shapes), which the running stats read.
+
+    As three ops (Standardize, Mul, Add) the backward makes about a dozen passes over the
+    activation; here nine. Weight and bias are constant along ``dims``, so their gradients,
+    ``gw = sum g * xhat`` and ``gb = sum g``, are the sums Standardize's rule takes of
+    ``g_xhat = g * weight`` (divided by weight): ``dx = g * weight * inv + c0 + xhat * c1`` with
+    ``c0 = g_mean / n - weight * inv * gb / n`` and ``c1 = 2 g_var / (n inv) - weight * inv * gw / n``.
+    It saves the input, as PyTorch's batch norm does, and recomputes ``xhat`` from it: under the
+    Tensor binding that ``xhat`` is a function of the input, so the rule differentiates again.
+    """
+
+    kind = "reduction"
+    autocast = "fp32"
+    onnx_refused = ("batch norm in training mode (a training graph); an eval-mode model exports its batch "
+                    "norm as a per-channel scale and shift")
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, dims, eps):
+        xhat, mean, var = Standardize.forward(ctx, x, dims, eps)  # sets ctx.dims, ctx.eps, ctx.n
+        ctx.save_for_backward(x, weight, mean, var)
+        y = xhat * weight.reshape(mean.shape)
+        y += bias.reshape(mean.shape)
+        return y, mean, var
+
+    @staticmethod
+    def backward(ctx, g, g_mean, g_var):
+        x, weight, mean, var = ctx.saved_tensors
+        dims, n, ops = ctx.dims, ctx.n, ctx.ops
+        inv = ops.apply(Rsqrt, var + ctx.eps)
+        xhat = (x - mean) * inv
+        scale = ops.reshape(weight, var.shape) * inv  # per channel
+        gb = _channel_sum(ops, g, var.shape)
+        gw = _channel_sum(ops, g * xhat, var.shape)
+        gx = None
+        if ctx.needs_input_grad[0]:
+            c0 = g_mean / n - scale * gb / n
+            c1 = g_var * 2 / (n * inv) - scale * gw / n
+            gx = g * scale + c0 + xhat * c1
+        return gx, ops.reshape(gw, weight.shape), ops.reshape(gb, weight.shape), None, None
+
+
+def _channel_sum(ops, t, shape: tuple):
+    """``t`` (N, C, ...) summed over every dim but the channels, in ``shape`` (1, C, 1, ...): the
+    batch first, then each channel's contiguous rest, as ``_mean`` does, with ``ops`` (either binding)."""
+    per_channel = ops.sum(t, 0)
+    if per_channel.ndim > 1:
+        per_channel = ops.sum(per_channel, tuple(range(1, per_channel.ndim)))
+    return ops.reshape(per_channel, shape)
+

@@ -9,7 +9,8 @@ and ``Unbind`` and ``Stack`` give the loop its steps and join its outputs in one
 gate op's backward is one op too (``LSTMGatesBackward``, ``GRUGatesBackward``, as Sigmoid's is
 ``SigmoidBackward``), fed the activations forward kept, and whose own backward is built from
 minigrad ops, so a recurrent network stays differentiable at any order (gradgradcheck of the
-backward ops). Gate order is PyTorch's: i, f, g, o and r, z, n.
+backward ops). Gate order is PyTorch's: i, f, g, o and r, z, n. The array forwards run as one C
+loop each where a compiler is found (``minigrad.ops.c_loops``), the numpy lines below otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from minigrad import backend
 from minigrad._tensor import Tensor
 from minigrad.errors import ShapeError
+from minigrad.ops import c_loops
 from minigrad.ops.elementwise import sigmoid, tanh
 from minigrad.ops.indexing import _dim_of
 from minigrad.ops.movement import cat
@@ -78,15 +80,20 @@ class LSTMGates(Op):
 
     @staticmethod
     def forward(ctx, xg, hg, c):
-        s = _lstm_activations(ctx.xp, xg, hg, c.shape[-1])
-        i, f, g, o = _blocks(s, c.shape[-1])
-        c_next = f * c
-        c_next += i * g
-        t = _tanh(ctx.xp, c_next)
+        fused = c_loops.lstm_forward(xg, hg, c)  # one C loop, where a compiler built it
+        if fused is not None:
+            h, c_next, s, t = fused
+        else:
+            s = _lstm_activations(ctx.xp, xg, hg, c.shape[-1])
+            i, f, g, o = _blocks(s, c.shape[-1])
+            c_next = f * c
+            c_next += i * g
+            t = _tanh(ctx.xp, c_next)
+            h = t * o
         # the activations and tanh(c') are kept, as im2col's columns are by Conv2d: backward then
         # needs no exp at all (its own backward, for second derivatives, recomputes them from xg, hg, c)
         ctx.save_for_backward(xg, hg, c, s, t)
-        return t * o, c_next
+        return h, c_next
 
     @staticmethod
     def backward(ctx, dh, dc):
@@ -111,8 +118,13 @@ class LSTMGatesBackward(Op):
     @staticmethod
     def forward(ctx, dh, dc, xg, hg, c, s=None, t=None):
         xp, n = ctx.xp, c.shape[-1]
+        ctx.save_for_backward(dh, dc, xg, hg, c)
         if s is None:  # the activations and tanh(c'), unless forward's are given
-            s = _lstm_activations(xp, xg, hg, n)
+            fused = c_loops.lstm_forward(xg, hg, c)
+            s, t = (fused[2], fused[3]) if fused is not None else (_lstm_activations(xp, xg, hg, n), t)
+        fused = c_loops.lstm_backward(dh, dc, c, s, t) if t is not None else None
+        if fused is not None:
+            return fused
         i, f, g, o = _blocks(s, n)
         if t is None:
             t = _tanh(xp, f * c + i * g)
@@ -126,7 +138,6 @@ class LSTMGatesBackward(Op):
         d[..., n:2 * n] = dcn * c * (1 - f) * f
         d[..., 2 * n:3 * n] = dcn * i * (1 - g * g)
         d[..., 3 * n:] = dh * t * (1 - o) * o
-        ctx.save_for_backward(dh, dc, xg, hg, c)
         dcn *= f
         return d, dcn
 
@@ -164,10 +175,15 @@ class GRUGates(Op):
     @staticmethod
     def forward(ctx, gx, gh, h):
         xp, k = ctx.xp, h.shape[-1]
-        rz = _sigmoid(xp, gx[..., :2 * k] + gh[..., :2 * k])
-        n = _tanh(xp, gx[..., 2 * k:] + rz[..., :k] * gh[..., 2 * k:])
+        fused = c_loops.gru_forward(gx, gh, h)  # one C loop, where a compiler built it
+        if fused is not None:
+            out, rz, n = fused
+        else:
+            rz = _sigmoid(xp, gx[..., :2 * k] + gh[..., :2 * k])
+            n = _tanh(xp, gx[..., 2 * k:] + rz[..., :k] * gh[..., 2 * k:])
+            out = n + rz[..., k:] * (h - n)
         ctx.save_for_backward(gx, gh, h, rz, n)  # r, z and n spare the backward op its exps
-        return n + rz[..., k:] * (h - n)
+        return out
 
     @staticmethod
     def backward(ctx, g):
@@ -187,6 +203,14 @@ class GRUGatesBackward(Op):
     @staticmethod
     def forward(ctx, g, gx, gh, h, rz=None, n=None):
         xp, k = ctx.xp, h.shape[-1]
+        ctx.save_for_backward(g, gx, gh, h)
+        if rz is None or n is None:  # forward's activations, unless given
+            fused = c_loops.gru_forward(gx, gh, h)
+            if fused is not None:
+                rz, n = fused[1], fused[2]
+        fused = c_loops.gru_backward(g, gh, h, rz, n) if rz is not None and n is not None else None
+        if fused is not None:
+            return fused
         if rz is None:
             rz = _sigmoid(xp, gx[..., :2 * k] + gh[..., :2 * k])
         r, z, hn = rz[..., :k], rz[..., k:], gh[..., 2 * k:]
@@ -195,7 +219,6 @@ class GRUGatesBackward(Op):
         dn = g * (1 - z) * (1 - n * n)  # at n's pre-activation
         dr = dn * hn * (1 - r) * r
         dz = g * (h - n) * (1 - z) * z
-        ctx.save_for_backward(g, gx, gh, h)
         return (xp.concatenate([dr, dz, dn], -1), xp.concatenate([dr, dz, dn * r], -1), g * z)
 
     @staticmethod

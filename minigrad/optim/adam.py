@@ -13,7 +13,6 @@ from typing import Callable, Iterable
 
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.creation import zeros_like
-from minigrad.ops import maximum
 from minigrad.optim.optimizer import Optimizer
 from minigrad._tensor import Tensor
 
@@ -42,9 +41,13 @@ class Adam(Optimizer):
         ``state_dict()`` saves and the tests read: ``"exp_avg"`` (m) and ``"exp_avg_sq"`` (v),
         tensors of p's shape starting at zeros, ``"max_exp_avg_sq"`` with ``amsgrad``, and
         ``"step"``, set to 0 in a new state and counted by ``t = self._count_step(state, p)``
-        (t is 1 at the first step). Weight decay: ``self.decoupled_weight_decay`` (AdamW) shrinks
-        p by ``1 - lr * weight_decay``, else ``weight_decay * p`` joins the gradient. Update m, v
-        and p in place (``mul_``, ``add_(..., alpha=)``, ``copy_``, ``sub_``): the tensors in
+        (t is 1 at the first step). ``ops, (w, g, t, m, v, *v_max) = self._bind(p, t, *state
+        tensors)`` gives the values to compute on: the Tensors when a mode records the step (a
+        trace), else the arrays inside them, with the matching ``ops`` (``sqrt``, ``maximum``,
+        ``copy_``, ``scalar``); write the rule once, with in-place operators (``m *= b1``) that
+        mean the same for both, and wrap a number computed from ``t`` in ``ops.scalar``. Weight
+        decay: ``self.decoupled_weight_decay`` (AdamW) shrinks w by ``1 - lr * weight_decay``,
+        else ``weight_decay * w`` joins the gradient. Update m, v and w in place: the tensors in
         ``state`` must stay the same objects. Both bias corrections apply from the first step;
         ``eps`` is added after the square root.
         """
@@ -53,28 +56,29 @@ class Adam(Optimizer):
         for group in self.param_groups:
             b1, b2 = group["betas"]
             lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+            keys = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
             for p in self._params_with_grad(group):
-                g = -p.grad if group["maximize"] else p.grad
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
-                    state["exp_avg"] = zeros_like(p)
-                    state["exp_avg_sq"] = zeros_like(p)
-                    if group["amsgrad"]:
-                        state["max_exp_avg_sq"] = zeros_like(p)
+                    for key in keys:
+                        state[key] = zeros_like(p)
                 t = self._count_step(state, p)
+                ops, (w, g, t, m, v, *v_max) = self._bind(p, t, *(state[key] for key in keys))
+                if group["maximize"]:
+                    g = -g
                 if wd and self.decoupled_weight_decay:
-                    p.mul_(1 - lr * wd)
+                    w *= 1 - lr * wd
                 elif wd:
-                    g = g + wd * p
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                m.mul_(b1).add_(g, alpha=1 - b1)
-                v.mul_(b2).add_(g * g, alpha=1 - b2)
-                if group["amsgrad"]:
-                    state["max_exp_avg_sq"].copy_(maximum(state["max_exp_avg_sq"], v))
-                    v = state["max_exp_avg_sq"]
-                denom = (v / (1 - b2 ** t)).sqrt() + eps
-                p.sub_(m / denom * (lr / (1 - b1 ** t)))
+                    g = g + wd * w
+                m *= b1
+                m += g * (1 - b1)
+                v *= b2
+                v += g * g * (1 - b2)
+                if v_max:
+                    v = ops.copy_(v_max[0], ops.maximum(v_max[0], v))
+                denom = ops.sqrt(v / ops.scalar(1 - b2 ** t)) + eps
+                w -= m / denom * ops.scalar(lr / (1 - b1 ** t))
         return loss
         ### END SOLUTION
 

@@ -6,6 +6,14 @@ Adam's moments). Updates run under ``no_grad`` with in-place tensor ops, so para
 their identity and a traced training step (chapter 03) sees the update as ordinary ops.
 ``state_dict`` refers to parameters by index, so it can be loaded into a fresh optimizer built
 over a fresh model with the same architecture, as in PyTorch.
+
+An update rule is written once and runs under two bindings, as a backward rule does with
+``ctx.ops`` (DESIGN.md principle 2): ``self._bind`` hands it the parameter, its gradient and its
+state either as Tensors with ``UPDATE_TENSOR_OPS``, when a mode records (a traced step), or as
+the arrays inside them with the array module's ``UpdateArrayOps``, when nobody does. In-place
+operators (``m *= b1``) and the few ``ops`` functions mean the same under both, bit for bit, and
+the array binding skips the graph machinery that an update of a hundred small tensors otherwise
+pays about ten times per parameter.
 """
 
 from __future__ import annotations
@@ -81,6 +89,23 @@ class Optimizer:
         return groups, state
 
     @staticmethod
+    def _bind(p: Tensor, t: Tensor, *state: Tensor) -> tuple[Any, tuple]:
+        """``(ops, (w, g, t, *state))``: parameter ``p``, its gradient, its step count ``t`` and its
+        ``state`` tensors as the values an update rule computes on, and the binding ``ops`` for them.
+        With a mode on the stack (the tracer of a compiled step), the Tensors themselves and
+        ``UPDATE_TENSOR_OPS``, so every op is seen; else, on the cpu, the arrays inside them (the
+        step count as a 0-d float64 array) and the array binding, whose in-place writes land in the
+        same memory. A gradient of another dtype or device than ``p`` keeps the Tensors, where
+        promotion applies, and so does a GPU, where ``ops.scalar``'s float() would wait for the device."""
+        g = p.grad
+        if (mode.current_modes() or p.device.type != "cpu" or g.array.dtype is not p.array.dtype
+                or g.device is not p.device):
+            return UPDATE_TENSOR_OPS, (p, g, t) + state
+        for x in (p,) + state:
+            x._bump_version()  # the writes that follow are in place, as the Tensor binding's
+        return _array_update_ops(p.device), (p.array, g.array, t.array) + tuple(s.array for s in state)
+
+    @staticmethod
     def _count_step(state: dict[str, Any], p: Tensor) -> Tensor:
         """Add one to parameter ``p``'s step count and return it: a float64 0-d tensor on ``p``'s
         device (torch keeps a tensor too), so a compiled step (chapter 03) counts as well, and Adam's
@@ -89,7 +114,11 @@ class Optimizer:
         step = state.get("step", 0)
         if not isinstance(step, Tensor):
             step = state["step"] = tensor(float(step), dtype=backend.float64, device=p.device)
-        step += 1  # in place: state["step"] is this tensor
+        if mode.current_modes():
+            step += 1  # in place: state["step"] is this tensor, and a trace sees the write
+        else:
+            step.array += 1  # the same write, without the op machinery (nobody records it)
+            step._bump_version()
         return step
 
     def _params_with_grad(self, group: dict[str, Any]) -> Iterable[Tensor]:
@@ -175,3 +204,65 @@ def _is_number(v: Any) -> bool:
     if isinstance(v, tuple):
         return all(_is_number(x) for x in v)
     return v is None or isinstance(v, (bool, int, float))
+
+
+class UpdateTensorOps:
+    """The recorded binding of an update rule: its values are Tensors, every op is minigrad's."""
+
+    arrays = False
+
+    @staticmethod
+    def sqrt(x: Tensor) -> Tensor:
+        from minigrad.ops import sqrt
+
+        return sqrt(x)
+
+    @staticmethod
+    def maximum(a: Tensor, b: Tensor) -> Tensor:
+        from minigrad.ops import maximum
+
+        return maximum(a, b)
+
+    @staticmethod
+    def copy_(dst: Tensor, src: Tensor) -> Tensor:
+        return dst.copy_(src)
+
+    @staticmethod
+    def scalar(x: Tensor) -> Tensor:
+        """A number computed from the step count (a bias correction): it stays a 0-d Tensor, so a
+        trace sees it change from step to step."""
+        return x
+
+
+class UpdateArrayOps:
+    """The unrecorded binding of an update rule on one device: its values are the arrays inside the
+    Tensors, its ops the array module's, each the array forward of the op the Tensor binding runs."""
+
+    arrays = True
+
+    def __init__(self, xp: Any) -> None:
+        self.sqrt, self.maximum = xp.sqrt, xp.maximum
+        self.copyto = xp.copyto
+
+    def copy_(self, dst: Any, src: Any) -> Any:
+        self.copyto(dst, src)
+        return dst
+
+    @staticmethod
+    def scalar(x: Any) -> float:
+        """A 0-d float64 result as a Python float. A Tensor op rounds a 0-d float64 operand to the
+        other operand's dtype before it computes (PyTorch's promotion); numpy does the same with a
+        Python float (NEP 50), and would instead promote the whole array to float64 with a numpy one."""
+        return float(x)
+
+
+UPDATE_TENSOR_OPS = UpdateTensorOps()
+_ARRAY_UPDATE_OPS: dict[Any, UpdateArrayOps] = {}
+
+
+def _array_update_ops(device: Any) -> UpdateArrayOps:
+    """The array binding of ``device`` (made once per device)."""
+    ops = _ARRAY_UPDATE_OPS.get(device)
+    if ops is None:
+        ops = _ARRAY_UPDATE_OPS[device] = UpdateArrayOps(device.xp)
+    return ops

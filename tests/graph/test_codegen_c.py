@@ -20,7 +20,8 @@ import pytest
 import minigrad as mg
 from minigrad.errors import ArgumentError
 from minigrad.graph import trace
-from minigrad.graph.codegen import c, cc, machine, numpy_blocks
+from minigrad.backend import cc, machine
+from minigrad.graph.codegen import c, numpy_blocks
 from minigrad.graph.passes import fuse_elementwise
 from minigrad.graph.trace import run_graph
 from op_table import OPS
@@ -132,6 +133,36 @@ def test_the_source_is_one_readable_loop():
     assert "= tanh(" in src and "// " in src and "out[i] = " in src
 
 
+def test_float_tanh_is_within_6_2_ulp_of_the_exact_value():
+    """The kernels' own float tanh (a rational function, ``c._TANHF``) against float64 tanh on a
+    sweep of float32 values: every 509th bit pattern from 0 to 10 (about 2 million values, both
+    signs), where it is not a constant; NaN, the infinities and signed zeros as tanh has them."""
+    bits = np.arange(0, np.float32(10).view(np.int32), 509, dtype=np.int32)
+    x = bits.view(np.float32)
+    x = np.concatenate([x, -x, np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, 9.2, 1e-30])])
+    graph, new, kernels = c_nodes(lambda a: (a * 1.0).tanh() * 2.0, mg.tensor(x))
+    assert kernels and "minigrad_tanhf" in kernels[0].source
+    (got,) = run_graph(new, [mg.tensor(x)])
+    got = got / 2  # the * 2.0 around it (so that it is a group) is exact
+    want = np.tanh(x.astype(np.float64))
+    finite = np.isfinite(x)
+    ulps = np.abs(got[finite] - want[finite]) / np.spacing(np.abs(want[finite]).astype(np.float32))
+    assert ulps.max() <= 6.2, f"{ulps.max():.2f} ulp at x = {x[finite][ulps.argmax()]!r}"
+    assert np.isnan(got[-7]) and got[-6] == 1 and got[-5] == -1 and got[-1] == np.float32(1e-30)
+    assert not np.signbit(got[-4]) and np.signbit(got[-3])
+
+
+def test_a_row_phase_with_two_math_calls_runs_as_one_loop_each():
+    """A tanh then a sigmoid (a tanh too) before a row's mean: the phase splits into two column
+    loops, the values between them kept in a row buffer, and still agrees with eager."""
+    def fn(a):
+        h = (a * 0.7).tanh() + a
+        g = h * h.sigmoid()
+        return g - g.mean(-1, keepdim=True)
+    (kernel,) = check(fn, mg.randn(6, 40))
+    assert kernel.source.count("for (long j = 0;") == 3  # phase 0 twice, then the subtraction
+
+
 def test_a_product_with_its_epilogue_and_the_output_written_in_place():
     x, w, b = mg.randn(8, 5), mg.randn(6, 5), mg.randn(6)
     (kernel,) = check(lambda x, w, b: mg.nn.functional.linear(x, w, b).tanh() * 2, x, w, b)
@@ -236,7 +267,7 @@ def test_a_damaged_or_forged_probe_cache_is_probed_over(tmp_path, monkeypatch, f
 
 
 def test_processes_building_the_same_kernel_at_once_all_load_it(tmp_path):
-    code = ("import sys; from minigrad.graph.codegen import cc; "
+    code = ("import sys; from minigrad.backend import cc; "
             f"cc.build({SOURCE!r}).twice; print('ok')")
     env = {"MINIGRAD_CACHE_DIR": str(tmp_path), "PATH": os.environ["PATH"]}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
@@ -254,7 +285,7 @@ def build_in_a_new_process(cache: Path, env: dict | None = None, prelude: str = 
     """``cc.build(source).twice`` on [0, 1, 2, 3] in a fresh process (which a bad library may kill,
     and which maps no library that a test then damages): prints the result, or the
     CompilerUnavailable it raised, then each warning."""
-    code = ("import ctypes, warnings; import numpy as np; from minigrad.graph.codegen import cc\n"
+    code = ("import ctypes, warnings; import numpy as np; from minigrad.backend import cc\n"
             f"{prelude}\n"
             "with warnings.catch_warnings(record=True) as caught:\n"
             "    warnings.simplefilter('always')\n"
@@ -450,7 +481,7 @@ def test_a_child_forked_after_a_threaded_kernel_ran_runs_it_without_hanging(tmp_
 
 @pytest.mark.parametrize("policy", [None, "ACTIVE"])
 def test_openmp_threads_sleep_between_kernels_unless_the_environment_says_otherwise(tmp_path, policy):
-    code = ("import os; from minigrad.graph.codegen import cc; "
+    code = ("import os; from minigrad.backend import cc; "
             f"cc.build({SOURCE!r}).twice; print(os.environ['OMP_WAIT_POLICY'])")
     env = {"MINIGRAD_CACHE_DIR": str(tmp_path), "PATH": os.environ["PATH"]} | (
         {"OMP_WAIT_POLICY": policy} if policy else {})

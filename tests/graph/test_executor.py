@@ -5,6 +5,7 @@ computed straight into their tensors only once nothing reads the old value (rand
 import copy
 import functools
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -311,6 +312,31 @@ def test_a_product_on_the_helper_thread_is_waited_for_before_its_input_is_update
         x = randn(64, 64)
         close(ex.run([x]), [program(*twins)(x).numpy()])
         close([w.array], [twins[0].array])
+
+
+def test_a_product_the_busy_helper_has_not_started_is_computed_here(monkeypatch):
+    """While the helper thread is held by other work, the run does not wait for it to be free:
+    the product it was handed, not started yet, is taken back and computed on this thread."""
+    monkeypatch.setattr(overlap, "OVERLAP_MIN_MACS", 0)
+    w, v = randn(64, 64), randn(64, 64)
+
+    def f(x):
+        return x @ w + (x @ v) @ v
+
+    ex = Executor(trace(f, randn(64, 64)).graph)
+    assert ex.overlap
+    release = threading.Event()
+    timer = threading.Timer(60, release.set)  # were the run to wait for the helper, it would go on after this
+    timer.start()
+    held = overlap.helper().submit(release.wait)
+    try:
+        x = randn(64, 64)
+        close(ex.run([x]), [f(x).numpy()])
+        assert not release.is_set() and not held.done()  # the helper was still held: computed here
+    finally:
+        release.set()
+        timer.cancel()
+        held.result()
 
 
 def test_every_executor_shares_one_helper_thread_and_a_forked_child_makes_its_own():

@@ -156,6 +156,22 @@ def test_leaf_hooks_on_parameters_still_run():
     assert seen == [(3, 3)]
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_gradients_handed_to_leaves_alias_nothing(reentrant):
+    """The checkpoint hands its gradients to the engine as its own (no copy into .grad), so one
+    that is its output's gradient passed through (a segment ``t + b``), or returned twice, is
+    copied: changing one .grad in place changes no other tensor, nor what a hook kept."""
+    x, b = minigrad.randn(4, 8, requires_grad=True), minigrad.randn(4, 8, requires_grad=True)
+    y = checkpoint(lambda t, u: t + u, x, b, use_reentrant=reentrant)
+    kept = []
+    y.register_hook(lambda g: kept.append(g))
+    (y * 3).sum().backward()
+    b.grad.add_(1)
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((4, 8), 3.0, dtype=np.float32))
+    np.testing.assert_array_equal(kept[0].numpy(), np.full((4, 8), 3.0, dtype=np.float32))
+    np.testing.assert_array_equal(b.grad.numpy(), np.full((4, 8), 4.0, dtype=np.float32))
+
+
 def test_no_grad_just_runs_the_function():
     with minigrad.no_grad():
         y = checkpoint(nn.Linear(3, 3), minigrad.randn(2, 3))

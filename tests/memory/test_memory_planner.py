@@ -75,6 +75,34 @@ def test_nested_plans_keep_gradients_and_budget(fraction: float) -> None:
     assert peak <= plan.peak <= fraction * kept_peak(costs)
 
 
+def test_a_range_ending_on_a_linear_does_not_recompute_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linear's backward reads its input and weight, not its output: backward recomputes a range
+    that ends on a kept Linear up to that Linear's input only, with gradients bitwise unchanged,
+    in both bindings (the tracker makes the engine bind Tensors) and when the weight is shared."""
+    from minigrad.ops import linalg
+
+    model = chain(["linear", "relu"] * 3 + ["linear"], 16)
+    model[4] = model[2]  # a weight read twice inside one range: its two gradients add up
+    x = minigrad.randn(8, 16, dtype=backend.float64)
+    expected, _ = run(model, x, model)
+    keep = [("keep", i) for i in range(7)]
+    plan = Plan(layers_of(model), [("keep", 0), ("recompute", 1, 7, Plan(layers_of(model), keep[1:], 0, 0.0))], 0, 0.0)
+    calls, forward = [], linalg.Linear.forward
+    monkeypatch.setattr(linalg.Linear, "forward", staticmethod(lambda ctx, *a: calls.append(1) or forward(ctx, *a)))
+    grads, _ = run(model, x, plan)  # under the tracker: the Tensor binding
+    assert len(calls) == 4 + 2  # the first run, then the range's two Linears before its last
+    for g, e in zip(grads, expected):
+        np.testing.assert_array_equal(g, e)
+    model.zero_grad()
+    calls.clear()
+    leaf = x.detach().requires_grad_()
+    minigrad.manual_seed(1)
+    plan(leaf).backward(minigrad.ones(8, 16, dtype=backend.float64))  # no mode: the array binding
+    assert len(calls) == 4 + 2
+    for g, e in zip([p.grad.array for p in model.parameters()] + [leaf.grad.array], expected):
+        np.testing.assert_array_equal(g, e)
+
+
 def test_layers_that_are_plain_functions() -> None:
     """A range with a layer that is not a Module is checkpointed the general way (its first run
     records a graph to find what it reads); gradients are still those of no checkpointing."""

@@ -296,6 +296,16 @@ def test_standardize_gradients_through_all_outputs():
     assert gradgradcheck(fn, (x,))
 
 
+def test_batch_norm_op_gradients_through_all_outputs():
+    # batch norm's training op (Standardize and the affine map in one) returns the mean and the
+    # variance too; gradients through every output, and of gradients, must be right
+    x = mg.tensor(rand(4, 3, 2) + 2, requires_grad=True)
+    w, b = mg.tensor(rand(3, seed=1), requires_grad=True), mg.tensor(rand(3, seed=2), requires_grad=True)
+    fn = lambda x, w, b: F.BatchNorm.apply(x, w, b, (0, 2), 1e-5)  # noqa: E731
+    assert gradcheck(fn, (x, w, b))
+    assert gradgradcheck(fn, (x, w, b))
+
+
 def test_hessian_vector_product_through_a_model_matches_torch(torch):
     m = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Tanh(), nn.LayerNorm(4), nn.Linear(4, 2)).double()
     t = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Tanh(), torch.nn.LayerNorm(4),

@@ -207,3 +207,31 @@ def test_empty_batch():
         y = fn(x)
         y.sum().backward()
         assert y.shape[0] == 0 and x.grad.shape == (0, 3, 8, 8)
+
+
+def test_col2im_adds_every_window_back_where_im2col_took_it():
+    # col2im sums each stride phase on its own; it must equal the plain scatter-add of every window
+    # for any geometry: strides above, at and below the kernel, dilation, uneven padding, a
+    # padded output larger than the windows cover (conv_transpose2d's output_padding)
+    from minigrad.ops.conv import Geometry, _col2im
+
+    r = np.random.default_rng(3)
+    for _ in range(150):
+        (kh, kw), (sh, sw), (dh, dw) = r.integers(1, 5, 2), r.integers(1, 4, 2), r.integers(1, 3, 2)
+        pt, pb, pl, pr = (int(p) for p in r.integers(0, 3, 4))
+        (oh, ow), (c, n) = r.integers(1, 5, 2), r.integers(1, 3, 2)
+        hp = (oh - 1) * sh + (kh - 1) * dh + 1 + int(r.integers(0, 2))  # the padded output's size
+        wp = (ow - 1) * sw + (kw - 1) * dw + 1 + int(r.integers(0, 2))
+        h, w = hp - pt - pb, wp - pl - pr
+        if h < 1 or w < 1:
+            continue
+        g = Geometry((int(kh), int(kw)), (int(sh), int(sw)), (pt, pb, pl, pr), (int(dh), int(dw)))
+        cols = r.standard_normal((c, kh, kw, oh, ow, n))
+        want = np.zeros((n, c, hp, wp))
+        for u in range(kh):
+            for v in range(kw):
+                for i in range(oh):
+                    for j in range(ow):
+                        want[:, :, i * sh + u * dh, j * sw + v * dw] += cols[:, u, v, i, j].T
+        got = _col2im(np, cols, g, h, w)
+        np.testing.assert_allclose(got, want[:, :, pt:pt + h, pl:pl + w], rtol=1e-12, atol=1e-12, err_msg=str(g))

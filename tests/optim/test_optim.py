@@ -175,3 +175,30 @@ def _closure(f, p, o):
     loss = f(p)
     loss.backward()
     return loss
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("name", ["adam", "adam_wd_amsgrad", "adamw", "adamw_amsgrad_maximize"])
+def test_adam_on_arrays_and_on_tensors_is_bit_identical(name, dtype):
+    # Adam's rule runs on the arrays when nobody records and on Tensors under a mode (a trace):
+    # both must write the same bits into the weights and the moments, step after step
+    from minigrad.autograd import mode
+
+    kwargs = dict(CASES, adamw_amsgrad_maximize=dict(lr=0.05, weight_decay=0.3, amsgrad=True, maximize=True))[name]
+    rng = np.random.default_rng(2)
+    w0, grads = rng.standard_normal((3, 4)), rng.standard_normal((6, 3, 4))
+    results = []
+    for recorded in (False, True):
+        p = mg.tensor(w0, dtype=getattr(mg, dtype), requires_grad=True)
+        opt = getattr(optim, _classes(name))([p], **kwargs)
+        for g in grads:
+            p.grad = mg.tensor(g, dtype=getattr(mg, dtype))
+            if recorded:
+                with mode.Mode():  # any mode on the stack selects the Tensor binding
+                    opt.step()
+            else:
+                opt.step()
+        results.append([p.detach().numpy().copy()] + [s.numpy().copy() for s in opt.state[p].values()])
+    assert len(results[0]) == len(results[1])
+    for a, b in zip(*results):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"{name} {dtype}: the two bindings differ"

@@ -105,4 +105,4 @@ def test_the_layer_picture_names_every_layer():
     assert text.startswith("digraph layers {") and text.rstrip().endswith("}")
     for i, (title, _) in enumerate(import_graph.LAYERS):
         assert f'L{i} [label="{i}. {title}' in text
-    assert "backend (allocator, cuda, meta, value_checks)" in text and "torch_paths" in text
+    assert "backend (allocator, cc, cuda, host_malloc, machine, meta, value_checks)" in text and "torch_paths" in text

@@ -7,7 +7,7 @@ loads the library without compiling. Each compile writes a private temporary fil
 into place, which is atomic: processes compiling the same kernel at once never see half a library.
 
 The flags are ``-O3 -march=native -fopenmp``, the vector width probed for this machine
-(``machine()``: ``codegen.machine`` says how it is chosen; cached in ``machine.json`` beside the
+(``machine()``: ``backend.machine`` says how it is chosen; cached in ``machine.json`` beside the
 libraries, so only the first process runs the probe) and the parts of
 ``-ffast-math`` that keep eager's answers: no ``errno`` (so ``sqrtf`` vectorises), reassociation
 (so a row's sum vectorises), but not ``-ffinite-math-only`` (which folds ``x != x`` to false:
@@ -17,7 +17,8 @@ from fusing ``a * b + c`` into one FMA instruction, which rounds once where nump
 with it, ``1 - y * y`` in tanh's backward differed from eager by 4e-6 relative where ``y`` nears
 1, and RMSprop, which divides each gradient by its own running size, carried such differences
 into its state at 1e-4. Now each ``+ - * /`` and ``sqrt`` of a kernel rounds as numpy's does;
-only the vector math functions differ from numpy's by an ulp or two. The generated source
+only the vector math functions differ from numpy's: glibc's by an ulp or two, float ``tanh``
+(a rational function of the kernel's own, ``codegen.c._TANHF``) by up to 6.2. The generated source
 declares glibc's vector math functions (``libmvec``: ``tanhf``, ``expf``...) itself, as
 ``-ffast-math`` would.
 When no compiler is found, or it fails, ``build`` raises ``CompilerUnavailable`` saying why; the
@@ -60,7 +61,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from minigrad.graph.codegen import machine as _machine
+from minigrad.backend import machine as _machine
 
 __all__ = ["COMPILE_TIMEOUT", "FLAGS", "CompilerUnavailable", "KernelWarning", "build", "cache_dir", "compiler",
            "flags", "library_path", "machine"]
@@ -101,7 +102,7 @@ def cache_dir() -> Path:
 
 
 def machine(cc: str | None = None) -> _machine.Machine:
-    """This machine as the kernels see it (``codegen.machine``: vector width, OpenMP threads),
+    """This machine as the kernels see it (``backend.machine``: vector width, OpenMP threads),
     probed once for compiler ``cc`` (default: ``compiler()``) and this CPU, then read back from
     ``machine.json`` in the kernel cache by later processes. Where the cache cannot be used the
     probe still answers; it runs again in the next process."""

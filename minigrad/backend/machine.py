@@ -9,10 +9,10 @@ this process may run on. ``choose`` turns that into a ``Machine``: 512-bit vecto
 comes with the later extensions (``avx512_vbmi2``: Ice Lake and later, AMD Zen 4, which run it at
 full clock), 256-bit ones on AVX2 or AVX, 128-bit otherwise; one OpenMP thread per physical core
 (a second hyperthread shares the core's vector unit and memory bandwidth, which a fused loop
-already fills). ``codegen.cc`` caches the result beside the kernels, keyed by the compiler and
+already fills). ``backend.cc`` caches the result beside the kernels, keyed by the compiler and
 the CPU, so that a process after the first reads it back instead of running the compiler.
 The width only changes which instructions a loop uses, never its arithmetic: the exact-math flags
-of ``codegen.cc`` hold for every width, so results equal numpy's on any machine.
+of ``backend.cc`` hold for every width, so results equal numpy's on any machine.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Machine(NamedTuple):
 
     @property
     def flags(self) -> tuple[str, ...]:
-        """The compiler flags this machine adds to ``codegen.cc.FLAGS``."""
+        """The compiler flags this machine adds to ``backend.cc.FLAGS``."""
         return (f"-mprefer-vector-width={self.vector_bits}",) if self.isa in _X86_ISAS else ()
 
     def chunk(self, n: int, lanes: int = 1) -> int:

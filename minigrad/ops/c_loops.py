@@ -1,0 +1,276 @@
+"""Ops whose numpy lines take many passes, as one C loop each: LSTM and GRU steps, log-softmax rows
+(chapters 02 and 03).
+
+``LSTMGates`` is one graph node, but in numpy its forward is still about twenty ufunc calls over
+(N, H) slices (sums, exps, reciprocals, products) and its backward op a dozen more: each call
+walks memory once and pays numpy's own dispatch, about 150 us a step at batch 64 and width 64,
+most of an LSTM's time. A log-softmax over a word model's 2000 classes is five passes over the
+logits, and numpy's float32 ``exp`` alone took 1 ms of them for (320, 2000), where glibc's vector
+``expf`` takes 0.3 ms. Written as one C loop, each element goes through the whole chain in
+registers and the compiler vectorises it (``expf`` through glibc's vector math library), as the
+fused groups of ``minigrad.graph.codegen.c`` do: here the loops are written by hand, once, since
+these ops are fixed. They are built by ``minigrad.backend.cc`` (once per machine, cached and
+hashed), with its exact-math flags, and compute the numpy lines' formulas operation for operation
+(sigmoid as ``1 / (1 + exp(-a))``, tanh as ``2 sigmoid(2a) - 1``, ``(x - max) - log(sum(exp))``),
+so the two agree but for the last bits of ``exp`` and the order of a row's sum. Where no compiler
+builds them, for other dtypes than float32/float64, on other devices, or with
+``MINIGRAD_KERNELS=numpy``, each function here returns ``None`` and the op runs its numpy lines.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import warnings
+from typing import Any
+
+from minigrad.backend import numpy
+
+__all__ = ["enabled", "gru_backward", "gru_forward", "log_softmax", "lstm_backward", "lstm_forward"]
+
+# One macro per loop, instantiated for float and double; T is the type, E its exp. Each line is
+# the numpy path's expression in the same order of operations (ops.recurrent).
+_SOURCE = r"""/* minigrad.ops.c_loops: the LSTM and GRU gate arithmetic, log-softmax rows */
+/* backend.cc's flags let a sum be reassociated (so a row's sum vectorises): here each expression
+   keeps numpy's order instead (x - max, then - log(sum): folded into x - (max + log(sum)) a logit
+   of 1e4 loses its last digits), and the one reduction, declared below, still vectorises */
+#pragma GCC optimize ("no-associative-math")
+#include <math.h>
+#define SIMD __attribute__((__simd__("notinbranch")))  /* glibc has vector versions */
+SIMD float expf(float); SIMD double exp(double);
+#define SIG(T, E, a) ((T)1 / ((T)1 + E(-(a))))
+#define TANH(T, E, a) ((T)2 * ((T)1 / ((T)1 + E((a) * (T)-2))) - (T)1)
+
+#define LSTM_FORWARD(NAME, T, E) \
+void NAME(long rows, long n, const T *xg, const T *hg, const T *c, T *h, T *cn, T *s, T *t) \
+{ \
+    for (long r = 0; r < rows; r++) { \
+        const T *x = xg + r * 4 * n, *y = hg + r * 4 * n, *cr = c + r * n; \
+        T *sr = s + r * 4 * n, *hr = h + r * n, *cnr = cn + r * n, *tr = t + r * n; \
+        /* the gates first, one exp per element in loops of their own (a loop of several vector \
+           calls keeps less in registers), then the cell update reading them back */ \
+        _Pragma("omp simd") \
+        for (long k = 0; k < 2 * n; k++) sr[k] = SIG(T, E, x[k] + y[k]); \
+        _Pragma("omp simd") \
+        for (long k = 2 * n; k < 3 * n; k++) sr[k] = TANH(T, E, x[k] + y[k]); \
+        _Pragma("omp simd") \
+        for (long k = 3 * n; k < 4 * n; k++) sr[k] = SIG(T, E, x[k] + y[k]); \
+        _Pragma("omp simd") \
+        for (long j = 0; j < n; j++) { \
+            T cnew = sr[n + j] * cr[j] + sr[j] * sr[2 * n + j]; \
+            T tc = TANH(T, E, cnew); \
+            cnr[j] = cnew; tr[j] = tc; hr[j] = tc * sr[3 * n + j]; \
+        } \
+    } \
+}
+
+#define LSTM_BACKWARD(NAME, T) \
+void NAME(long rows, long n, const T *dh, const T *dc, const T *c, const T *s, const T *t, T *d, T *dcp) \
+{ \
+    for (long r = 0; r < rows; r++) { \
+        const T *sr = s + r * 4 * n, *dhr = dh + r * n, *dcr = dc + r * n, *cr = c + r * n, *tr = t + r * n; \
+        T *dr = d + r * 4 * n, *dcpr = dcp + r * n; \
+        _Pragma("omp simd") \
+        for (long j = 0; j < n; j++) { \
+            T i = sr[j], f = sr[n + j], g = sr[2 * n + j], o = sr[3 * n + j], tc = tr[j]; \
+            T dcn = (tc * tc - (T)1) * -o * dhr[j] + dcr[j]; \
+            dr[j] = dcn * g * ((T)1 - i) * i; \
+            dr[n + j] = dcn * cr[j] * ((T)1 - f) * f; \
+            dr[2 * n + j] = dcn * i * ((T)1 - g * g); \
+            dr[3 * n + j] = dhr[j] * tc * ((T)1 - o) * o; \
+            dcpr[j] = dcn * f; \
+        } \
+    } \
+}
+
+#define GRU_FORWARD(NAME, T, E) \
+void NAME(long rows, long k, const T *gx, const T *gh, const T *h, T *out, T *rz, T *nn) \
+{ \
+    for (long r = 0; r < rows; r++) { \
+        const T *x = gx + r * 3 * k, *y = gh + r * 3 * k, *hr = h + r * k; \
+        T *rzr = rz + r * 2 * k, *nr = nn + r * k, *outr = out + r * k; \
+        _Pragma("omp simd") \
+        for (long j = 0; j < 2 * k; j++) rzr[j] = SIG(T, E, x[j] + y[j]); \
+        _Pragma("omp simd") \
+        for (long j = 0; j < k; j++) { \
+            T nv = TANH(T, E, x[2 * k + j] + rzr[j] * y[2 * k + j]); \
+            nr[j] = nv; \
+            outr[j] = nv + rzr[k + j] * (hr[j] - nv); \
+        } \
+    } \
+}
+
+#define GRU_BACKWARD(NAME, T) \
+void NAME(long rows, long k, const T *g, const T *gh, const T *h, const T *rz, const T *nn, T *dgx, T *dgh, T *dh) \
+{ \
+    for (long r = 0; r < rows; r++) { \
+        const T *gr = g + r * k, *hn = gh + r * 3 * k + 2 * k, *hr = h + r * k, *rzr = rz + r * 2 * k, *nr = nn + r * k; \
+        T *dx = dgx + r * 3 * k, *dy = dgh + r * 3 * k, *dhr = dh + r * k; \
+        _Pragma("omp simd") \
+        for (long j = 0; j < k; j++) { \
+            T rg = rzr[j], z = rzr[k + j], nv = nr[j]; \
+            T dn = gr[j] * ((T)1 - z) * ((T)1 - nv * nv); \
+            T dr = dn * hn[j] * ((T)1 - rg) * rg; \
+            T dz = gr[j] * (hr[j] - nv) * ((T)1 - z) * z; \
+            dx[j] = dr; dx[k + j] = dz; dx[2 * k + j] = dn; \
+            dy[j] = dr; dy[k + j] = dz; dy[2 * k + j] = dn * rg; \
+            dhr[j] = gr[j] * z; \
+        } \
+    } \
+}
+
+#define LOG_SOFTMAX(NAME, T, E, LOG) \
+void NAME(long rows, long n, const T *x, T *y) \
+{ \
+    for (long r = 0; r < rows; r++) { \
+        const T *xr = x + r * n; \
+        T *yr = y + r * n, m = xr[0], s = 0; \
+        _Pragma("omp simd reduction(max: m)") \
+        for (long j = 0; j < n; j++) m = xr[j] > m ? xr[j] : m; \
+        _Pragma("omp simd reduction(+: s)") \
+        for (long j = 0; j < n; j++) s += E(xr[j] - m); \
+        T ls = LOG(s); \
+        _Pragma("omp simd") \
+        for (long j = 0; j < n; j++) yr[j] = (xr[j] - m) - ls; \
+    } \
+}
+
+LOG_SOFTMAX(log_softmax_float, float, expf, logf)
+LOG_SOFTMAX(log_softmax_double, double, exp, log)
+LSTM_FORWARD(lstm_forward_float, float, expf)
+LSTM_FORWARD(lstm_forward_double, double, exp)
+LSTM_BACKWARD(lstm_backward_float, float)
+LSTM_BACKWARD(lstm_backward_double, double)
+GRU_FORWARD(gru_forward_float, float, expf)
+GRU_FORWARD(gru_forward_double, double, exp)
+GRU_BACKWARD(gru_backward_float, float)
+GRU_BACKWARD(gru_backward_double, double)
+"""
+
+_ARGS = {"lstm_forward": 7, "lstm_backward": 7, "gru_forward": 6, "gru_backward": 8, "log_softmax": 2}  # pointers after (rows, n)
+_TYPES = {numpy.dtype("float32"): "float", numpy.dtype("float64"): "double"}
+_functions: dict[str, Any] = {}
+_library: list = []  # [the loaded library], or [False] when none could be built (asked once per process)
+
+
+def _build() -> Any:
+    from minigrad.backend import cc
+
+    try:
+        return cc.build(_SOURCE)
+    except cc.CompilerUnavailable as e:
+        warnings.warn(f"the C loops of the gate ops and log-softmax are off ({e}); they run as numpy", cc.KernelWarning,
+                      stacklevel=4)
+        return False
+
+
+def _kernel(name: str, *arrays: Any) -> Any:
+    """The C function ``name`` for these arrays' dtype, or None where the numpy lines must run:
+    not all numpy arrays of one float dtype, an empty step, kernels switched off or not buildable."""
+    first = arrays[0]
+    if type(first) is not numpy.ndarray or not first.size:
+        return None
+    dtype = first.dtype
+    ctype = _TYPES.get(dtype)
+    if ctype is None or not enabled():
+        return None
+    for a in arrays:
+        if type(a) is not numpy.ndarray or a.dtype != dtype:
+            return None
+    fn = _functions.get(name + ctype)
+    if fn is None:
+        fn = getattr(_library[0], f"{name}_{ctype}")
+        fn.restype = None
+        fn.argtypes = [ctypes.c_long, ctypes.c_long] + [ctypes.c_void_p] * _ARGS[name]
+        _functions[name + ctype] = fn
+    return fn
+
+
+def enabled() -> bool:
+    """Whether the C loops run: ``MINIGRAD_KERNELS`` was not ``numpy`` when first asked, and a
+    compiler built them (both settled once per process, at the first step or log-softmax that asks)."""
+    if not _library:
+        _library.append(os.environ.get("MINIGRAD_KERNELS") != "numpy" and _build())
+    return _library[0] is not False
+
+
+def _address(a: Any) -> int:
+    """Where a contiguous array's data starts (``a.ctypes.data`` builds a helper object: slower)."""
+    if a.flags.writeable:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    return a.ctypes.data
+
+
+def _c(a: Any) -> Any:
+    return a if a.flags.c_contiguous else numpy.ascontiguousarray(a)
+
+
+def _launch(fn: Any, rows: int, n: int, *arrays: Any) -> None:
+    """Call a C loop over ``rows`` rows of ``n`` with the arrays' data, inputs then outputs."""
+    fn(rows, n, *[_address(a) for a in arrays])
+
+
+def lstm_forward(xg: Any, hg: Any, c: Any) -> tuple | None:
+    """``(h', c', s, t)`` of one LSTM step (``s`` the activated gates i, f, g, o, ``t`` tanh(c')),
+    as ``ops.recurrent.LSTMGates`` computes them; None where the numpy lines must run."""
+    fn = _kernel("lstm_forward", xg, hg, c)
+    if fn is None:
+        return None
+    xg, hg, c = _c(xg), _c(hg), _c(c)
+    h, cn, t, s = numpy.empty_like(c), numpy.empty_like(c), numpy.empty_like(c), numpy.empty_like(xg)
+    n = c.shape[-1]
+    _launch(fn, c.size // n, n, xg, hg, c, h, cn, s, t)
+    return h, cn, s, t
+
+
+def lstm_backward(dh: Any, dc: Any, c: Any, s: Any, t: Any) -> tuple | None:
+    """``(d gates, d c)`` of one LSTM step from forward's activations ``s`` and ``t``, as
+    ``ops.recurrent.LSTMGatesBackward`` computes them; None where the numpy lines must run."""
+    fn = _kernel("lstm_backward", dh, dc, c, s, t)
+    if fn is None or dh.shape != c.shape or dc.shape != c.shape:
+        return None
+    dh, dc, c, s, t = _c(dh), _c(dc), _c(c), _c(s), _c(t)
+    d, dcp = numpy.empty_like(s), numpy.empty_like(c)
+    n = c.shape[-1]
+    _launch(fn, c.size // n, n, dh, dc, c, s, t, d, dcp)
+    return d, dcp
+
+
+def gru_forward(gx: Any, gh: Any, h: Any) -> tuple | None:
+    """``(h', rz, n)`` of one GRU step (``rz`` the reset and update gates, ``n`` the candidate),
+    as ``ops.recurrent.GRUGates`` computes them; None where the numpy lines must run."""
+    fn = _kernel("gru_forward", gx, gh, h)
+    if fn is None:
+        return None
+    gx, gh, h = _c(gx), _c(gh), _c(h)
+    k = h.shape[-1]
+    out, rz, n = numpy.empty_like(h), numpy.empty(h.shape[:-1] + (2 * k,), h.dtype), numpy.empty_like(h)
+    _launch(fn, h.size // k, k, gx, gh, h, out, rz, n)
+    return out, rz, n
+
+
+def gru_backward(g: Any, gh: Any, h: Any, rz: Any, n: Any) -> tuple | None:
+    """``(d gx, d gh, d h)`` of one GRU step from forward's ``rz`` and ``n``, as
+    ``ops.recurrent.GRUGatesBackward`` computes them; None where the numpy lines must run."""
+    fn = _kernel("gru_backward", g, gh, h, rz, n)
+    if fn is None or g.shape != h.shape:
+        return None
+    g, gh, h, rz, n = _c(g), _c(gh), _c(h), _c(rz), _c(n)
+    dgx, dgh, dh = numpy.empty_like(gh), numpy.empty_like(gh), numpy.empty_like(h)
+    k = h.shape[-1]
+    _launch(fn, h.size // k, k, g, gh, h, rz, n, dgx, dgh, dh)
+    return dgx, dgh, dh
+
+
+def log_softmax(a: Any, dim: int) -> Any:
+    """``log_softmax(a)`` along ``dim`` as ``ops.softmax.LogSoftmax`` computes it, for rows that
+    are the last axis of a C-contiguous array; None where the numpy lines must run."""
+    if dim != a.ndim - 1 or a.ndim == 0 or not a.flags.c_contiguous:
+        return None
+    fn = _kernel("log_softmax", a)
+    if fn is None:
+        return None
+    y = numpy.empty_like(a)
+    n = a.shape[-1]
+    _launch(fn, a.size // n, n, a, y)
+    return y
