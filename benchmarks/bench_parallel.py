@@ -4,11 +4,16 @@ First, measured before building (issue 34): two independent copies of one op, on
 vs on two threads (the second handed to a pool thread). numpy releases the GIL inside a matrix
 product and a ufunc over a large array, so those overlap; a small op is mostly Python, which holds
 the GIL, and the hand-off costs more than it saves. Then graphs, traced and run by the executor one
-node at a time, threaded (``parallel=True``) and with ``parallel="auto"``
-(``minigrad.graph.parallel``: its cost model decides, and stays sequential where the simulation
+node at a time, threaded (``parallel=True``: every fork cut, every branch handed to a thread)
+and with ``parallel="auto"`` (``minigrad.graph.parallel``: the threads take whole branches, an
+attention head at a time; its cost model decides, and stays sequential where the simulation
 says parallelism does not pay; where the model says it pays, its first calls time both ways and
 keep the faster): multi-head attention with the heads as branches and an Inception-style block
-(wide), an MLP chain and a graph of small ops (narrow: the cost model should keep them sequential). Beside them PyTorch: the same models with
+(wide), an MLP chain and a graph of small ops (narrow: the cost model should keep them
+sequential). All are timed in turn within each repeat and the medians compared; ``A/A`` is a
+second sequential executor timed the same way, the noise of this run (1.00x on a quiet machine).
+The threaded plans' planned peaks follow (branches at once keep more alive than one order does).
+Beside them PyTorch: the same models with
 one intra-op thread, run straight and with each branch in ``torch.jit.fork`` of a TorchScript
 function on 2 inter-op threads. Target: a wide graph >= 1.4x faster on 2 threads than sequential,
 and no graph slower (auto / sequential <= 1.05, the tolerance this benchmark allows for noise; on
@@ -197,23 +202,24 @@ def main() -> None:
     print()
 
     rng = np.random.default_rng(0)
-    header = f"{'ms per call':28}{'sequential':>11}{'threaded':>10}{'auto':>9}{'speed-up':>10}  auto chose "
+    header = f"{'ms per call':28}{'sequential':>11}{'threaded':>10}{'auto':>9}{'speed-up':>10}{'A/A':>7}  auto chose "
     header += f"{'torch 1 thr':>11}{'torch fork':>11}{'speed-up':>10}" if torch is not None else ""
     print(header)
-    verdicts = []
+    verdicts, peaks = [], []
     for name, (fn, x0, weights, wide) in cases(rng).items():
         flat, rebuild = nested(weights)
         inputs = [mg.tensor(x0)] + [mg.tensor(w) for w in flat]
         with mg.no_grad():
             graph = trace(lambda x, *ws: fn(mg, x, rebuild(ws)), *inputs).graph
         sequential, threaded = Executor(graph), Executor(graph, parallel=True)
+        again = Executor(graph)  # the noise: a second sequential executor, timed like the others
         auto = Executor(graph, parallel="auto")
         want = sequential.run(inputs)[0]
         np.testing.assert_allclose(threaded.run(inputs)[0], want, rtol=1e-4, atol=1e-5)
         for _ in range(10):  # auto's trial: it times both ways on its first calls and keeps the faster
             np.testing.assert_allclose(auto.run(inputs)[0], want, rtol=1e-4, atol=1e-5)
         runs = {"seq": lambda: sequential.run(inputs), "thr": lambda: threaded.run(inputs),
-                "auto": lambda: auto.run(inputs)}
+                "auto": lambda: auto.run(inputs), "again": lambda: again.run(inputs)}
         forked = None
         if torch is not None:
             tx, tw = torch.from_numpy(x0), [torch.from_numpy(w) for w in flat]
@@ -231,12 +237,19 @@ def main() -> None:
         ms = interleaved(runs, args.repeats, args.steps)
         speedup = ms["seq"] / ms["auto"]
         chosen = "threaded" if auto.parallel else "sequential" if auto.measured_choice else "sequential (model)"
-        line = f"{name:28}{ms['seq']:11.3f}{ms['thr']:10.3f}{ms['auto']:9.3f}{speedup:9.2f}x  {chosen:19}"
+        noise = ms["seq"] / ms["again"]
+        line = f"{name:28}{ms['seq']:11.3f}{ms['thr']:10.3f}{ms['auto']:9.3f}{speedup:9.2f}x{noise:6.2f}x  {chosen:19}"
         if torch is not None:
             fork = f"{ms['fork']:11.3f}{ms['torch'] / ms['fork']:9.2f}x" if "fork" in ms else f"{'-':>11}{'-':>10}"
             line += f"{ms['torch']:11.3f}{fork}"
         print(line)
         verdicts.append((name, wide, speedup))
+        peaks.append(f"{name:28}{sequential.planned_peak / 1e6:11.2f}{threaded.planned_parallel_peak / 1e6:10.2f}"
+                     f"{auto.planned_parallel_peak / 1e6 if auto.parallel else sequential.planned_peak / 1e6:9.2f}")
+    print()
+    print(f"{'planned peak, MB':28}{'sequential':>11}{'threaded':>10}{'auto':>9}  (the threaded plans' own: "
+          "branches at once, inputs held to a branch's end)")
+    print("\n".join(peaks))
     print()
     wide_ok = [s >= WIDE_TARGET for _, wide, s in verdicts if wide]
     slower = [name for name, _, s in verdicts if s < 1 / NOISE]
@@ -245,8 +258,9 @@ def main() -> None:
     print(f"target: no graph slower than sequential beyond noise ({NOISE}x): "
           f"{'met' if not slower else 'not met: ' + ', '.join(slower)}")
     load = os.getloadavg()[0]
-    if load > 0.5:
-        print(f"note: load average {load:.2f} before this run's own work: other processes shared the 2 cores")
+    if load > 1.5:
+        print(f"note: load average {load:.2f} at the end of this run, about 1 of it this run's own: "
+              "other processes shared the 2 cores")
 
 
 if __name__ == "__main__":

@@ -19,15 +19,15 @@
 #
 # A graph is a *partial* order: it fixes only what its edges fix. The sequential executor of
 # 03.1 picks one order; `Executor(graph, parallel=...)` (`minigrad/graph/parallel.py`) instead runs
-# every node as soon as its inputs are ready, two at a time, on two threads. Python threads only
-# run at once while numpy has let go of the GIL, so first we measure which ops do that.
+# independent branches as soon as their inputs are ready, two at a time, on two threads. Python
+# threads only run at once while numpy has let go of the GIL, so first we measure which ops do that.
 #
 # **You will:** measure which ops gain from a second thread; read the scheduler's cost model and its
 # simulated schedule; draw a multi-head attention graph's schedule on two threads as a timeline,
 # simulated and measured; see the model keep a graph of small ops sequential; then break a program
 # by letting the executor reorder an in-place write, and fix it with an ordering edge, the same
 # edge a CUDA event draws between two streams.
-# **Time:** about 26 minutes (25 reading, 5 s running).
+# **Time:** about 27 minutes (26 reading, 5 s running).
 
 # %%
 import os
@@ -147,21 +147,30 @@ for n in ops[:7]:
     print(f"  {n.name:5} {n.op:9} {str(n.shape):11} model: {node_seconds(n) * 1e6:7.1f} us")
 
 # %% [markdown]
-# The scheduler keeps a *ready set*: the nodes whose inputs are all done. The main thread takes
-# the ready node with the longest estimated path to the end first (what list schedulers do: start
-# the critical path early), hands it to the idle helper thread when the model says it is worth a
-# thread and there is other ready work for the main thread meanwhile, and otherwise runs it
-# itself. `plan_parallel` plays that schedule through with the model's times before anything runs;
-# when the simulated time is not clearly below the sequential one, the executor stays sequential.
+# Handing single nodes to a thread would make the two threads meet (a lock, a wake-up) once per
+# node, and each meeting costs about the hand-off, more than a small node's work. So the unit a
+# thread takes is a *branch* (`branches`): a node whose value only one op reads joins that op's
+# tree, so a head is the tree of its output projection (three products, a transpose, a scale, a
+# softmax, two more products); walking down from the output, the first node with two or more
+# inputs whose trees are worth a thread is a *fork* (here each `+` of the sum), and each of its
+# inputs becomes a branch of its own. The scheduler keeps a *ready set* of branches whose inputs
+# are all done; each thread, when free, takes the ready branch with the longest estimated path to
+# the end first (what list schedulers do: start the critical path early), the helper only those
+# the model finds worth a thread. `plan_parallel` plays that schedule through with the model's
+# times before anything runs; when the simulated time is not clearly below the sequential one,
+# the executor stays sequential.
 
 # %%
 ex = Executor(graph, parallel="auto")
 print(ex.parallel_plan.report())
+for task in [t for t in ex.parallel_plan.tasks if t[0].op != "placeholder"][:3]:
+    print(f"  a branch of {len(task):2} nodes: {' '.join(n.op for n in task)}")
 
 # %% [markdown]
 # ## 3. The schedule as a timeline
 # Left: the simulated schedule. Right: a real run on two threads (`run(..., timeline=True)`
-# records each node's thread, start and end). Each bar is a node; products are dark.
+# records each node's thread, start and end). Each bar is a node; products are dark. A head runs
+# whole on one thread; the threads meet between heads, at the sums.
 
 # %%
 def draw_timeline(ax, slots, title):
@@ -209,9 +218,10 @@ print(f"sequential {seq * 1e3:.2f} ms, two threads {par * 1e3:.2f} ms: "
 # narrow graphs, beside PyTorch's `torch.jit.fork`.
 #
 # ## 4. Where it loses: small ops
-# Four branches of elementwise ops on a 32x32 array: plenty of independence, nothing big. Every
-# node is far below the hand-off's cost, so the model finds nothing worth a thread and the
-# executor runs the graph one node after another, as fast as before.
+# Four branches of elementwise ops on a 32x32 array: plenty of independence, nothing big. No
+# branch comes near the hand-off's cost, so there is no fork worth cutting: the whole graph is one
+# branch, nothing can run beside it, and the executor runs it one node after another, as fast as
+# before.
 
 # %%
 def small(x):
@@ -333,7 +343,8 @@ print(f"{len(streams.crossing)} values read across streams: kept to the end of t
 # - On a CPU, two threads pay only for ops that release the GIL long enough (big products, ufuncs
 #   over large arrays); the cost model estimates that from node sizes, simulates the schedule,
 #   and stays sequential where it does not pay; `parallel="auto"` then checks by timing.
+# - The threads take whole branches (a head), so they meet once per branch, not once per node.
 # - Buffers are freed by counting readers, so they go whenever their last reader finishes,
-#   whichever thread ran it.
+#   whichever thread ran it; running branches at once keeps more alive (`planned_parallel_peak`).
 # - Side effects are not values: an in-place write needs an ordering edge after the reads of the
 #   old value (a print, after what it reports), or a reordering executor is free to break it.

@@ -39,7 +39,7 @@ class Executor:
     For each value it plans the step of its last reader and drops its reference right after that
     step; the most bytes live at once over the schedule is the *planned peak*, computed from node
     shapes and dtypes. Views (reshape, permute, broadcast) share their input's buffer, so they cost
-    nothing and keep that buffer alive. With ``parallel="auto"`` independent nodes run at once on
+    nothing and keep that buffer alive. With ``parallel="auto"`` independent branches run at once on
     ``max_workers`` threads (2 by default; numpy releases the GIL in its kernels) when the cost
     model's simulation (``parallel_plan``, ``minigrad.graph.parallel``) says it pays, and one after
     another otherwise; where the model says it pays, the first ``2 * TRIALS`` calls time both ways
@@ -47,7 +47,8 @@ class Executor:
     makes the model's promise void). ``parallel=True`` always runs the threaded scheduler.
     Threaded, buffers are freed when their last reader finishes, whichever thread ran it, and
     ``timeline=True`` records each node's ``Slot`` (thread, start, end) in ``timeline``; the planned
-    peak is the sequential order's, which concurrent branches may exceed. On cuda, ``parallel``
+    peak is the sequential order's, which concurrent branches may exceed: ``planned_parallel_peak``
+    is the threaded plan's (from its simulated schedule). On cuda, ``parallel``
     puts branches on ``max_workers`` CUDA streams instead, with events for the edges between them
     (``stream_plan``, ``minigrad.graph.streams``). Ordering edges (``Node.after``) hold in every
     mode; a ``call`` node runs on the main thread (the current stream) where the order puts it.
@@ -121,6 +122,8 @@ class Executor:
         self.measured_peak: int | None = None
         self.node_seconds: dict[Node, float] = {}
         self.measured_choice: str | None = None  # parallel="auto": what its first calls measured
+        # the threaded run's own peak: branches alive at once, and their inputs held until a branch is done
+        self.planned_parallel_peak = self._plan_parallel_memory() if self.parallel_plan is not None else None
         if self.parallel and self.parallel_plan is not None:
             self._prepare_parallel()
 
@@ -248,41 +251,53 @@ class Executor:
             self._trials = None
 
     def _prepare_parallel(self) -> None:
-        """What the threaded run needs per node: its step (run here) and how many nodes read its
-        value (and its ctx) before it can be freed; values an effect or the output reads stay."""
-        self._calls = {n: node_step(n, self._compute(n), n in self._keep_ctx) for n in self.schedule
-                       if n.op != "placeholder" and n.op not in EFFECT_OPS}
+        """What the threaded run needs: per task (a branch, ``ParallelPlan.tasks``) its nodes' steps,
+        each with the values to drop right after it, those only the branch itself reads (so a
+        branch frees its own intermediates on whichever thread runs it); per node, how many nodes
+        read its value (and its ctx) before it can be freed; values an effect or the output reads stay."""
         self._readers = {n: len({u for u in n.users if u.op not in EFFECT_OPS and u.op != "output"})
                          for n in self.schedule}
         self._kept = {n for n in self.schedule for u in n.users if u.op == "output" or u.op in EFFECT_OPS}
         self._ctx_readers = {n: sum(u.op == "saved" for u in n.users) for n in self._keep_ctx}
+        self._tasks = []
+        for task in self.parallel_plan.tasks:
+            inner = set(task)
+            last = {i: n for n in task for i in n.inputs
+                    if i in inner and i not in self._kept and all(u in inner for u in i.users)}
+            steps = []
+            for n in task:
+                if n.op == "placeholder" or n.op in EFFECT_OPS:
+                    continue
+                call = node_step(n, self._compute(n), n in self._keep_ctx)
+                report = n.op not in _FROM_OUTSIDE and n not in self.writes.into
+                steps.append((n, call, report, tuple(i for i, reader in last.items() if reader is n)))
+            self._tasks.append(steps)
         self._pool = helpers(self.max_workers - 1) if self.max_workers > 1 else None  # one worker: all inline
 
     def _run_parallel(self, inputs: Sequence[Tensor], report: bool = False, clock: bool = False,
                       timeline: bool = False) -> list[Any]:
-        """The threaded run: ``run_parallel`` with this executor's steps; a value goes as soon as
-        its last reader is done, whichever order the threads finish in."""
+        """The threaded run: ``run_parallel`` with this executor's steps, a branch per thread at a
+        time; a value goes as soon as its last reader is done, whichever order the threads finish in."""
         given = dict(zip(self.graph.placeholders, inputs))
         env: dict[Node, Any] = {n: x.array for n, x in given.items()}
         ctxs: dict[Node, Any] = {}
         self._in_place = not self._watched or self._apart(given)
         readers, ctx_readers = dict(self._readers), dict(self._ctx_readers)
+        slots = self.timeline if timeline else None
 
-        def store(n: Node, value: Any, ctx: Any) -> None:
-            env[n] = value
-            if n in self._keep_ctx:
-                ctxs[n] = ctx
-            done(n)
-
-        def inline(n: Node) -> None:
-            call = self._calls.get(n)
-            if call is not None:
+        # both threads write env and ctxs, each its own keys: a dict's item assignment and deletion are atomic
+        def run_task(k: int, thread: int, t0: float) -> None:
+            for n, call, new, frees in self._tasks[k]:
+                start = time.perf_counter() if slots is not None else 0.0
                 call(env, ctxs)
-                done(n)
+                if slots is not None:
+                    slots.append(Slot(n, thread, start - t0, time.perf_counter() - t0))
+                if report and new and n in env:
+                    _report(env[n])
+                for i in frees:  # the branch's own intermediates: nothing outside it reads them
+                    del env[i]
 
-        def done(n: Node) -> None:
-            if report and n in env and n.op not in _FROM_OUTSIDE and n not in self.writes.into:
-                _report(env[n])
+        def finish(n: Node) -> None:
             for i in set(n.inputs):  # drop the last references: the buffer can be freed now
                 readers[i] -= 1
                 if readers[i] == 0 and i not in self._kept:
@@ -294,8 +309,7 @@ class Executor:
             if readers.get(n) == 0 and n not in self._kept:
                 env.pop(n, None)
 
-        run_parallel(self.parallel_plan, self.schedule, self._pool, lambda n, arrays: self._compute(n)(arrays),
-                     inline, store, lambda n: [env[i] for i in n.inputs], self.timeline if timeline else None)
+        run_parallel(self.parallel_plan, self.schedule, self._pool, run_task, finish)
         self._apply_effects(env, given, clock)
         return [env[n] for n in self.graph.outputs]
 
@@ -402,10 +416,55 @@ class Executor:
             change[dies[o] + 1] -= size[o]
         return list(itertools.accumulate(change[:-1]))
 
+    def _plan_parallel_memory(self) -> int:
+        """The most bytes of intermediate values alive at once in the threaded plan's simulated
+        schedule (``ParallelPlan.simulated``): a buffer is born when the node that makes it starts
+        and dies when the last reader of it, or of any view of it, lets go: as soon as that reader
+        ends if both are of one branch (a branch drops its own intermediates), when the reader's
+        whole branch is done otherwise (that is when the scheduler counts its reads)."""
+        plan = self.parallel_plan
+        slot = {s.node: s for s in plan.simulated}
+        task_of = {n: k for k, t in enumerate(plan.tasks) for n in t}
+        task_end = {k: max(slot[n].end for n in t) for k, t in enumerate(plan.tasks)}
+        forever = math.inf
+        owner: dict[Node, Node | None] = {}
+        born, dies, size = {}, {}, {}
+        for n in self.schedule:
+            if n.op in _FROM_OUTSIDE or n.op in EFFECT_OPS or n in self.writes.into:
+                owner[n] = None
+                continue
+            if _is_view(n):
+                owner[n] = owner[n.inputs[0]]
+            else:
+                owner[n] = n
+                made_by = n.inputs[0] if n.op in ("getitem", "saved") else n
+                born[n], size[n] = slot[made_by].start, _nbytes(n)
+            o = owner[n]
+            if o is None:
+                continue
+            if any(u.op == "output" or u.op in EFFECT_OPS for u in n.users):
+                release = forever
+            else:
+                readers = [u for u in n.users if u in slot]
+                inner = all(task_of[u] == task_of[n] for u in readers)
+                release = max((slot[u].end if inner else task_end[task_of[u]] for u in readers),
+                              default=task_end[task_of[n]])
+            dies[o] = max(dies.get(o, 0.0), release)
+        events = sorted([(t, 0, -size[o]) for o, t in dies.items() if t != forever]  # frees first on a tie
+                        + [(t, 1, size[o]) for o, t in born.items()])
+        live = peak = 0
+        for _, _, change in events:
+            live += change
+            peak = max(peak, live)
+        return peak
+
     def report(self) -> str:
-        """One line: steps, planned peak, what keeping every value would cost, measured peak."""
+        """One line: steps, planned peak (and the threaded plan's), what keeping every value would
+        cost, measured peak."""
         line = (f"{len(self.schedule)} nodes in {len(self.steps)} steps: planned peak {_fmt(self.planned_peak)} "
                 f"(keeping every value: {_fmt(self.planned_total)})")
+        if self.planned_parallel_peak is not None:
+            line += f", threaded {_fmt(self.planned_parallel_peak)}"
         if self.measured_peak is not None:
             line += f", measured peak {_fmt(self.measured_peak)}"
         return line

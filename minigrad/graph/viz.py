@@ -4,7 +4,7 @@
 to the leaves, and draws the data flowing forward: tensors as ellipses (inputs, parameters,
 constants and the output each in their own colour, with shape and dtype), ops as boxes, and each
 edge labelled with the shape that flows along it. ``draw(graph)`` draws an IR ``Graph`` coloured
-by op kind. ``draw_pair(before, after)`` draws a graph before and after a pass side by side, with
+by op kind, its ordering edges (``Node.after``) dashed. ``draw_pair(before, after)`` draws a graph before and after a pass side by side, with
 the nodes the pass changed (``changed_nodes``) outlined in red (chapter 03). Node names in the DOT text are counters in traversal order, never ``id()``, so the same
 computation gives the same picture byte for byte (nbval compares the stored SVG).
 """
@@ -157,6 +157,11 @@ def _draw_ir(dot: Digraph, graph: Graph, max_nodes: int | None) -> None:
             a = "more"
             summarised.add(b)
         dot.edge(a, b)
+    ids = {n: f"n{k}" for k, n in enumerate(graph.topological_order())}  # as dot_elements numbers them
+    for n, b in ids.items():  # ordering edges (Node.after): dashed, as to_dot draws them; they pass no value
+        for first in n.after:
+            if b in kept:
+                dot.edge(ids[first] if ids[first] in kept else "more", b, style="dashed")
 
 
 def _escaped(attrs: Mapping[str, str]) -> dict[str, str]:

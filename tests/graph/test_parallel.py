@@ -3,6 +3,7 @@
 threaded scheduler computes what the sequential run does whatever order its threads finish in,
 frees buffers when their last reader finishes, and the cost model keeps small graphs sequential."""
 
+import threading
 import weakref
 
 import numpy as np
@@ -13,7 +14,8 @@ from hypothesis import strategies as st
 import minigrad as mg
 from minigrad.graph import Graph, GraphError, trace
 from minigrad.graph.executor import TRIALS, Executor
-from minigrad.graph.parallel import MIN_HANDOFF_SECONDS, node_seconds, plan_parallel
+from minigrad.graph import parallel
+from minigrad.graph.parallel import MIN_HANDOFF_SECONDS, branches, node_seconds, plan_parallel
 from minigrad.graph.streams import plan_streams
 from minigrad.graph.passes import (PassManager, default_passes, eliminate_common_subexpressions, eliminate_dead_code,
                                    fold_constants, fuse_elementwise, simplify)
@@ -239,6 +241,92 @@ def test_random_programs_run_threaded_as_in_eager(steps, seed, optimise):
     for parallel in (True, "auto"):
         for a, b in zip(Executor(graph, parallel=parallel).run(ins), eager):
             np.testing.assert_allclose(to_numpy(a), to_numpy(b), rtol=1e-12, atol=1e-12)
+
+
+# -- branches: the units the threads take ------------------------------------------------------------------
+def heads(x, *ws):
+    """A sum of heads, each a branch of products and an elementwise op on x."""
+    return sum(((x @ w).tanh() @ w.T for w in ws), start=x)
+
+
+def test_a_head_is_one_branch_and_runs_whole_on_one_thread(monkeypatch):
+    monkeypatch.setattr(parallel, "WAKE_SECONDS", 60.0)  # the helper gets its branch, however busy the machine
+    ins = [randn(256, 256) for _ in range(5)]
+    graph = trace(heads, *ins).graph
+    ex = Executor(graph, parallel="auto")  # the model's cut (parallel=True cuts at every fork, w.T's too)
+    assert ex.parallel
+    tasks = ex.parallel_plan.tasks
+    for product in (n for n in graph if n.op == "Matmul" and n.inputs[0].op == "placeholder"):
+        (task,) = [t for t in tasks if product in t]  # the head: its products, tanh and transpose
+        assert [n.op for n in task][:4] == ["Matmul", "Tanh", "Permute", "Matmul"]
+    adds = [n for n in graph if n.op == "Add"]
+    assert sum(len(t) == 1 and t[0] in adds for t in tasks) == len(adds) - 1  # the first add joins its head
+    want = to_numpy(Executor(graph).run(ins)[0])
+    for _ in range(3):
+        np.testing.assert_allclose(to_numpy(ex.run(ins, timeline=True)[0]), want, rtol=1e-12)
+        thread = {s.node: s.thread for s in ex.timeline}
+        assert all(len({thread[n] for n in t if n in thread}) <= 1 for t in tasks)
+        assert {s.thread for s in ex.timeline} == {0, 1}
+    chain = trace(lambda x, w: ((x @ w).tanh() @ w).tanh(), randn(64, 64), randn(64, 64)).graph
+    assert len([t for t in Executor(chain, parallel=True).parallel_plan.tasks if t[0].op != "placeholder"]) == 1
+
+
+def test_a_fork_below_the_root_is_found_and_cut_there():
+    def block(x, w):  # relu over a sum of two heavy branches: the fork lies below the root
+        return ((x @ w).tanh() + (x @ w.T).exp()).relu()
+    graph = trace(block, randn(128, 128), randn(128, 128)).graph
+    tasks = Executor(graph, parallel=True).parallel_plan.tasks
+    ops = [[n.op for n in t] for t in tasks if t[0].op != "placeholder"]
+    assert sorted(ops) == sorted([["Matmul", "Tanh"], ["Permute", "Matmul", "Exp"], ["Add", "Relu"]])
+
+
+def test_no_branch_spans_a_barrier_node():
+    graph = trace(heads, *[randn(32, 32) for _ in range(3)]).graph
+    schedule = [n for n in graph.topological_order() if n.op != "output"]
+    index = {n: k for k, n in enumerate(schedule)}
+    wall = next(n for n in schedule if n.op == "Tanh")  # as if this value were written into a tensor
+    seconds = {n: node_seconds(n) for n in schedule}
+    free = branches(schedule, seconds)
+    assert any(min(index[n] for n in t) < index[wall] < max(index[n] for n in t) for t in free)
+    walled = branches(schedule, seconds, barrier=frozenset([wall]))
+    assert (wall,) in walled
+    assert not any(min(index[n] for n in t) < index[wall] < max(index[n] for n in t) for t in walled)
+    assert sorted(n.name for t in walled for n in t) == sorted(n.name for n in schedule)
+
+
+def test_an_error_in_a_branch_on_a_helper_stops_the_run_and_is_raised(monkeypatch):
+    monkeypatch.setattr(parallel, "WAKE_SECONDS", 60.0)  # a branch is left to the helper, however busy the machine
+    class Boom(Op):
+        @staticmethod
+        def forward(ctx, a):
+            if threading.current_thread() is not threading.main_thread():
+                raise FloatingPointError("boom on the helper")
+            return a * 2
+
+    def f(x):  # four branches and nothing else: the helper gets at least one
+        return tuple(Boom.apply(x.exp() + k) for k in range(4))
+    x = randn(64, 64)
+    graph = trace(f, x).graph
+    with pytest.raises(FloatingPointError, match="boom on the helper"):
+        Executor(graph, parallel=True).run([x])  # the main thread leaves the last ready branch to the idle helper
+    fine = trace(heads, *[randn(16, 16) for _ in range(3)]).graph  # the shared helper is free again
+    ins = [randn(16, 16) for _ in range(3)]
+    np.testing.assert_allclose(to_numpy(Executor(fine, parallel=True).run(ins)[0]),
+                               to_numpy(Executor(fine).run(ins)[0]), rtol=1e-12)
+
+
+def test_the_threaded_plan_predicts_its_own_peak():
+    ins = [randn(64, 64) for _ in range(5)]
+    graph = trace(heads, *ins).graph
+    one = Executor(graph, parallel=True, max_workers=1)  # one thread: the simulated order is the real one
+    assert one.planned_parallel_peak >= one.planned_peak
+    two = Executor(graph, parallel=True)
+    assert two.planned_parallel_peak >= one.planned_peak and "threaded" in two.report()
+    assert Executor(graph).planned_parallel_peak is None
+    memory = pytest.importorskip("minigrad.memory")
+    if hasattr(memory, "track"):
+        one.run(ins, measure=True)
+        assert one.measured_peak == one.planned_parallel_peak
 
 
 # -- the cost model ------------------------------------------------------------------------------------

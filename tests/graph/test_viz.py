@@ -76,6 +76,16 @@ def test_ir_graph_is_coloured_by_kind():
     assert graph.to_dot().count("->") == 5
 
 
+def test_ir_ordering_edges_are_drawn_dashed():
+    g = trace(lambda w: (w * 2, w * 3), mg.randn(3)).graph
+    first, second = [n for n in g if n.op == "Mul"]
+    g.add_ordering(first, second)  # no value flows: the edge only orders the two
+    src = draw(g).source
+    ids = {n: f"n{k}" for k, n in enumerate(g.topological_order())}
+    assert f"{ids[first]} -> {ids[second]} [style=dashed]" in src
+    assert src.count("style=dashed") == 1 and counts(draw(g))[1] == g.to_dot().count("->")
+
+
 def test_max_nodes_summarises_the_rest():
     x = mg.randn(3, requires_grad=True)
     y = x
