@@ -397,18 +397,9 @@ class Executor:
         reader of it, or of any view of it, has run. A value computed into a tensor costs nothing."""
         step_of = {n: k for k, step in enumerate(self.steps) for n in step}
         last = self._last_step()
-        owner: dict[Node, Node | None] = {}  # the node whose buffer holds each value (None: not ours)
-        born, dies, size = {}, {}, {}
+        owner, born, size = self._buffers(step_of.__getitem__)
+        dies: dict[Node, int] = {}
         for n in self.schedule:
-            if n.op in _FROM_OUTSIDE or n.op in EFFECT_OPS or n in self.writes.into:
-                owner[n] = None
-                continue
-            if _is_view(n):
-                owner[n] = owner[n.inputs[0]]
-            else:
-                owner[n] = n
-                made_by = n.inputs[0] if n.op in ("getitem", "saved") else n
-                born[n], size[n] = step_of[made_by], _nbytes(n)
             o = owner[n]
             if o is not None:
                 dies[o] = max(dies.get(o, 0), last[n])
@@ -417,6 +408,22 @@ class Executor:
             change[b] += size[o]
             change[dies[o] + 1] -= size[o]
         return list(itertools.accumulate(change[:-1]))
+
+    def _buffers(self, born_at: Callable[[Node], Any]) -> tuple[dict, dict, dict]:
+        """Per value, the node whose buffer holds it (None: memory the graph does not own, or a
+        value computed into a tensor); per buffer, when it is born (``born_at`` of the node that
+        makes it: a getitem's or saved array's is its op's) and its bytes. A view owns nothing."""
+        owner: dict[Node, Node | None] = {}
+        born, size = {}, {}
+        for n in self.schedule:
+            if n.op in _FROM_OUTSIDE or n.op in EFFECT_OPS or n in self.writes.into:
+                owner[n] = None
+            elif _is_view(n):
+                owner[n] = owner[n.inputs[0]]
+            else:
+                owner[n] = n
+                born[n], size[n] = born_at(n.inputs[0] if n.op in ("getitem", "saved") else n), _nbytes(n)
+        return owner, born, size
 
     def _plan_parallel_memory(self) -> int:
         """The most bytes of intermediate values alive at once in the threaded plan's simulated
@@ -429,18 +436,9 @@ class Executor:
         task_of = {n: k for k, t in enumerate(plan.tasks) for n in t}
         task_end = {k: max(slot[n].end for n in t) for k, t in enumerate(plan.tasks)}
         forever = math.inf
-        owner: dict[Node, Node | None] = {}
-        born, dies, size = {}, {}, {}
+        owner, born, size = self._buffers(lambda n: slot[n].start)
+        dies: dict[Node, float] = {}
         for n in self.schedule:
-            if n.op in _FROM_OUTSIDE or n.op in EFFECT_OPS or n in self.writes.into:
-                owner[n] = None
-                continue
-            if _is_view(n):
-                owner[n] = owner[n.inputs[0]]
-            else:
-                owner[n] = n
-                made_by = n.inputs[0] if n.op in ("getitem", "saved") else n
-                born[n], size[n] = slot[made_by].start, _nbytes(n)
             o = owner[n]
             if o is None:
                 continue
