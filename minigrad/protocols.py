@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Protocol, runtime_checkable
 
-__all__ = ["ModuleLike", "is_module", "is_parameter", "is_sequential"]
+__all__ = ["ModuleLike", "is_module", "is_parameter", "is_plain_linear", "is_sequential"]
 
 
 @runtime_checkable
@@ -48,3 +48,10 @@ def is_sequential(obj: Any) -> bool:
     """True for a chain that runs its layers in order and iterates over them (``nn.Sequential``
     declares ``runs_layers_in_order``), which the memory planner may cut into segments."""
     return getattr(type(obj), "runs_layers_in_order", False)
+
+
+def is_plain_linear(obj: Any) -> bool:
+    """True for a layer whose forward is exactly ``ops.linalg.Linear`` on its ``weight`` and ``bias``
+    (``nn.Linear`` declares ``forward_is_linear_op`` in its own class body: a subclass, which may
+    change forward, does not count), so checkpointing may run that op's backward instead of the layer."""
+    return bool(type(obj).__dict__.get("forward_is_linear_op", False))

@@ -21,6 +21,7 @@ from minigrad.autograd.mode import casts_inputs, current_modes, recomputation
 from minigrad.errors import AutogradError
 from minigrad.ops.linalg import Linear as LinearOp
 from minigrad.ops.movement import reshape
+from minigrad.protocols import is_plain_linear
 from minigrad._tensor import Tensor, _wrap
 
 __all__ = ["CheckpointFunction", "as_outputs", "detached"]
@@ -129,10 +130,8 @@ def _last_apart(seg: Any, create_graph: bool, grad_outputs: tuple) -> Any:
     mixed dtypes, a missing output gradient."""
     if seg.head is None or create_graph or seg.reentrant or len(grad_outputs) != 1 or grad_outputs[0] is None:
         return None
-    from minigrad.nn.linear import Linear as LinearModule  # (nn imports memory's users; looked up when used)
-
     last = seg.modules[-1] if seg.modules else None
-    if type(last) is not LinearModule or last._forward_hooks or last._forward_pre_hooks or casts_inputs():
+    if not is_plain_linear(last) or last._forward_hooks or last._forward_pre_hooks or casts_inputs():
         return None
     w, b = last.weight, last.bias
     if w.dtype != grad_outputs[0].dtype or (b is not None and b.dtype != w.dtype):

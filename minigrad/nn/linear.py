@@ -32,6 +32,10 @@ class Identity(Module):
 class Linear(Module):
     """``y = x @ weight.T + bias`` over the last dim: (*, in_features) -> (*, out_features)."""
 
+    # its forward is ops.linalg.Linear on (input, weight, bias), so checkpointing may call that op's
+    # backward in its place (minigrad.protocols.is_plain_linear; a subclass does not inherit this)
+    forward_is_linear_op = True
+
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
                  dtype: Any = None) -> None:
         super().__init__()
