@@ -278,9 +278,7 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
     """
     ### BEGIN SOLUTION chapter 02: the backward engine: one node, retain_graph
     ops, device = node.ops, node.device
-    # cupy computes on the current GPU: select the node's; the cpu skips the context manager
-    # (entering and leaving one costs two calls per node)
-    gpu = selected(device) if device.type == "cuda" else None
+    gpu = selected(device) if device.type == "cuda" else None  # cupy computes on the current GPU (the cpu: no call)
     if gpu is not None:
         gpu.__enter__()
     try:
@@ -295,9 +293,8 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
         out = (out,)
     edges = node._edges
     if len(out) < len(edges):
-        raise AutogradError(
-            f"{node.name()}.backward returned {len(out)} gradient(s), expected {len(edges)} (one per forward input)"
-        )
+        raise AutogradError(f"{node.name()}.backward returned {len(out)} gradient(s), expected {len(edges)} "
+                            "(one per forward input)")
     modes = current_modes()
     if modes:
         for m in modes:
@@ -316,11 +313,7 @@ def _call_backward(node: Function, grads: list, buffers: dict, retain_graph: boo
         buf = buffers.get(nxt)
         if buf is None:
             buf = buffers[nxt] = [None] * nxt._n_outputs
-            buf[nr] = g
-        elif buf[nr] is None:
-            buf[nr] = g
-        else:
-            buf[nr] = buf[nr] + g
+        buf[nr] = g if buf[nr] is None else buf[nr] + g  # out of place: another node may hold buf[nr]
     if not retain_graph and node._saved is not None:
         node._saved = F._FREED
     ### END SOLUTION

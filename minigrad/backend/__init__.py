@@ -343,7 +343,7 @@ def _add_rows_at(out: Any, index: Any, values: Any) -> bool:
             or out.dtype.kind != "f" or getattr(values, "dtype", None) != out.dtype
             or values.shape != rows.shape + out.shape[1:] or rows.min() < 0):  # -1 and n-1: one row, two keys
         return False
-    rows, values = rows.reshape(-1), values.reshape((-1,) + out.shape[1:])
+    rows, values = rows.reshape(-1), values.reshape((rows.size,) + out.shape[1:])  # (-1: ambiguous for 0-wide rows)
     unique, first = numpy.unique(rows, return_index=True)
     out[unique] += values[first]
     if len(unique) < len(rows):

@@ -103,7 +103,7 @@ MUTANTS: list[Mutant] = [
        "                    pass\n",
        "a pre-hook's returned gradient is dropped"),
     _m("engine-overwrite", "chapter 02: the backward engine: one node, retain_graph",
-       "buf[nr] = buf[nr] + g", "buf[nr] = g",
+       "buf[nr] = g if buf[nr] is None else buf[nr] + g", "buf[nr] = g",
        "a node's gradient overwritten by its last consumer instead of summed over all of them"),
     _m("engine-never-frees", "chapter 02: the backward engine: one node, retain_graph",
        "node._saved = F._FREED", "pass",
