@@ -79,3 +79,39 @@ def training_step(model: Any, opt: Any, loss_fn: Callable[[Any, Any], Any]) -> C
         return loss
 
     return step
+
+
+class AliveProbe:
+    """For tests of when an executor frees buffers: ``op`` is an op whose forward adds 1 to its
+    input and appends to ``alive`` how many earlier probes' outputs are still alive then (weakly
+    referenced, so holding none); ``add(graph, value)`` puts one in a graph after ``value``."""
+
+    def __init__(self) -> None:
+        import weakref
+
+        from minigrad.ops.elementwise import Op
+
+        self.alive: list[int] = []
+        self.refs: list = []
+        probe = self
+
+        class Probe(Op):
+            @staticmethod
+            def forward(ctx, a):
+                out = a + 1.0
+                probe.alive.append(sum(r() is not None for r in probe.refs))
+                probe.refs.append(weakref.ref(out))
+                return out
+
+        self.op = Probe
+
+    def add(self, graph: Any, value: Any) -> Any:
+        """A probe node reading ``value``, a float64 vector of 100."""
+        from minigrad.graph.trace import TENSOR_ARG
+
+        return graph.add_node("Probe", [value], shape=(100,), dtype=np.dtype("float64"), fn=self.op,
+                              meta={"args": (TENSOR_ARG,), "kwargs": ()})
+
+    def clear(self) -> None:
+        self.alive.clear()
+        self.refs.clear()

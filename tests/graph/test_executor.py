@@ -21,7 +21,7 @@ from minigrad.graph.passes import PassManager, default_passes, fuse_elementwise,
 from minigrad.graph.trace import TENSOR_ARG, run_graph
 from minigrad.graph.writeback import drop_overwritten_copies
 from minigrad.ops.elementwise import Op
-from helpers import skip_if_kernels_cannot_run, to_numpy, training_step
+from helpers import AliveProbe, skip_if_kernels_cannot_run, to_numpy, training_step
 from test_passes import random_program, step
 
 
@@ -102,30 +102,17 @@ def test_views_share_their_buffer_and_tuples_count_their_members():
 
 def test_buffers_are_freed_after_their_last_use():
     """A probe op remembers how many probes' outputs are still alive when it runs."""
-    import weakref
-
-    alive = []
-
-    class Probe(Op):
-        @staticmethod
-        def forward(ctx, a):
-            out = a + 1.0
-            alive.append(sum(r() is not None for r in refs))
-            refs.append(weakref.ref(out))
-            return out
-
-    refs = []
+    probe = AliveProbe()
     g = Graph()
-    f64 = np.dtype("float64")
-    v = g.add_node("placeholder", shape=(100,), dtype=f64, name="%x")
+    v = g.add_node("placeholder", shape=(100,), dtype=np.dtype("float64"), name="%x")
     for _ in range(5):
-        v = g.add_node("Probe", [v], shape=(100,), dtype=f64, fn=Probe, meta={"args": (TENSOR_ARG,), "kwargs": ()})
+        v = probe.add(g, v)
     g.set_outputs([v])
     Executor(g).run([randn(100)])
-    assert alive == [0, 1, 1, 1, 1]  # only the input of the running probe is alive
-    alive.clear(), refs.clear()
+    assert probe.alive == [0, 1, 1, 1, 1]  # only the input of the running probe is alive
+    probe.clear()
     run_graph(g, [randn(100)])
-    assert alive == [0, 1, 2, 3, 4]  # run_graph keeps every value to the end
+    assert probe.alive == [0, 1, 2, 3, 4]  # run_graph keeps every value to the end
 
 
 def test_the_measured_peak_matches_the_plan():

@@ -4,7 +4,6 @@ threaded scheduler computes what the sequential run does whatever order its thre
 frees buffers when their last reader finishes, and the cost model keeps small graphs sequential."""
 
 import threading
-import weakref
 
 import numpy as np
 import pytest
@@ -19,9 +18,9 @@ from minigrad.graph.parallel import MIN_HANDOFF_SECONDS, branches, node_seconds,
 from minigrad.graph.streams import plan_streams
 from minigrad.graph.passes import (PassManager, default_passes, eliminate_common_subexpressions, eliminate_dead_code,
                                    fold_constants, fuse_elementwise, simplify)
-from minigrad.graph.trace import TENSOR_ARG, run_graph
+from minigrad.graph.trace import run_graph
 from minigrad.ops.elementwise import Op
-from helpers import to_numpy
+from helpers import AliveProbe, to_numpy
 from test_passes import random_program, step
 
 
@@ -198,34 +197,23 @@ def test_a_write_applied_at_the_end_cannot_be_waited_for():
 
 
 def test_buffers_are_freed_when_their_last_reader_finishes_on_any_thread():
-    alive = []
-
-    class Probe(Op):
-        @staticmethod
-        def forward(ctx, a):
-            out = a + 1.0
-            alive.append(sum(r() is not None for r in refs))
-            refs.append(weakref.ref(out))
-            return out
-
-    refs = []
+    probe = AliveProbe()
     g = Graph()
-    f64 = np.dtype("float64")
-    x = g.add_node("placeholder", shape=(100,), dtype=f64, name="%x")
+    x = g.add_node("placeholder", shape=(100,), dtype=np.dtype("float64"), name="%x")
     ends = []
     for _ in range(2):  # two chains of five probes: the threads interleave them
         v = x
         for _ in range(5):
-            v = g.add_node("Probe", [v], shape=(100,), dtype=f64, fn=Probe, meta={"args": (TENSOR_ARG,), "kwargs": ()})
+            v = probe.add(g, v)
         ends.append(v)
     g.set_outputs(ends)
     for _ in range(5):
-        alive.clear(), refs.clear()
+        probe.clear()
         Executor(g, parallel=True).run([randn(100)])
-        assert len(alive) == 10 and max(alive) <= 3  # its own input, the other chain's, one in flight
-    alive.clear(), refs.clear()
+        assert len(probe.alive) == 10 and max(probe.alive) <= 3  # its own input, the other chain's, one in flight
+    probe.clear()
     run_graph(g, [randn(100)])
-    assert max(alive) == 9  # run_graph keeps every value to the end
+    assert max(probe.alive) == 9  # run_graph keeps every value to the end
     memory = pytest.importorskip("minigrad.memory")
     ex = Executor(g, parallel=True)
     ex.run([randn(100)], measure=True)  # the tracker hears of each buffer on the main thread
