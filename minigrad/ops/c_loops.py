@@ -25,6 +25,7 @@ import warnings
 from typing import Any
 
 from minigrad.backend import numpy
+from minigrad.backend.cc import address as _address
 
 __all__ = ["enabled", "gru_backward", "gru_forward", "log_softmax", "lstm_backward", "lstm_forward"]
 
@@ -192,13 +193,6 @@ def enabled() -> bool:
     if not _library:
         _library.append(os.environ.get("MINIGRAD_KERNELS") != "numpy" and _build())
     return _library[0] is not False
-
-
-def _address(a: Any) -> int:
-    """Where a contiguous array's data starts (``a.ctypes.data`` builds a helper object: slower)."""
-    if a.flags.writeable:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
-    return a.ctypes.data
 
 
 def _c(a: Any) -> Any:

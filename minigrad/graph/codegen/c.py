@@ -51,6 +51,7 @@ from typing import Any
 
 from minigrad.backend import cpu as _cpu_device
 from minigrad.backend import cc
+from minigrad.backend.cc import address as _address  # (a name looked up per kernel call)
 from minigrad.graph.codegen import numpy_blocks as cpu
 from minigrad.graph.codegen.program import Dialect, Program, expression
 from minigrad.graph.ir import Graph, Node, op_kind
@@ -304,14 +305,6 @@ static inline float minigrad_tanhf(float x)
 }
 #undef tanh
 #define tanh(x) _Generic((x), float: minigrad_tanhf, default: tanh)(x)""".splitlines()
-
-
-def _address(a: Any) -> int:
-    """Where a contiguous array's data starts. ``a.ctypes.data`` builds a helper object on every
-    call (3 us, several per kernel call); a writable array's buffer tells it in a third of that."""
-    if a.flags.writeable and a.size:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
-    return a.ctypes.data
 
 
 def unsupported(prog: Program, rows: tuple | None = None, split: int | None = None) -> str | None:
