@@ -26,7 +26,7 @@ from minigrad.ops import (  # the torch.* functions; each is also a Tensor metho
     dot, einsum, equal, erf, exp, flatten, flip, gather, index_select, any, log, log_softmax, logsumexp, matmul,
     masked_fill, max, maximum, mean, min, minimum, mm, mul, multinomial, narrow, neg, norm, outer, permute, pow, prod, relu,
     reshape, roll, rsqrt, sigmoid, sign, sin, softmax, split, sqrt, squeeze, stack, std, sub, sum, tanh, topk,
-    transpose, tril, triu, unsqueeze, var, where,
+    transpose, tril, triu, unbind, unsqueeze, var, where,
 )
 from minigrad.ops.compare import (  # noqa: E402  (torch.le(a, b) and friends, as functions)
     eq, ge, gt, le, logical_and, logical_not, logical_or, lt, ne,

@@ -477,6 +477,7 @@ class Tensor:
     def reshape_as(self, other): return _ops.reshape(self, other.shape)
     def split(self, split_size, dim=0): return _ops.split(self, split_size, dim)
     def chunk(self, chunks, dim=0): return _ops.chunk(self, chunks, dim)
+    def unbind(self, dim=0): return _ops.unbind(self, dim)
     def flip(self, dims): return _ops.flip(self, dims)
     def repeat(self, *sizes): return _ops.repeat(self, _shape_arg(sizes))
     def roll(self, shifts, dims=None): return _ops.roll(self, shifts, dims)

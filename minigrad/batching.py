@@ -11,19 +11,22 @@ so every op works and the common ones are fast. Because rules rewrite arguments 
 still runs through ``Function.apply``, autograd records the batched computation as usual, and a
 backward pass whose incoming gradients are batched (``vmap(vjp_fn)``: a whole Jacobian) is one
 pass through the graph. Nested vmaps are levels: a BatchedTensor's value may itself be batched at
-an outer level, and each mode handles only its own.
+an outer level, and each mode handles only its own. A random op (a factory such as ``randn``, or an
+op that declares ``random``, such as dropout) follows the vmap's ``randomness``, as in torch.func:
+``"error"`` refuses it, ``"different"`` draws for each example, ``"same"`` draws once for the batch.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from minigrad import backend
 from minigrad.autograd.mode import Mode, current_modes
-from minigrad.errors import ArgumentError
+from minigrad.errors import ArgumentError, RandomnessError
 from minigrad.tensor_types import Size
 from minigrad._tensor import Tensor
 
-__all__ = ["BatchedTensor", "VmapMode", "rule_of"]
+__all__ = ["BatchedTensor", "VmapMode", "random_draw", "rule_of"]
 
 
 class BatchedTensor(Tensor):
@@ -84,23 +87,54 @@ class BatchedTensor(Tensor):
 
 
 class VmapMode(Mode):
-    """One vmap level: runs the ops whose arguments are batched at ``level``, by their rules."""
+    """One vmap level: runs the ops whose arguments are batched at ``level``, by their rules, and
+    gives random ops its ``randomness``."""
 
     runs_ops = True
 
-    def __init__(self, level: int, size: int) -> None:
-        self.level, self.size = level, size
+    def __init__(self, level: int, size: int, randomness: str = "error") -> None:
+        self.level, self.size, self.randomness = level, size, randomness
+        self.one_by_one = 0  # > 0 while its examples run one at a time (each then draws for itself)
+
+    def each_example(self, run: Callable[[int], Any], devices: Any = ()) -> list:
+        """``run(i)`` for every example i of the batch. A random op inside sees no batch at this
+        level, since the example is one; with ``"same"`` each example starts from the generator
+        state of ``devices`` that the first saw, so all draw what the first drew."""
+        states = {d: backend.get_rng_state(d) for d in set(devices)} if self.randomness == "same" else {}
+        self.one_by_one += 1
+        try:
+            results = []
+            for i in range(self.size):
+                for d, state in states.items():
+                    backend.set_rng_state(state, d)
+                results.append(run(i))
+            return results
+        finally:
+            self.one_by_one -= 1
+
+    def refuse_random(self, name: str) -> None:
+        if self.randomness == "error":
+            raise RandomnessError(
+                f"vmap: {name} draws random numbers inside a vmap whose randomness is 'error' (the default); "
+                "pass randomness='different' to vmap for independent draws per example, or 'same' for one draw "
+                "shared by the batch, or draw outside the mapped function")
 
     def run_op(self, cls: type, args: tuple, kwargs: dict) -> Any:
         level = self.level
         batched = [type(a) is BatchedTensor and a.level == level for a in args]
-        if not any(batched):
+        one_by_one = False
+        if getattr(cls, "random", False):
+            self.refuse_random(cls.__name__)
+            # "same" on a batch (each example replays the first one's draw) or "different" on what
+            # is not one (each example draws, and the draws are the batched result): per example
+            one_by_one = not self.one_by_one and (self.randomness == "same") == any(batched)
+        if not any(batched) and not one_by_one:
             return NotImplemented
         values = [a.value if b else a for a, b in zip(args, batched)]
-        rule = RULES.get(rule_of(cls))
+        rule = None if one_by_one else RULES.get(rule_of(cls))
         out = rule(cls, values, batched, kwargs) if rule is not None else NotImplemented
         if out is NotImplemented:
-            out = _per_example(cls, values, batched, kwargs, self.size)
+            out = _per_example(cls, values, batched, kwargs, self)
         if type(out) is tuple:
             return tuple(BatchedTensor(o, level) if isinstance(o, Tensor) else o for o in out)
         return BatchedTensor(out, level)
@@ -244,11 +278,34 @@ RULES: dict[str, Callable[..., Any]] = {  # one rule per kind of op, not per op
 }
 
 
-def _per_example(cls: type, values: list, batched: list, kwargs: dict, size: int) -> Any:
+def _per_example(cls: type, values: list, batched: list, kwargs: dict, mode: VmapMode) -> Any:
     """The fallback for an op without a rule: run it on each example and stack the results."""
+    devices = [v.device for v in values if isinstance(v, Tensor)]
+    return _stack_examples(mode.each_example(
+        lambda i: cls.apply(*[v[i] if b else v for v, b in zip(values, batched)], **kwargs), devices))
+
+
+def _stack_examples(results: list) -> Any:
     from minigrad.ops import stack
 
-    results = [cls.apply(*[v[i] if b else v for v, b in zip(values, batched)], **kwargs) for i in range(size)]
     if type(results[0]) is tuple:
         return tuple(stack(list(col), 0) if isinstance(col[0], Tensor) else col[0] for col in zip(*results))
     return stack(results, 0)
+
+
+def random_draw(name: str, draw: Callable[[], Tensor]) -> Tensor:
+    """``draw()``, a random factory's result (``randn(3)``), as the vmaps running on this thread
+    want it: refused by an ``"error"`` one, drawn once for a ``"same"`` one (so shared by its
+    examples), drawn for each example of a ``"different"`` one and batched at its level."""
+    modes = [m for m in current_modes() if isinstance(m, VmapMode)]
+    for m in modes:
+        m.refuse_random(name)
+    return _draw_per_level([m for m in modes if m.randomness == "different" and not m.one_by_one], draw)
+
+
+def _draw_per_level(modes: list, draw: Callable[[], Tensor]) -> Tensor:
+    """The innermost level's examples each draw what the outer levels want (outermost first)."""
+    if not modes:
+        return draw()
+    *outer, inner = modes
+    return BatchedTensor(_stack_examples(inner.each_example(lambda i: _draw_per_level(outer, draw))), inner.level)

@@ -2,7 +2,8 @@
 
 Floating results default to float32 (``minigrad.get_default_dtype()``), integer ranges to int64,
 and tensors go to ``minigrad.get_default_device()`` (cpu unless changed) when no ``device`` is given.
-Random ones draw from the device's generator, seeded by ``minigrad.manual_seed`` (chapter 01).
+Random ones draw from the device's generator, seeded by ``minigrad.manual_seed`` (chapter 01);
+inside ``vmap`` they follow its ``randomness`` (``minigrad.batching.random_draw``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from minigrad import backend
 from minigrad.backend import Device
+from minigrad.batching import random_draw
 from minigrad._tensor import Tensor, _shape_arg, _wrap, inferred_dtype
 from minigrad.tensor_types import Size, dtype_of_type_name
 
@@ -91,17 +93,21 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) ->
     """Uniform samples in [0, 1) (from ``generator``, a ``minigrad.Generator``, when given)."""
     dev = backend.resolve_device(device)
     dt = _float_dtype(dtype)
-    with backend.selected(dev):
-        return _make(_draw(dev, backend.rng_of(dev, generator).random, _shape_arg(size), dt), dev, requires_grad)
+    def draw() -> Tensor:
+        with backend.selected(dev):
+            return _make(_draw(dev, backend.rng_of(dev, generator).random, _shape_arg(size), dt), dev, requires_grad)
+    return random_draw("rand", draw)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal samples."""
     dev = backend.resolve_device(device)
     dt = _float_dtype(dtype)
-    with backend.selected(dev):
-        return _make(_draw(dev, backend.rng_of(dev, generator).standard_normal, _shape_arg(size), dt), dev,
-                     requires_grad)
+    def draw() -> Tensor:
+        with backend.selected(dev):
+            return _make(_draw(dev, backend.rng_of(dev, generator).standard_normal, _shape_arg(size), dt), dev,
+                         requires_grad)
+    return random_draw("randn", draw)
 
 
 def _draw(dev: backend.Device, method: Any, shape: tuple, dtype: Any) -> Any:
@@ -122,16 +128,20 @@ def randint(low, high=None, size=(), *, generator=None, dtype=None, device=None)
         low, high = 0, low
     dev = backend.resolve_device(device)
     dt = backend.int64 if dtype is None else backend.as_dtype(dtype)
-    with backend.selected(dev):
-        return _make(backend.rng_of(dev, generator).integers(low, high, size=tuple(size)).astype(dt), dev, False)
+    def draw() -> Tensor:
+        with backend.selected(dev):
+            return _make(backend.rng_of(dev, generator).integers(low, high, size=tuple(size)).astype(dt), dev, False)
+    return random_draw("randint", draw)
 
 
 def randperm(n, *, generator=None, dtype=None, device=None) -> Tensor:
     """A random order of ``0 .. n-1``."""
     dev = backend.resolve_device(device)
     dt = backend.int64 if dtype is None else backend.as_dtype(dtype)
-    with backend.selected(dev):
-        return _make(backend.permutation(dev, n, backend.rng_of(dev, generator)).astype(dt), dev, False)
+    def draw() -> Tensor:
+        with backend.selected(dev):
+            return _make(backend.permutation(dev, n, backend.rng_of(dev, generator)).astype(dt), dev, False)
+    return random_draw("randperm", draw)
 
 
 def from_numpy(array: Any) -> Tensor:

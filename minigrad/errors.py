@@ -33,6 +33,11 @@ class AnomalyError(RuntimeError):
     """NaN or Inf found by ``detect_anomaly``; the message names the op and where it was created."""
 
 
+class RandomnessError(RuntimeError):
+    """A random op inside ``vmap(randomness="error")`` (the default), where it is ambiguous
+    whether the examples should share one draw or each get their own (torch's RuntimeError)."""
+
+
 class TraceError(RuntimeError):
     """Something the tracer cannot record faithfully (a write that bypassed the ops, a bad output),
     or a recorded graph that cannot replay (a ``.grad`` it reads is gone)."""

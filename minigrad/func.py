@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 from minigrad.autograd.functional import _fill_in_zeros, _grad, _prepare
 from minigrad.autograd.functional import jvp as _jvp
 from minigrad.autograd.grad_mode import enable_grad
-from minigrad.autograd.mode import transform, transform_depth
+from minigrad.autograd.mode import current_modes, transform, transform_depth
 from minigrad.batching import BatchedTensor, VmapMode, current_level
 from minigrad.creation import ones_like, zeros, zeros_like
 from minigrad.errors import ArgumentError, ShapeError, TraceError
@@ -190,8 +190,7 @@ def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     ``vjp_fn`` may be called many times (``vmap(vjp_fn)(rows)`` gives the Jacobian)."""
     level = _batched_level(primals)
     if level:
-        pairs = [vjp(func, *_example(primals, level, i), has_aux=has_aux)
-                 for i in range(next(t for t in _flatten_batched(primals) if t.level == level).value.shape[0])]
+        pairs = _each_example(lambda i: vjp(func, *_example(primals, level, i), has_aux=has_aux), primals, level)
 
         def batched_vjp_fn(cotangents: Any) -> tuple:
             return _restack([p[1](_example(cotangents, level, i)) for i, p in enumerate(pairs)], level)
@@ -364,12 +363,11 @@ def vmap(func: Callable, in_dims: int | None | tuple = 0, out_dims: int | tuple[
     """``func`` mapped over dimension ``in_dims`` of its arguments (None: not mapped), the results
     stacked along ``out_dims``. ``func`` runs once, on ``BatchedTensor``s that look like one example,
     and each op runs once on the whole batch by its batching rule; an op without a rule runs once
-    per example, so random ops draw different values per example (torch's
-    ``randomness="different"``). ``chunk_size`` changes nothing."""
-    if randomness not in ("error", "different"):
-        raise ArgumentError(f"vmap: randomness must be 'error' or 'different' (ops without a batching rule "
-                            f"draw different random values per example; 'same' is not supported), got "
-                            f"{randomness!r}")
+    per example. ``randomness`` says what a random op inside does, as in torch.func: ``"error"``
+    raises ``RandomnessError`` naming it, ``"different"`` draws independently for each example,
+    ``"same"`` draws once and shares the draw across the batch. ``chunk_size`` changes nothing."""
+    if randomness not in ("error", "different", "same"):
+        raise ArgumentError(f"vmap: randomness must be 'error', 'different' or 'same', got {randomness!r}")
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -388,7 +386,7 @@ def vmap(func: Callable, in_dims: int | None | tuple = 0, out_dims: int | tuple[
             d %= t.ndim
             return BatchedTensor(t.movedim(d, 0) if d else t, level)
         batched = tuple(a if d is None else _map(lambda t, d=d: batch(t, d), a) for a, d in zip(args, dims))
-        with VmapMode(level, size):
+        with VmapMode(level, size, randomness):
             result = func(*batched, **kwargs)
         leaves, spec = _flatten(result)
         outs = out_dims if isinstance(out_dims, tuple) else (out_dims,) * len(leaves)
@@ -443,8 +441,15 @@ def _restack(results: list, level: int) -> Any:
 def _per_example(call: Callable, args: tuple, kwargs: dict, level: int) -> Any:
     """``call(*args, **kwargs)`` once per example of the vmap at ``level``, restacked: a transform
     on batched arguments differentiates each example's own graph."""
-    size = _batch_size((args, kwargs), level)
-    return _restack([call(*_example(args, level, i), **_example(kwargs, level, i)) for i in range(size)], level)
+    return _restack(_each_example(lambda i: call(*_example(args, level, i), **_example(kwargs, level, i)),
+                                  (args, kwargs), level), level)
+
+
+def _each_example(run: Callable[[int], Any], tree: Any, level: int) -> list:
+    """``run(i)`` for each example of the vmap at ``level``, which ``tree`` is batched by; random
+    ops inside draw as its ``randomness`` says (``VmapMode.each_example``)."""
+    mode = next(m for m in current_modes() if isinstance(m, VmapMode) and m.level == level)
+    return mode.each_example(run, [t.device for t in _flatten_batched(tree) if t.level == level])
 
 
 def _flatten_batched(tree: Any) -> list:

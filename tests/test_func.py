@@ -236,8 +236,8 @@ def test_errors_name_what_was_expected():
         grad(smooth, has_aux=True)(rand(3))
     with pytest.raises(ShapeError, match="same size"):
         vmap(lambda a, b: a + b)(rand(2, 3), rand(3, 3))
-    with pytest.raises(ArgumentError, match="'same' is not supported"):
-        vmap(smooth, randomness="same")
+    with pytest.raises(ArgumentError, match="randomness must be 'error', 'different' or 'same', got 'each'"):
+        vmap(smooth, randomness="each")
     with pytest.raises(ArgumentError, match="expected Tensors"):
         jacrev(lambda x: [x, "label"])(rand(2))
     with pytest.raises(ShapeError, match="cotangents"):

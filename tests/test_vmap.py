@@ -242,3 +242,109 @@ def test_a_batch_of_jacobians_takes_the_passes_of_one(backward_passes, transform
                                    rtol=1e-12, atol=1e-15)
     per_weight = vmap(jacrev(predict, argnums=0), in_dims=(None, None, 0))(w, b, xs)  # unbatched argument
     np.testing.assert_allclose(per_weight[2].numpy(), jacrev(predict, argnums=0)(w, b, xs[2]).numpy(), rtol=1e-12)
+
+
+# -- randomness: what a random op inside the mapped function draws, as torch.func.vmap's argument --------
+RANDOM = {  # each maps a (16,) example of ones; the random part is what the examples may share
+    "randn": lambda t: t * minigrad.randn(16, dtype=f64),
+    "rand": lambda t: t + minigrad.rand(16, dtype=f64),
+    "randn_like": lambda t: minigrad.randn_like(t),
+    "randint": lambda t: t + minigrad.randint(0, 1000, (16,)).double(),
+    "randperm": lambda t: t + minigrad.randperm(16).double(),
+    "dropout": lambda t: F.dropout(t, 0.5),  # on the batched input
+    "dropout of an unbatched tensor": lambda t: t * F.dropout(minigrad.ones(16, dtype=f64), 0.5),
+    "dropout1d's channel mask": lambda t: F.dropout1d(t.reshape(16, 1), 0.5).reshape(16),
+}
+NAMES = {"randn_like": "randn", "dropout of an unbatched tensor": "Dropout", "dropout1d's channel mask": "Dropout",
+         "dropout": "Dropout"}
+
+
+def _rows_equal(out):
+    return [np.array_equal(out[0].numpy(), out[i].numpy()) for i in range(1, len(out))]
+
+
+@pytest.mark.parametrize("name", RANDOM)
+def test_randomness_error_is_the_default_and_names_the_op(name):
+    with pytest.raises(RuntimeError, match=rf"vmap: {NAMES.get(name, name)} draws random numbers .* "
+                                           r"randomness is 'error' \(the default\); pass randomness="):
+        vmap(RANDOM[name])(minigrad.ones(6, 16, dtype=f64))
+    with pytest.raises(batching.RandomnessError):
+        vmap(RANDOM[name], randomness="error")(minigrad.ones(6, 16, dtype=f64))
+
+
+@pytest.mark.parametrize("name", RANDOM)
+def test_randomness_different_draws_for_each_example_and_same_once(name):
+    minigrad.manual_seed(0)
+    different = vmap(RANDOM[name], randomness="different")(minigrad.ones(6, 16, dtype=f64))
+    assert different.shape == (6, 16) and not any(_rows_equal(different))
+    minigrad.manual_seed(0)
+    same = vmap(RANDOM[name], randomness="same")(minigrad.ones(6, 16, dtype=f64))
+    assert same.shape == (6, 16) and all(_rows_equal(same))
+    minigrad.manual_seed(0)  # the one draw is the one the function makes outside vmap
+    np.testing.assert_array_equal(same[0].numpy(), RANDOM[name](minigrad.ones(16, dtype=f64)).numpy())
+
+
+def test_randomness_different_draws_what_one_draw_per_example_would():
+    minigrad.manual_seed(0)
+    got = vmap(lambda t: t + minigrad.randn(3, dtype=f64), randomness="different")(minigrad.zeros(4, 3, dtype=f64))
+    minigrad.manual_seed(0)
+    np.testing.assert_array_equal(got.numpy(), np.stack([minigrad.randn(3, dtype=f64).numpy() for _ in range(4)]))
+
+
+def test_randomness_same_dropout_keeps_the_examples_apart():
+    """One mask for the batch, applied to each example's own values (and their own gradients)."""
+    xs = rand(5, 16)
+    out = vmap(lambda t: F.dropout(t, 0.5), randomness="same")(xs).numpy()
+    mask = out / xs.numpy()
+    assert np.allclose(mask, mask[0]) and set(np.unique(mask[0])) <= {0.0, 2.0}
+    g = vmap(minigrad.func.grad(lambda t: (F.dropout(t, 0.5) * t).sum()), randomness="same")(xs).numpy()
+    assert np.allclose(g / (2 * xs.numpy()), (g / (2 * xs.numpy()))[0])
+
+
+def test_randomness_of_nested_vmaps_is_per_level():
+    outer_only = vmap(vmap(lambda t: t * minigrad.rand((), dtype=f64), randomness="same"),
+                      randomness="different")(minigrad.ones(3, 4, dtype=f64)).numpy()
+    assert all(np.all(row == row[0]) for row in outer_only) and len(set(outer_only[:, 0])) == 3
+    inner_only = vmap(vmap(lambda t: t * minigrad.rand((), dtype=f64), randomness="different"),
+                      randomness="same")(minigrad.ones(3, 4, dtype=f64)).numpy()
+    assert np.all(inner_only == inner_only[0]) and len(set(inner_only[0])) == 4
+    both = vmap(vmap(lambda t: t * minigrad.rand((), dtype=f64), randomness="different"),
+                randomness="different")(minigrad.ones(3, 4, dtype=f64)).numpy()
+    assert len(set(both.ravel())) == 12
+    with pytest.raises(batching.RandomnessError, match="rand draws"):  # any level that says 'error' refuses
+        vmap(vmap(lambda t: t * minigrad.rand(()), randomness="same"))(minigrad.ones(3, 4))
+
+
+def test_randomness_reaches_the_transforms_that_run_per_example():
+    """vjp and jvp under vmap run once per example: their draws follow the vmap's randomness too."""
+    from minigrad.func import jvp, vjp
+
+    def value(t):
+        return vjp(lambda y: y * minigrad.randn(16, dtype=f64), t)[0]
+
+    def tangent(t):
+        return jvp(lambda y: y * minigrad.rand(16, dtype=f64), (t,), (t,))[1]
+    for f in (value, tangent):
+        assert all(_rows_equal(vmap(f, randomness="same")(minigrad.ones(4, 16, dtype=f64))))
+        assert not any(_rows_equal(vmap(f, randomness="different")(minigrad.ones(4, 16, dtype=f64))))
+        with pytest.raises(batching.RandomnessError):
+            vmap(f)(minigrad.ones(4, 16, dtype=f64))
+
+
+def test_randomness_follows_torch_func():
+    torch = pytest.importorskip("torch")
+    from torch.func import vmap as tvmap
+
+    tf = torch.nn.functional
+    for mg_f, t_f in [(lambda t: t * minigrad.rand(16), lambda t: t * torch.rand(16)),
+                      (lambda t: F.dropout(t, 0.5), lambda t: tf.dropout(t, 0.5)),
+                      (lambda t: F.dropout(t, 0.5, training=False), lambda t: tf.dropout(t, 0.5, training=False))]:
+        for randomness in ("error", "different", "same"):
+            try:
+                t_out = tvmap(t_f, randomness=randomness)(torch.ones(6, 16))
+            except RuntimeError:
+                with pytest.raises(RuntimeError):
+                    vmap(mg_f, randomness=randomness)(minigrad.ones(6, 16))
+                continue
+            out = vmap(mg_f, randomness=randomness)(minigrad.ones(6, 16))
+            assert _rows_equal(out) == [torch.equal(t_out[0], t_out[i]) for i in range(1, 6)]

@@ -352,10 +352,10 @@ costs = [c._replace(time=2 * 128 * 256 * 256 if isinstance(layer, nn.Linear) els
          for c, layer in zip(memory.planner.measure(layers, xd), layers)]
 forward_flops = sum(c.time for c in costs)
 loss_bytes = plain["peak"] - memory.planner.kept_peak(costs)
-plans = {f: memory.plan(deep, xd, int(f * plain["peak"]) - loss_bytes, costs) for f in (0.5, 0.4)}
 linear_calls = [0]  # a plan runs the layers, not the blocks: count the Linear forwards instead
-for block in deep:
+for block in deep:  # before planning: backward recomputes a hooked Linear, and the planner counts it so
     block[0].register_forward_hook(lambda *args: linear_calls.__setitem__(0, linear_calls[0] + 1))
+plans = {f: memory.plan(deep, xd, int(f * plain["peak"]) - loss_bytes, costs) for f in (0.5, 0.4)}
 
 
 def measure_plan(p: memory.Plan) -> dict:

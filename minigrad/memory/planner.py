@@ -11,7 +11,9 @@ deep nets with sublinear memory cost") and Griewank's revolve:
   output, and when backward reaches it, runs again under its own plan, which may recompute inside
   (recursive checkpointing, the multi-level schedule of revolve).
 - A plan's peak is ``max`` over its pieces of (what the pieces before keep + that piece's peak); a
-  recomputed range costs the forward time of its layers once more, plus its own plan's extra. Each
+  recomputed range costs the forward time of its layers once more, plus its own plan's extra,
+  less its last layer's when its plan keeps that layer and backward leaves it out (a plain
+  ``nn.Linear``, whose backward reads its input, not its output: ``minigrad.memory.recompute``). Each
   layer runs once with autograd, before its backward; every other run is a recomputed range's,
   without a graph (``checkpoint_modules`` when its layers are Modules), and that is the time
   measured. While a range is recomputed, the chain's output is alive (the caller's loss reads it),
@@ -36,10 +38,11 @@ from minigrad import backend
 from minigrad.autograd.grad_mode import no_grad
 from minigrad.memory.checkpoint import _Layers, checkpoint, checkpoint_modules
 from minigrad.memory.tracker import track
-from minigrad.protocols import ModuleLike, is_module, is_sequential
+from minigrad.protocols import ModuleLike, is_module, is_plain_linear, is_sequential
 from minigrad._tensor import Tensor, _wrap
 
-__all__ = ["LayerCost", "Plan", "kept_peak", "layers_of", "measure", "owned", "plan", "predicted_peak", "solve"]
+__all__ = ["LayerCost", "Plan", "kept_peak", "layers_of", "measure", "owned", "plan", "predicted_peak", "rerun",
+           "solve"]
 
 
 class LayerCost(NamedTuple):
@@ -87,7 +90,9 @@ class Plan:
             if piece[0] == "recompute":
                 inner = piece[3].recompute_counts()
                 for i in range(piece[1], piece[2]):
-                    counts[i] += 1 + inner[i]
+                    counts[i] += inner[i]
+                for i in rerun(self.layers, piece):
+                    counts[i] += 1
         return counts
 
     def __repr__(self) -> str:
@@ -110,6 +115,26 @@ class _Segment(_Layers):
 
     def __call__(self, x: Tensor) -> Tensor:
         return self.inner(x)
+
+
+def rerun(layers: Sequence[Callable], piece: tuple) -> range:
+    """The layers backward runs again for a recomputed piece ``("recompute", start, stop, plan)``:
+    all of its range, or all but the last when ``plan`` keeps that layer and backward leaves it
+    out (``_skips_last``)."""
+    _, start, stop, inner = piece
+    last_apart = inner.pieces[-1:] == [("keep", stop - 1)] and _skips_last(layers, start, stop)
+    return range(start, stop - 1 if last_apart else stop)
+
+
+def _skips_last(layers: Sequence[Callable], start: int, stop: int) -> bool:
+    """Whether backward leaves layer ``stop - 1`` out of recomputing the range ``[start, stop)`` when
+    the range's plan keeps it (``recompute._last_apart``): a plain ``nn.Linear`` without hooks, in
+    a range of Modules (``checkpoint_modules``, the one given the range's head). At run time a few
+    things still make it recompute (autocast, ``create_graph``, mixed dtypes); the model assumes
+    an ordinary training step."""
+    last = layers[stop - 1] if stop <= len(layers) else None
+    return (is_plain_linear(last) and not last._forward_hooks and not last._forward_pre_hooks
+            and all(is_module(layer) for layer in layers[start:stop]))
 
 
 def layers_of(model: Sequence[Callable] | ModuleLike) -> list[Callable]:
@@ -214,7 +239,9 @@ def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, u
     As in ``predicted_peak``: ``best[held][i, j]`` for a range whose input is counted outside it (a
     recomputed range) or not (the rest of a range after its first piece, whose input is the output
     before it); ``top[held][i]`` for the rest ``[i, n)`` of the chain itself, whose recomputed
-    ranges run while the chain's output is alive."""
+    ranges run while the chain's output is alive. ``ends[held][i, j]`` is ``best`` over the plans
+    that keep their last layer: a range whose last layer backward leaves out (``_skips_last``)
+    costs, as a recomputed range, the better of the two (``ranged``)."""
     n, xp = len(costs), backend.numpy
     if budget >= kept_peak(costs):  # (the search's rounding up might not see that keeping all fits)
         return Plan(layers, [("keep", i) for i in range(n)], kept_peak(costs), 0.0)
@@ -244,24 +271,33 @@ def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, u
         g = 0 if held else given[i]
         keep = xp.where(budgets >= peak[held][i], shifted(rest[i + 1], adds[held][i]), xp.inf)
         ks = slice(i + 1, j)
-        return xp.concatenate([keep[None], (clock[ks] - clock[i])[:, None] + shifted(first[held][i, ks], beside)
-                               + shifted(rest[ks], g)])
+        return xp.concatenate([keep[None], shifted(first[held][i, ks], beside) + shifted(rest[ks], g)])
 
-    # first[held][i, k]: best[True][i, k] as the first piece of a range, shifted by its held input
-    best = {h: xp.full((n + 1, n + 1, units + 1), xp.inf) for h in (True, False)}
-    choice = {h: xp.zeros((n + 1, n + 1, units + 1), dtype=int) for h in (True, False)}
-    first = {h: xp.full((n + 1, n + 1, units + 1), xp.inf) for h in (True, False)}
+    # ranged[i, k]: [i, k) as a recomputed range, its rerun included (ends_kept[i, k]: by a plan that
+    # keeps its last layer); first[held][i, k]: that as the first piece of a range, shifted by its held input
+    tables = {name: {h: xp.full((n + 1, n + 1, units + 1), xp.inf) for h in (True, False)}
+              for name in ("best", "ends", "first")}
+    best, ends, first = tables["best"], tables["ends"], tables["first"]
+    choice = {name: {h: xp.zeros((n + 1, n + 1, units + 1), dtype=int) for h in (True, False)}
+              for name in ("best", "ends")}
+    ranged, ends_kept = xp.full((n + 1, n + 1, units + 1), xp.inf), xp.zeros((n + 1, n + 1, units + 1), dtype=bool)
     for h in (True, False):
-        best[h][range(n + 1), range(n + 1)] = 0.0
+        best[h][range(n + 1), range(n + 1)] = ends[h][range(n + 1), range(n + 1)] = 0.0
     for length in range(1, n + 1):
         for i in range(n - length + 1):
             j = i + length
+            for held in (True, False):  # (ends[.., j] serves only ranges whose last layer may be left out)
+                for name in ("best", "ends") if _skips_last(layers, j - 1, j) else ("best",):
+                    found = options(i, j, held, tables[name][False][:, j], 0)
+                    choice[name][held][i, j] = xp.argmin(found, axis=0)
+                    tables[name][held][i, j] = found[choice[name][held][i, j], budgets]
+            ranged[i, j] = clock[j] - clock[i] + best[True][i, j]
+            if _skips_last(layers, i, j):
+                apart = clock[j - 1] - clock[i] + ends[True][i, j]
+                ends_kept[i, j] = apart < ranged[i, j]
+                ranged[i, j] = xp.minimum(ranged[i, j], apart)
             for held in (True, False):
-                found = options(i, j, held, best[False][:, j], 0)
-                choice[held][i, j] = xp.argmin(found, axis=0)
-                best[held][i, j] = found[choice[held][i, j], budgets]
-            for held in (True, False):
-                first[held][i, j] = shifted(best[True][i, j], 0 if held else given[i])
+                first[held][i, j] = shifted(ranged[i, j], 0 if held else given[i])
     top = {h: xp.full((n + 1, units + 1), xp.inf) for h in (True, False)}
     top_choice = {h: xp.zeros((n + 1, units + 1), dtype=int) for h in (True, False)}
     for h in (True, False):
@@ -275,21 +311,23 @@ def solve(layers: Sequence[Callable], costs: Sequence[LayerCost], budget: int, u
         raise ValueError(f"plan: no plan keeps the activations of these {n} layers within {budget} bytes "
                          f"(its last layer alone needs {costs[-1].peak})")
 
-    def build(i: int, j: int, m: int, held: bool, is_top: bool) -> Plan:
+    def build(i: int, j: int, m: int, held: bool, is_top: bool, table: str = "best") -> Plan:
         pieces, extra = [], 0.0
         while i < j:
-            option = int(top_choice[held][i, m] if is_top else choice[held][i, j, m])
+            option = int(top_choice[held][i, m] if is_top else choice[table][held][i, j, m])
             if option == 0:
                 pieces.append(("keep", i))
                 m -= adds[held][i]
                 i += 1
             else:
-                g = 0 if held else given[i]
-                inner = build(i, i + option, m - g - (alive if is_top else 0), True, False)
-                pieces.append(("recompute", i, i + option, inner))
-                extra += clock[i + option] - clock[i] + inner.extra_time
+                g, k = 0 if held else given[i], i + option
+                inside = m - g - (alive if is_top else 0)
+                inner = build(i, k, inside, True, False, "ends" if ends_kept[i, k, inside] else "best")
+                pieces.append(("recompute", i, k, inner))
+                again = rerun(layers, pieces[-1])
+                extra += clock[again.stop] - clock[again.start] + inner.extra_time
                 m -= g
-                i += option
+                i = k
             held = False
         result = Plan(layers, pieces, 0, extra)
         result.peak = predicted_peak(result, costs, top=is_top)

@@ -20,7 +20,7 @@ from minigrad._tensor import Tensor
 from minigrad.errors import ShapeError
 from minigrad.ops import c_loops
 from minigrad.ops.elementwise import sigmoid, tanh
-from minigrad.ops.indexing import _dim_of
+from minigrad.ops.indexing import _as_view, _dim_of
 from minigrad.ops.movement import cat
 from minigrad.ops.op import GRADIENT_OP, Op
 
@@ -284,7 +284,9 @@ def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
     if input.shape[d] == 0:
         return ()
     out = Unbind.apply(input, d)
-    return out if type(out) is tuple else (out,)
+    # views of input, so they share its version counter (autograd's saved-tensor check sees an
+    # in-place change through either side), as torch.unbind's are
+    return tuple(_as_view(o, input) for o in (out if type(out) is tuple else (out,)))
 
 
 def _check(op: str, name: str, t: Tensor, shape: tuple) -> None:

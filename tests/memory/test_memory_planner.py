@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 import minigrad
 from minigrad import backend, memory, nn
-from minigrad.memory.planner import LayerCost, Plan, kept_peak, layers_of, predicted_peak, solve
+from minigrad.memory.planner import LayerCost, Plan, kept_peak, layers_of, predicted_peak, rerun, solve
 
 LAYERS = {
     "linear": lambda w: nn.Linear(w, w, dtype=backend.float64),
@@ -159,9 +159,11 @@ def test_selective_recompute_of_cheap_layers() -> None:
     assert plan.peak <= 0.8 * kept_peak(costs) and plan.extra_time < 0.1
 
 
-def brute_force(costs: list[LayerCost], budget: int) -> float:
-    """The least extra time over every plan (every nesting of recomputed ranges) within budget."""
+def brute_force(costs: list[LayerCost], budget: int, layers: list | None = None) -> float:
+    """The least extra time over every plan (every nesting of recomputed ranges) within budget; a
+    range reruns the layers ``rerun`` says (all, or all but a kept plain Linear at its end)."""
     n = len(costs)
+    layers = list(range(n)) if layers is None else layers
 
     def plans(i: int, j: int, whole_allowed: bool):
         if i == j:
@@ -172,36 +174,63 @@ def brute_force(costs: list[LayerCost], budget: int) -> float:
         for k in range(i + 1, j + (1 if whole_allowed else 0)):
             for inner in plans(i, k, False):
                 for rest in plans(k, j, True):
-                    yield [("recompute", i, k, Plan([], inner, 0, 0.0))] + rest
+                    yield [("recompute", i, k, Plan(layers, inner, 0, 0.0))] + rest
 
     def extra(pieces: list) -> float:
-        return sum(sum(c.time for c in costs[p[1]:p[2]]) + extra(p[3].pieces) for p in pieces if p[0] != "keep")
+        return sum(sum(costs[i].time for i in rerun(layers, p)) + extra(p[3].pieces) for p in pieces if p[0] != "keep")
 
-    fits = [extra(p) for p in plans(0, n, False) if predicted_peak(Plan([], p, 0, 0.0), costs) <= budget]
+    fits = [extra(p) for p in plans(0, n, False) if predicted_peak(Plan(layers, p, 0, 0.0), costs) <= budget]
     return min(fits, default=float("inf"))
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 8), st.integers(0, 8), st.booleans(), st.integers(1, 6),
-                          st.integers(1, 9)), min_size=1, max_size=5),
+                          st.integers(1, 9), st.booleans()), min_size=1, max_size=5),
        st.integers(1, 40))
 def test_dynamic_programme_matches_brute_force(layers: list[tuple], budget: int) -> None:
+    """Layers are Linears or not: a range ending on a kept Linear does not rerun it."""
     unit = 1024  # sizes in whole units of the search, so that its rounding loses nothing
-    costs = []
-    for peak, kept, keeps_input, output, time in layers:
+    costs, modules = [], []
+    for peak, kept, keeps_input, output, time, linear in layers:
         inp = (costs[-1].output if costs else 4 * unit) if keeps_input else 0
         kept_bytes = kept * unit + inp
         costs.append(LayerCost(max(peak * unit, output * unit, kept_bytes - inp), kept_bytes, inp, 0,
                                output * unit, float(time)))
+        modules.append(nn.Linear(1, 1) if linear else nn.Tanh())
     budget *= unit
-    best = brute_force(costs, budget)
+    best = brute_force(costs, budget, modules)
     try:
-        plan = solve(list(range(len(costs))), costs, budget, units=budget // unit)
+        plan = solve(modules, costs, budget, units=budget // unit)
     except ValueError:
         assert best == float("inf")
         return
     assert predicted_peak(plan, costs) <= budget
     assert plan.extra_time == pytest.approx(best)
+    assert plan.extra_time == pytest.approx(sum(n * c.time for n, c in zip(plan.recompute_counts(), costs)))
+
+
+def test_the_estimate_is_what_backward_recomputes() -> None:
+    """A range ending on a kept Linear reruns all but that Linear: the plan's recompute counts and
+    extra time say so, and match the forward runs counted while backward runs. The search sees the
+    saving too: with Linears dear, it ends its ranges on them."""
+    model = chain(["linear", "tanh"] * 5 + ["linear"], 16)
+    layers = layers_of(model)
+    x = minigrad.randn(8, 16, dtype=backend.float64)
+    costs = [c._replace(time=10.0 if isinstance(layer, nn.Linear) else 1.0)
+             for c, layer in zip(memory.planner.measure(layers, x), layers)]
+    plan = memory.plan(model, x, 0.6, costs)  # ranges in ranges: [[[0 1 2] 3 4] 5 6] 7 8 9 10
+    counts = plan.recompute_counts()
+    assert plan.extra_time == pytest.approx(sum(n * c.time for n, c in zip(counts, costs)))
+    ends = [p[2] - 1 for p in plan.pieces if p[0] == "recompute" and rerun(layers, p).stop == p[2] - 1]
+    assert ends and all(isinstance(layers[k], nn.Linear) for k in ends)  # it used the saving
+    assert max(counts) >= 2 and counts[ends[0]] < counts[ends[0] - 1]
+    runs = [0] * len(layers)
+    for i, layer in enumerate(layers):
+        layer.forward = (lambda f, i: lambda h: runs.__setitem__(i, runs[i] + 1) or f(h))(layer.forward, i)
+    y = plan(x.detach().requires_grad_())
+    assert runs == [1] * len(layers)
+    y.backward(minigrad.ones(8, 16, dtype=backend.float64))
+    assert [r - 1 for r in runs] == counts
 
 
 def test_errors_name_the_budget() -> None:

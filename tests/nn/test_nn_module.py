@@ -365,6 +365,67 @@ def test_clip_grad_norm_edge_cases():
         nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
 
 
+def _sparse_and_dense_grads():
+    """An Embedding(sparse=True) looked up at index 1 twice (two uncoalesced rows that sum) and a
+    Linear after it: one sparse and two dense gradients, and their dense numpy copies."""
+    mg.manual_seed(0)
+    emb, lin = nn.Embedding(5, 3, sparse=True, dtype=mg.float64), nn.Linear(3, 2, dtype=mg.float64)
+    weights = mg.tensor([[1.0, -2.0], [3.0, 0.5], [-1.0, 2.0]], dtype=mg.float64)
+    (lin(emb(mg.tensor([1, 1, 3]))) * weights).sum().backward()
+    params = [emb.weight, lin.weight, lin.bias]
+    assert emb.weight.grad.is_sparse and not emb.weight.grad.is_coalesced()
+    return params, [to_numpy(p.grad.to_dense() if p.grad.is_sparse else p.grad) for p in params]
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf])
+@pytest.mark.parametrize("foreach", [None, True, False])
+def test_clip_grad_norm_counts_and_scales_a_sparse_gradient(norm_type, foreach):
+    params, dense = _sparse_and_dense_grads()
+    expected = np.linalg.norm(np.concatenate([d.ravel() for d in dense]), ord=norm_type)  # repeats summed
+    total = nn.utils.clip_grad_norm_(params, 0.5, norm_type, foreach=foreach)
+    np.testing.assert_allclose(total.item(), expected, rtol=1e-12)
+    coef = min(0.5 / (expected + 1e-6), 1.0)
+    assert coef < 1.0 and params[0].grad.is_sparse
+    for p, d in zip(params, dense):
+        np.testing.assert_allclose(to_numpy(p.grad.to_dense() if p.grad.is_sparse else p.grad), coef * d,
+                                   rtol=1e-12)
+
+
+def test_clip_grad_norm_of_a_sparse_gradient_matches_torch_norm(torch):
+    """torch 2.13's clip_grad_norm_ raises NotImplementedError on a sparse COO gradient (its
+    linalg.vector_norm has no sparse kernel); torch.norm of one, which torch's clip_grad_norm_
+    used until 1.12, coalesces first. minigrad clips as that norm says."""
+    params, _ = _sparse_and_dense_grads()
+    tgrads = [torch.sparse_coo_tensor(torch.from_numpy(p.grad.indices().numpy()),
+                                      torch.from_numpy(p.grad.values().numpy()), p.grad.shape)
+              if p.grad.is_sparse else torch.from_numpy(to_numpy(p.grad)) for p in params]
+    for norm_type in (2.0, math.inf):
+        ttotal = torch.norm(torch.stack([torch.norm(g, norm_type) for g in tgrads]), norm_type)
+        total = nn.utils.clip_grad_norm_(params, 1e9, norm_type)  # under the limit: measures only
+        np.testing.assert_allclose(total.item(), ttotal.item(), rtol=1e-12)
+
+
+def test_clip_grad_norm_error_if_nonfinite_sees_a_sparse_gradient():
+    p = nn.Parameter(mg.zeros((4, 2)))
+    p.grad = mg.sparse_coo_tensor([[0, 2]], [[1.0, float("nan")], [2.0, 3.0]], (4, 2))
+    nn.utils.clip_grad_norm_([p], 1.0)  # without the flag, torch scales by the non-finite norm
+    p.grad = mg.sparse_coo_tensor([[0, 2]], [[1.0, float("inf")], [2.0, 3.0]], (4, 2))
+    with pytest.raises(RuntimeError, match="non-finite"):
+        nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True, foreach=False)
+
+
+def test_clip_grad_value_clamps_a_sparse_gradient_after_summing_its_repeats():
+    p, q = nn.Parameter(mg.zeros((5, 2))), nn.Parameter(mg.zeros(2))
+    # row 1 twice: 0.8 + 0.8 = 1.6 is clamped to 1.0 (clamping each row alone would leave 1.6)
+    p.grad = mg.sparse_coo_tensor([[1, 3, 1]], [[0.8, -0.5], [3.0, -0.2], [0.8, 0.1]], (5, 2))
+    q.grad = mg.tensor([-4.0, 0.5])
+    nn.utils.clip_grad_value_([p, q], 1.0, foreach=True)
+    assert p.grad.is_sparse and p.grad.is_coalesced()
+    np.testing.assert_allclose(to_numpy(p.grad.to_dense()), [[0, 0], [1.0, -0.4], [0, 0], [1.0, -0.2], [0, 0]],
+                               rtol=1e-6)
+    np.testing.assert_array_equal(to_numpy(q.grad), [-1.0, 0.5])
+
+
 def test_clip_grad_value_and_vector_round_trip():
     m = nn.Linear(3, 2)
     m.weight.grad = mg.tensor(np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3))

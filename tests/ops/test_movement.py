@@ -44,6 +44,7 @@ VIEWS = {
     "narrow": lambda x: M.narrow(x, 1, 1, 2),
     "split": lambda x: x.split(2, dim=2)[1],
     "chunk": lambda x: x.chunk(2, dim=1)[0],
+    "unbind": lambda x: x.unbind(1)[2],
     "getitem": lambda x: x[1, ::-2, None],
 }
 
@@ -182,6 +183,8 @@ CASES = [
     ("chunk_more_than_size", lambda m, x: x.chunk(5), (3, 2)),
     ("chunk_7_by_3", lambda m, x: x.chunk(3), (7,)),
     ("split_empty_piece", lambda m, x: m.split(x, [0, 2, 1], 1), (2, 3)),
+    ("unbind_method", lambda m, x: x.unbind(), (3, 2)),
+    ("unbind_negative_dim", lambda m, x: m.unbind(x, -2), (2, 3, 4)),
     ("cat_three", lambda m, x: m.cat([x, x * 2, x[:1]], 0), (2, 3)),
     ("stack_last", lambda m, x: m.stack([x, -x], -1), (2, 3)),
     ("pad_negative", lambda m, x: _pad(m)(x, (-1, 2, 1, -1)), (3, 4)),
@@ -308,10 +311,29 @@ def test_cat_device_error():
     (lambda x: x.flip((0, -3)), r"flip: dims \(0, 0\) repeat"),
     (lambda x: x.repeat(2, 2), r"repeat: needs one non-negative count per dim"),
     (lambda x: M.movedim(x, (0, 1), 2), r"movedim"),
+    (lambda x: x.unbind(3), r"unbind: dim 3 is out of range for a tensor with 3 dimension"),
+    (lambda x: mg.unbind(x, -4), r"unbind: dim -4 is out of range for a tensor with 3 dimension"),
+    (lambda x: mg.unbind(x[0, 0, 0]), r"unbind: expects a tensor with at least one dimension, got a 0-d"),
 ])
 def test_errors_name_the_op_and_the_shapes(call, pattern):
     with pytest.raises(ShapeError, match=pattern):
         call(arange(2, 3, 4))
+
+
+def test_unbind_is_a_function_and_a_method_as_in_torch():
+    """torch.unbind(x, dim) and x.unbind(dim): the slices along dim, without it, as a tuple (empty
+    for a dim of size 0); the same dims as torch, negative ones counted from the end."""
+    x = rand(2, 3)
+    assert mg.unbind is M.unbind
+    for dim in (0, 1, -1, -2):
+        rows = x.unbind(dim)
+        assert type(rows) is tuple and len(rows) == x.shape[dim]
+        for i, (a, b) in enumerate(zip(rows, mg.unbind(x, dim=dim))):
+            np.testing.assert_array_equal(a.detach().numpy(), np.take(x.detach().numpy(), i, axis=dim))
+            np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+    assert mg.zeros((0, 3)).unbind() == () and len(mg.zeros((3, 0)).unbind(-1)) == 0
+    assert gradcheck(lambda t: t.unbind(-1), (x,))  # every output, so the one Stack backward meets all
+    assert gradcheck(lambda t: mg.unbind(t)[1] * 2, (x,))  # the outputs not used get zeros
 
 
 def test_pad_rejects_unknown_mode():
