@@ -216,8 +216,13 @@ class Function:
                 ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
                 if type(out) is tuple:
                     outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
-                else:
-                    outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
+                else:  # (_wrap's lines, here: the call costs more than the writes it makes)
+                    outputs = object.__new__(Tensor)
+                    outputs.array, outputs.device = out if type(out) is ndarray else xp.asarray(out), device
+                    outputs.requires_grad, outputs.grad, outputs.grad_fn = False, None, None
+                    outputs._output_nr, outputs._vc, outputs._base, outputs._accum, outputs._hooks = 0, 0, None, None, None
+                    for m in stack:  # the memory tracker counts the new array
+                        m.new_array(outputs.array)
             else:
                 with grad_mode.no_grad():
                     outputs = out = cls.forward(ctx, *args, **kwargs)
