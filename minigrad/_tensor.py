@@ -559,8 +559,8 @@ def _init(t: Tensor, data: Any, device: Device) -> None:
 
 
 def _wrap(data: Any, device: Device, modes: tuple | None = None) -> Tensor:
-    """A Tensor around an array, without copying or checking it (used on every op's output; a
-    single-output op's, ``Function.apply`` makes with these same lines, inline: a field added here
+    """A Tensor around an array, without copying or checking it (used on every op's output:
+    ``Function.apply`` makes a single output with these same lines inline, so a field added here
     goes there too). ``modes``: the thread's modes, passed by ``Function.apply``, which has read
     them already."""
     t = object.__new__(Tensor)
