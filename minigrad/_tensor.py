@@ -373,9 +373,11 @@ class Tensor:
 
     # -- arithmetic (numpy broadcasting; Python scalars do not promote the tensor's dtype) -------
     # the commonest operators call their op's entry point (_binary), or the op's apply itself for a
-    # float tensor and a Python float, where the entry point would only check what is known already
+    # float tensor and a Python float, or two tensors of one dtype, where the entry point would only
+    # check what is known already
     def __add__(self, other):
-        if type(other) is float and self.array.dtype.kind == "f":
+        if (type(other) is float and self.array.dtype.kind == "f"
+                or isinstance(other, Tensor) and other.array.dtype is self.array.dtype):
             return _Add.apply(self, other)
         return _binary(_Add, self, other)
     def __radd__(self, other): return _binary(_Add, other, self)
@@ -385,7 +387,8 @@ class Tensor:
         return _ops.sub(self, other)
     def __rsub__(self, other): return _ops.sub(other, self)
     def __mul__(self, other):
-        if type(other) is float and self.array.dtype.kind == "f":
+        if (type(other) is float and self.array.dtype.kind == "f"
+                or isinstance(other, Tensor) and other.array.dtype is self.array.dtype):
             return _Mul.apply(self, other)
         return _binary(_Mul, self, other)
     def __rmul__(self, other): return _binary(_Mul, other, self)
@@ -557,8 +560,10 @@ def _init(t: Tensor, data: Any, device: Device) -> None:
 
 
 def _wrap(data: Any, device: Device, modes: tuple | None = None) -> Tensor:
-    """A Tensor around an array, without copying or checking it (used on every op's output).
-    ``modes``: the thread's modes, passed by ``Function.apply``, which has read them already."""
+    """A Tensor around an array, without copying or checking it (used on every op's output:
+    ``Function.apply`` makes a single output with these same lines inline, so a field added here
+    goes there too). ``modes``: the thread's modes, passed by ``Function.apply``, which has read
+    them already."""
     t = object.__new__(Tensor)
     t.array, t.device = data, device
     t.requires_grad, t.grad, t.grad_fn = False, None, None

@@ -57,15 +57,17 @@ class Function:
     # the rule reads and returns Tensors under either binding (user Functions, as in PyTorch; the few
     # built-in ops that say why): the engine wraps the gradients for it when nobody records
     tensor_backward = True
-    ops: Any = TENSOR_OPS  # ctx.ops: what the engine bound this node's rule to (binding.py)
     _non_differentiable: tuple = ()  # outputs a user forward marked as having no gradient
 
-    # ctx fields, set by apply (slots keep the per-op cost low; subclasses still get a __dict__)
+    # ctx fields, set by apply (slots keep the per-op cost low; subclasses still get a __dict__, made
+    # on the first write of a field that is not a slot, which costs more than all the slot writes):
+    # ``ops`` is the binding of ``ctx.ops`` (binding.py), ``TENSOR_OPS`` until the engine binds
+    # the node's rule; ``_saved`` is what forward passed to save_for_backward or save_positions,
+    # packed by apply, ``None`` when it saved nothing
     __slots__ = (
         "_edges", "needs_input_grad", "device", "xp", "_n_outputs", "_output_meta", "_trace",
-        "__weakref__", "__dict__",
+        "ops", "_saved", "__weakref__", "__dict__",
     )
-    _saved: Any = None  # what forward passed to save_for_backward or save_positions; packed by apply
     _pre_hooks: OrderedDict | None = None  # hooks on the gradients arriving at this node
 
     @staticmethod
@@ -126,9 +128,15 @@ class Function:
                 if kind >= SAVED_ARRAY:  # a constant or a Python value: as it was saved
                     tensors.append(value)
                     continue
-                if kind == SAVED_TENSOR and version == (value._vc if value._base is None else value._base._vc):
-                    tensors.append(value.array)
-                    continue
+                if kind == SAVED_TENSOR:
+                    if version == (value._vc if value._base is None else value._base._vc):
+                        tensors.append(value.array)
+                        continue
+                else:  # an output: its data, unless the output still lives and was changed in place
+                    o = value[2]()
+                    if o is None or version == (o._vc if o._base is None else o._base._vc):
+                        tensors.append(value[0])
+                        continue
             tensors.append(_unpack(self, s, arrays))
         return tuple(tensors)
 
@@ -165,6 +173,7 @@ class Function:
             for m in reversed(stack):
                 args = m.before_op(cls, args)
         ctx = object.__new__(cls)
+        ctx.ops, ctx._saved = TENSOR_OPS, None
         device = None
         requires_grad = False
         arrays = []
@@ -207,8 +216,13 @@ class Function:
                 ndarray = xp.ndarray  # numpy reduces to a scalar; a tensor always holds an array
                 if type(out) is tuple:
                     outputs = tuple([_wrap(o if type(o) is ndarray else xp.asarray(o), device, stack) for o in out])
-                else:
-                    outputs = _wrap(out if type(out) is ndarray else xp.asarray(out), device, stack)
+                else:  # (_wrap's lines, here: the call costs more than the writes it makes)
+                    outputs = object.__new__(Tensor)
+                    outputs.array, outputs.device = out if type(out) is ndarray else xp.asarray(out), device
+                    outputs.requires_grad, outputs.grad, outputs.grad_fn = False, None, None
+                    outputs._output_nr, outputs._vc, outputs._base, outputs._accum, outputs._hooks = 0, 0, None, None, None
+                    for m in stack:  # the memory tracker counts the new array
+                        m.new_array(outputs.array)
             else:
                 with grad_mode.no_grad():
                     outputs = out = cls.forward(ctx, *args, **kwargs)
@@ -223,7 +237,6 @@ class Function:
         if record:  # the node becomes the grad_fn of its (floating) outputs and packs what it saved
             if type(outputs) is tuple:
                 _attach_several(ctx, outputs)
-                out_list, raw_list = outputs, out
                 if ctx._saved:
                     _pack_saved(ctx, args, arrays, outputs, out, stack)
             else:
@@ -231,8 +244,12 @@ class Function:
                 if outputs.array.dtype.kind == "f" and not ctx._non_differentiable:
                     outputs.requires_grad = True
                     outputs.grad_fn = ctx
-                if ctx._saved:
-                    _pack_saved(ctx, args, arrays, (outputs,), (out,), stack)
+                saved = ctx._saved
+                if saved:  # (positions, the built-in ops' form, are packed by the leaner call)
+                    if type(saved) is tuple and not stack:
+                        ctx._saved = _pack_positions(saved, args, arrays, outputs, out)
+                    else:
+                        _pack_saved(ctx, args, arrays, (outputs,), (out,), stack)
         if stack:  # (here, in apply's frame: the profiler pairs before_op and after_op by their caller)
             for m in stack:
                 m.after_op(ctx, args, kwargs, outputs)
@@ -272,7 +289,7 @@ def _accumulator(t: Tensor) -> AccumulateGrad:
     node = t._accum() if t._accum is not None else None
     if node is None:
         node = object.__new__(AccumulateGrad)
-        node.variable = t
+        node.variable, node.ops, node._saved = t, TENSOR_OPS, None
         node._edges = ()
         node._n_outputs = 1
         t._accum = weakref.ref(node)
@@ -337,27 +354,48 @@ def _pack_saved(ctx: Function, args: tuple, arrays: list, out_list: tuple, raw_l
     """Turn what forward saved into saved entries (``raw_list`` is what forward returned, which it
     may have saved before it became ``out_list``'s Tensors)."""
     saved = ctx._saved
-    packed = []
     if type(saved) is tuple:  # declared by position (save_positions): nothing to search
-        for p in saved:  # (a tensor's version read inline: the _version property costs a call)
-            if p is OUTPUT:
-                o = out_list[0]
-                packed.append((SAVED_OUTPUT, (o.array, 0, weakref.ref(o)), o._vc if o._base is None else o._base._vc))
-            elif p is None:
-                packed.append(_NOTHING)
-            else:
-                a = args[p]
-                packed.append((SAVED_TENSOR, a, a._vc if a._base is None else a._base._vc) if isinstance(a, Tensor)
-                              else _pack(a, args, arrays, out_list, raw_list))
+        ctx._saved = packed = _pack_positions(saved, args, arrays, out_list, raw_list, several=True)
     else:
+        packed = []
         for x in saved:  # plain loops: on this path, zip() and comprehensions cost more than the work
             packed.append(_pack(x, args, arrays, out_list, raw_list))
-    ctx._saved = packed = tuple(packed)
+        ctx._saved = packed = tuple(packed)
     if stack:  # a constant kept for backward (a mask, im2col columns) is memory, and a traced value
         for k, (kind, value, _) in enumerate(packed):
             if kind == SAVED_ARRAY:
                 for m in stack:
                     m.saved_array(ctx, k, value)
+
+
+def _pack_positions(positions: tuple, args: tuple, arrays: list, outputs: Any, raws: Any,
+                    several: bool = False) -> tuple:
+    """The saved entries of a forward that said where its values are (``save_positions``): forward's
+    arguments by index, its (first) output as ``OUTPUT``; nothing is searched for but an argument
+    that is neither a Tensor nor a plain Python value. ``outputs`` and ``raws`` are forward's
+    output and what it returned, or tuples of them when ``several``."""
+    kept = None
+    if OUTPUT in positions:  # kept as its data and a weak reference (the node must not keep it alive)
+        o = outputs[0] if several else outputs
+        kept = (SAVED_OUTPUT, (o.array, 0, weakref.ref(o)), o._vc if o._base is None else o._base._vc)
+        if len(positions) == 1:  # an elementwise op keeping its result, the commonest: no loop
+            return (kept,)
+    packed = []
+    for p in positions:  # (a tensor's version read inline: the _version property costs a call)
+        if p is OUTPUT:
+            packed.append(kept)
+        elif p is None:
+            packed.append(_NOTHING)
+        else:
+            a = args[p]
+            if isinstance(a, Tensor):
+                packed.append((SAVED_TENSOR, a, a._vc if a._base is None else a._base._vc))
+            elif a is None or type(a) in _PLAIN:  # (what _pack would find, without its call)
+                packed.append((SAVED_VALUE, a, 0))
+            else:
+                outs, rs = (outputs, raws) if several else ((outputs,), (raws,))
+                packed.append(_pack(a, args, arrays, outs, rs))
+    return tuple(packed)
 
 
 # A saved entry is (kind, value, version), of one of four kinds: a tensor kept as is (an input); an

@@ -9,6 +9,8 @@ import pytest
 import minigrad
 from helpers import shares_memory
 from minigrad.autograd import Function, consumers, topological_order
+from minigrad.autograd import function as F
+from minigrad.autograd.mode import Mode
 from minigrad.errors import AutogradError, DTypeError
 
 
@@ -80,6 +82,54 @@ def test_modifying_a_saved_output_in_place_names_the_op():
     y.mul_(2)
     with pytest.raises(AutogradError, match="Exp"):
         y.sum().backward()
+
+
+class _KeepsByPosition(Function):
+    """An array-forward op that saves one of each kind by position: its output, a tensor input, a
+    Python number, a raw array argument and an empty slot."""
+
+    array_forward = True
+    tensor_backward = False
+
+    @staticmethod
+    def forward(ctx, a, k, m):
+        ctx.save_positions(F.OUTPUT, 0, 1, 2, None)
+        return a * k + m
+
+    @staticmethod
+    def backward(ctx, g):
+        y, a, k, m, nothing = ctx.saved_tensors
+        return g * k, None, None
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["no mode", "a mode on the stack"])
+def test_saved_positions_are_packed_by_kind(watched):
+    # with no mode on the stack apply packs positions itself; with one, _pack_saved does and tells
+    # the mode of kept arrays: both must give the same entries, which the rule reads back in order
+    x, m = leaf([1.0, 2.0]), np.array([0.5, 0.25], dtype=np.float32)
+    if watched:
+        with Mode():
+            y = _KeepsByPosition.apply(x, 3.0, m)
+    else:
+        y = _KeepsByPosition.apply(x, 3.0, m)
+    entries = list(F.saved_entries(y.grad_fn))
+    assert [kind for kind, _ in entries] == [F.SAVED_OUTPUT, F.SAVED_TENSOR, F.SAVED_VALUE, F.SAVED_ARRAY, F.SAVED_VALUE]
+    assert entries[0][1][0] is y.array and entries[0][1][2]() is y
+    assert entries[1][1] is x and entries[2][1] == 3.0 and entries[3][1] is m and entries[4][1] is None
+    y.sum().backward()
+    close(x.grad, [3.0, 3.0])
+
+
+def test_built_in_nodes_keep_their_fields_in_slots():
+    # a per-node __dict__ costs more than all the slot writes of an op: recording and walking the
+    # graph of the common elementwise ops must not make one (an op's own ctx fields still may)
+    x, w = leaf([0.5, -1.0]), leaf([2.0, 3.0])
+    y = ((x * w + 0.5).tanh() * 1.5).sigmoid().exp() - 1.0
+    nodes = topological_order([y.grad_fn])
+    assert all(not vars(n) for n in nodes)
+    y.sum().backward(retain_graph=True)
+    y.sum().backward()
+    assert all(not vars(n) for n in nodes)
 
 
 def test_views_share_the_version_counter():
