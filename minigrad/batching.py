@@ -26,7 +26,7 @@ from minigrad.errors import ArgumentError, RandomnessError
 from minigrad.tensor_types import Size
 from minigrad._tensor import Tensor
 
-__all__ = ["BatchedTensor", "VmapMode", "random_draw", "rule_of"]
+__all__ = ["BatchedTensor", "VmapMode", "index_batched", "random_draw", "rule_of"]
 
 
 class BatchedTensor(Tensor):
@@ -263,6 +263,60 @@ def _index(cls: type, values: list, batched: list, kwargs: dict) -> Any:
     if any(batched[1:]) or advanced is not None:
         return NotImplemented
     return cls.apply(values[0], ((slice(None),) + tuple(basic), None), *values[2:], **kwargs)
+
+
+def index_batched(x: Tensor, index: Any, getitem: Callable[[Tensor, Any], Tensor]) -> Tensor:
+    """``x[index]`` where ``index`` holds tensors batched by a vmap (``t[i]`` with ``i`` mapped):
+    each example reads ``x_b[i_b]``. The rule: the batched index tensors keep the batch as their
+    first dim, so it leads the broadcast block of the advanced indices; a batched ``x`` has its
+    batch dim moved next to the first advanced index and read with ``arange(B)`` there, so each
+    example reads its own slice. Where one example's block lands (its place, or the front when the
+    advanced indices are apart) the batch lands too, and moves back to dim 0. One vmap level at a
+    time, innermost first: ``getitem`` on the unwrapped values takes the outer ones. Bool masks
+    (whose counts may differ per example) and a batched 0-d index beside other advanced ones (an
+    int for each example, which is not advanced) run once per example."""
+    items = index if type(index) is tuple else (index,)
+    level = max(t.level for t in (x, *items) if type(t) is BatchedTensor)
+    mode = next(m for m in current_modes() if isinstance(m, VmapMode) and m.level == level)
+    mine = [type(i) is BatchedTensor and i.level == level for i in items]
+    ranks = [_index_rank(i, b) for i, b in zip(items, mine)]
+    advanced = [k for k, r in enumerate(ranks) if r is not None and (r > 0 or mine[k])]
+    x_mine = type(x) is BatchedTensor and x.level == level
+    if not advanced:  # ints and slices only: the same view of every example
+        return BatchedTensor(getitem(x.value, (slice(None),) + items), level)
+    if any(r == -1 for r in ranks) or (len(advanced) > 1 and any(mine[k] and ranks[k] == 0 for k in advanced)):
+        def one(i: int) -> Tensor:
+            return getitem(x.value[i] if x_mine else x, tuple(t.value[i] if b else t for t, b in zip(items, mine)))
+        return BatchedTensor(_stack_examples(mode.each_example(one, [x.device])), level)
+    first, size, rank = advanced[0], mode.size, max(ranks[k] for k in advanced)
+    spread = x.ndim - sum(i is not None and i is not Ellipsis for i in items)  # dims an Ellipsis stands for
+    x_dim = sum(spread if i is Ellipsis else int(i is not None) for i in items[:first])
+    before = sum(spread if i is Ellipsis else int(r is None) for i, r in zip(items[:first], ranks[:first]))
+    together = all(r is not None for r in ranks[first:advanced[-1] + 1])  # ints do not part them (torch)
+    new = [t.value.reshape((size,) + (1,) * (rank - t.ndim) + tuple(t.shape)) if b else t
+           for t, b in zip(items, mine)]
+    if x_mine:
+        source = x.value.movedim(0, x_dim) if x_dim else x.value
+        new.insert(first, x.device.xp.arange(size).reshape((size,) + (1,) * rank))
+    else:
+        source = x
+    out = getitem(source, tuple(new))
+    at = before if together else 0  # one example's block starts here, and the batch with it
+    return BatchedTensor(out.movedim(at, 0) if at else out, level)
+
+
+def _index_rank(item: Any, mine: bool) -> int | None:
+    """How an index item reads one example: None for an int-free basic item (slice, None,
+    Ellipsis), -1 for a bool mask, else the rank of the integer index (0 for an int)."""
+    if item is None or item is Ellipsis or isinstance(item, slice):
+        return None
+    if isinstance(item, bool):
+        return -1
+    if isinstance(item, (list, tuple)):
+        item = backend.numpy.asarray(item)
+    if hasattr(item, "dtype"):
+        return -1 if str(item.dtype) == "bool" else item.ndim
+    return 0
 
 
 def _cat(cls: type, values: list, batched: list, kwargs: dict) -> Any:

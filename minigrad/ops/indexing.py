@@ -16,6 +16,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.backend import value_checks
 from minigrad.autograd import grad_mode
+from minigrad.batching import BatchedTensor, index_batched
 from minigrad.errors import DeviceError, ShapeError
 from minigrad.backend.meta import has_values
 from minigrad.ops.elementwise import Op, cast
@@ -315,7 +316,10 @@ def _check_like(op: str, x: Tensor, dim: int, idx: Any, what: str = "index") -> 
 # -- the functions users call --------------------------------------------------------------------------
 def getitem(x: Tensor, index: Any) -> Tensor:
     """``x[index]`` with PyTorch's semantics: ints, slices (any step, also negative, as numpy),
-    None, Ellipsis, integer lists/arrays/Tensors and bool masks, mixed freely."""
+    None, Ellipsis, integer lists/arrays/Tensors and bool masks, mixed freely. Index tensors that
+    a vmap batches index each example with its own (``minigrad.batching.index_batched``)."""
+    if type(index) is BatchedTensor or (type(index) is tuple and any(type(i) is BatchedTensor for i in index)):
+        return index_batched(x, index, getitem)
     return _index(x, _normalize(x, index, "getitem"))
 
 
@@ -364,6 +368,10 @@ def _dim_of(x: Tensor, dim: int, op: str) -> int:
 def gather(x: Tensor, dim: int, index: Any) -> Tensor:
     """``out[i][j][k] = x[i][index[i][j][k]][k]`` for ``dim=1`` (and likewise for other dims)."""
     d = _dim_of(x, dim, "gather")
+    if type(index) is BatchedTensor:  # each example's own index, picked by getitem's batching rule
+        _check_like("gather", x, d, index)
+        check_range(_index_array(index, x, "gather"), x.shape[d], d, "gather", index, x.shape, negative=False)
+        return getitem(x, _mesh(x, d, index))
     idx = _index_array(index, x, "gather")
     _check_like("gather", x, d, idx)
     check_range(idx, x.shape[d], d, "gather", idx, x.shape, negative=False)
@@ -374,9 +382,12 @@ def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     """The slices of ``x`` along ``dim`` at the positions in the 1-D ``index`` (repeats allowed)."""
     d = _dim_of(x, dim, "index_select")
     idx = _index_array(index, x, "index_select")
-    if idx.ndim > 1:
-        raise ShapeError(f"index_select: index must be 1-D, got shape {tuple(idx.shape)}")
+    shape = tuple(index.shape) if type(index) is BatchedTensor else tuple(idx.shape)  # one example's
+    if len(shape) > 1:
+        raise ShapeError(f"index_select: index must be 1-D, got shape {shape}")
     check_range(idx, x.shape[d], d, "index_select", idx, x.shape, negative=False)
+    if type(index) is BatchedTensor:  # each example's own index, picked by getitem's batching rule
+        return getitem(x, (slice(None),) * d + (index.reshape(-1),))
     return _index(x, ((Ellipsis,), (slice(None),) * d + (idx.reshape(-1), Ellipsis)))
 
 
