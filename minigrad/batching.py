@@ -11,9 +11,12 @@ so every op works and the common ones are fast. Because rules rewrite arguments 
 still runs through ``Function.apply``, autograd records the batched computation as usual, and a
 backward pass whose incoming gradients are batched (``vmap(vjp_fn)``: a whole Jacobian) is one
 pass through the graph. Nested vmaps are levels: a BatchedTensor's value may itself be batched at
-an outer level, and each mode handles only its own. A random op (a factory such as ``randn``, or an
-op that declares ``random``, such as dropout) follows the vmap's ``randomness``, as in torch.func:
-``"error"`` refuses it, ``"different"`` draws for each example, ``"same"`` draws once for the batch.
+an outer level, and each mode handles only its own. A random op (a factory such as ``randn``,
+``multinomial``, an ``nn.init`` fill, or an op that declares ``random``, such as dropout) follows the
+vmap's ``randomness``, as in torch.func: ``"error"`` refuses it, ``"different"`` draws for each
+example, ``"same"`` draws once for the batch. An index tensor the vmap batches (``t[i]``) indexes
+each example with its own (``index_batched``); the core asks the mode for both (``Mode.random_call``,
+``Mode.index_by_tensors``), since neither is one op.
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from minigrad import backend
-from minigrad.autograd.mode import Mode, current_modes
+from minigrad.autograd.mode import Mode, current_modes, random_call
 from minigrad.errors import ArgumentError, RandomnessError
 from minigrad.tensor_types import Size
 from minigrad._tensor import Tensor
 
-__all__ = ["BatchedTensor", "VmapMode", "index_batched", "random_draw", "rule_of"]
+__all__ = ["BatchedTensor", "VmapMode", "index_batched", "rule_of"]
 
 
 class BatchedTensor(Tensor):
@@ -118,6 +121,41 @@ class VmapMode(Mode):
                 f"vmap: {name} draws random numbers inside a vmap whose randomness is 'error' (the default); "
                 "pass randomness='different' to vmap for independent draws per example, or 'same' for one draw "
                 "shared by the batch, or draw outside the mapped function")
+
+    def random_call(self, name: str, call: Callable[..., Any], args: tuple, fills: bool) -> Any:
+        """A random function that is not an op: one draw per example where an argument is batched
+        here (each example's own, or the first one's replayed with ``"same"``) or the randomness is
+        ``"different"``; otherwise left to the outer levels. An in-place fill of a tensor this level
+        does not batch cannot differ per example, so ``"different"`` refuses it, as torch does."""
+        self.refuse_random(name)
+        if self.one_by_one:
+            return NotImplemented
+        level = self.level
+        mine = [type(a) is BatchedTensor and a.level == level for a in args]
+        if fills and not mine[0]:
+            if self.randomness == "different":
+                raise RandomnessError(
+                    f"vmap: {name} fills a tensor that the vmap does not batch, in place, with randomness="
+                    "'different': every example would see the one draw; fill a batched tensor, or pass "
+                    "randomness='same'")
+            return NotImplemented
+        if not any(mine) and self.randomness != "different":
+            return NotImplemented
+
+        def one(i: int) -> Any:
+            return random_call(name, call, tuple(a.value[i] if b else a for a, b in zip(args, mine)), fills)
+        results = self.each_example(one, [a.device for a in args if isinstance(a, Tensor)])
+        return args[0] if fills else BatchedTensor(_stack_examples(results), level)
+
+    def index_by_tensors(self, x: Tensor, index: Any, getitem: Callable[[Tensor, Any], Tensor]) -> Any:
+        """``x[index]`` where this level batches an index tensor, or ``x`` and an index tensor
+        batched further out: ``index_batched``. Other indexes run as usual (the op's rule)."""
+        items = index if type(index) is tuple else (index,)
+        if not any(type(i) is BatchedTensor for i in items):
+            return NotImplemented
+        if not any(type(t) is BatchedTensor and t.level == self.level for t in (x, *items)):
+            return NotImplemented
+        return index_batched(x, items, self, getitem)
 
     def run_op(self, cls: type, args: tuple, kwargs: dict) -> Any:
         level = self.level
@@ -265,19 +303,17 @@ def _index(cls: type, values: list, batched: list, kwargs: dict) -> Any:
     return cls.apply(values[0], ((slice(None),) + tuple(basic), None), *values[2:], **kwargs)
 
 
-def index_batched(x: Tensor, index: Any, getitem: Callable[[Tensor, Any], Tensor]) -> Tensor:
+def index_batched(x: Tensor, items: tuple, mode: VmapMode, getitem: Callable[[Tensor, Any], Tensor]) -> Tensor:
     """``x[index]`` where ``index`` holds tensors batched by a vmap (``t[i]`` with ``i`` mapped):
     each example reads ``x_b[i_b]``. The rule: the batched index tensors keep the batch as their
     first dim, so it leads the broadcast block of the advanced indices; a batched ``x`` has its
     batch dim moved next to the first advanced index and read with ``arange(B)`` there, so each
     example reads its own slice. Where one example's block lands (its place, or the front when the
     advanced indices are apart) the batch lands too, and moves back to dim 0. One vmap level at a
-    time, innermost first: ``getitem`` on the unwrapped values takes the outer ones. Bool masks
+    time, innermost first (``mode``'s): ``getitem`` on the unwrapped values meets the outer ones. Bool masks
     (whose counts may differ per example) and a batched 0-d index beside other advanced ones (an
     int for each example, which is not advanced) run once per example."""
-    items = index if type(index) is tuple else (index,)
-    level = max(t.level for t in (x, *items) if type(t) is BatchedTensor)
-    mode = next(m for m in current_modes() if isinstance(m, VmapMode) and m.level == level)
+    level = mode.level
     mine = [type(i) is BatchedTensor and i.level == level for i in items]
     ranks = [_index_rank(i, b) for i, b in zip(items, mine)]
     advanced = [k for k, r in enumerate(ranks) if r is not None and (r > 0 or mine[k])]
@@ -345,21 +381,3 @@ def _stack_examples(results: list) -> Any:
     if type(results[0]) is tuple:
         return tuple(stack(list(col), 0) if isinstance(col[0], Tensor) else col[0] for col in zip(*results))
     return stack(results, 0)
-
-
-def random_draw(name: str, draw: Callable[[], Tensor]) -> Tensor:
-    """``draw()``, a random factory's result (``randn(3)``), as the vmaps running on this thread
-    want it: refused by an ``"error"`` one, drawn once for a ``"same"`` one (so shared by its
-    examples), drawn for each example of a ``"different"`` one and batched at its level."""
-    modes = [m for m in current_modes() if isinstance(m, VmapMode)]
-    for m in modes:
-        m.refuse_random(name)
-    return _draw_per_level([m for m in modes if m.randomness == "different" and not m.one_by_one], draw)
-
-
-def _draw_per_level(modes: list, draw: Callable[[], Tensor]) -> Tensor:
-    """The innermost level's examples each draw what the outer levels want (outermost first)."""
-    if not modes:
-        return draw()
-    *outer, inner = modes
-    return BatchedTensor(_stack_examples(inner.each_example(lambda i: _draw_per_level(outer, draw))), inner.level)

@@ -254,9 +254,14 @@ RANDOM = {  # each maps a (16,) example of ones; the random part is what the exa
     "dropout": lambda t: F.dropout(t, 0.5),  # on the batched input
     "dropout of an unbatched tensor": lambda t: t * F.dropout(minigrad.ones(16, dtype=f64), 0.5),
     "dropout1d's channel mask": lambda t: F.dropout1d(t.reshape(16, 1), 0.5).reshape(16),
+    "multinomial": lambda t: minigrad.multinomial(t, 16, replacement=True).double(),  # batched weights
+    "multinomial of unbatched weights": lambda t: t + minigrad.multinomial(minigrad.ones(16), 8).double().repeat(2),
+    "normal_": lambda t: minigrad.nn.init.normal_(t.clone()),  # an in-place fill of a batched tensor
+    "xavier_uniform_": lambda t: minigrad.nn.init.xavier_uniform_(t.reshape(4, 4) * 1.0).reshape(16),
+    "trunc_normal_": lambda t: minigrad.nn.init.trunc_normal_(t * 1.0, std=2.0),
 }
 NAMES = {"randn_like": "randn", "dropout of an unbatched tensor": "Dropout", "dropout1d's channel mask": "Dropout",
-         "dropout": "Dropout"}
+         "dropout": "Dropout", "multinomial of unbatched weights": "multinomial", "xavier_uniform_": "uniform_"}
 
 
 def _rows_equal(out):
@@ -331,6 +336,18 @@ def test_randomness_reaches_the_transforms_that_run_per_example():
             vmap(f)(minigrad.ones(4, 16, dtype=f64))
 
 
+def test_an_in_place_fill_of_an_unbatched_tensor_cannot_differ_per_example():
+    """As in torch.func: 'different' refuses it (each example would see the one draw), 'same' fills
+    it once; a batched tensor gets one draw per example, into its own memory."""
+    init = minigrad.nn.init
+    with pytest.raises(batching.RandomnessError, match=r"vmap: uniform_ fills a tensor that the vmap does not batch"):
+        vmap(lambda t: t + init.uniform_(minigrad.empty(16)), randomness="different")(minigrad.ones(6, 16))
+    assert all(_rows_equal(vmap(lambda t: t + init.uniform_(minigrad.empty(16)), randomness="same")(minigrad.ones(6, 16))))
+    stacked = minigrad.zeros(6, 16, dtype=f64)
+    vmap(lambda t: init.normal_(t), randomness="different")(stacked)
+    assert not any(_rows_equal(stacked)) and abs(float(stacked.std()) - 1) < 0.2  # written through
+
+
 def test_randomness_follows_torch_func():
     torch = pytest.importorskip("torch")
     from torch.func import vmap as tvmap
@@ -338,7 +355,13 @@ def test_randomness_follows_torch_func():
     tf = torch.nn.functional
     for mg_f, t_f in [(lambda t: t * minigrad.rand(16), lambda t: t * torch.rand(16)),
                       (lambda t: F.dropout(t, 0.5), lambda t: tf.dropout(t, 0.5)),
-                      (lambda t: F.dropout(t, 0.5, training=False), lambda t: tf.dropout(t, 0.5, training=False))]:
+                      (lambda t: F.dropout(t, 0.5, training=False), lambda t: tf.dropout(t, 0.5, training=False)),
+                      # torch refuses 'same' with batched weights, which minigrad draws as it does dropout's
+                      (lambda t: t + minigrad.multinomial(minigrad.ones(16), 16, True),
+                       lambda t: t + torch.multinomial(torch.ones(16), 16, True)),
+                      (lambda t: minigrad.nn.init.normal_(t.clone()), lambda t: torch.nn.init.normal_(t.clone())),
+                      (lambda t: t + minigrad.nn.init.normal_(minigrad.empty(16)),
+                       lambda t: t + torch.nn.init.normal_(torch.empty(16)))]:
         for randomness in ("error", "different", "same"):
             try:
                 t_out = tvmap(t_f, randomness=randomness)(torch.ones(6, 16))

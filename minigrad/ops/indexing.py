@@ -16,7 +16,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.backend import value_checks
 from minigrad.autograd import grad_mode
-from minigrad.batching import BatchedTensor, index_batched
+from minigrad.autograd.mode import current_modes, index_by_tensors
 from minigrad.errors import DeviceError, ShapeError
 from minigrad.backend.meta import has_values
 from minigrad.ops.elementwise import Op, cast
@@ -318,8 +318,10 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     """``x[index]`` with PyTorch's semantics: ints, slices (any step, also negative, as numpy),
     None, Ellipsis, integer lists/arrays/Tensors and bool masks, mixed freely. Index tensors that
     a vmap batches index each example with its own (``minigrad.batching.index_batched``)."""
-    if type(index) is BatchedTensor or (type(index) is tuple and any(type(i) is BatchedTensor for i in index)):
-        return index_batched(x, index, getitem)
+    if current_modes() and (isinstance(index, Tensor) or type(index) is tuple and any(isinstance(i, Tensor) for i in index)):
+        out = index_by_tensors(x, index, getitem)  # a vmap's, when it batches an index tensor
+        if out is not NotImplemented:
+            return out
     return _index(x, _normalize(x, index, "getitem"))
 
 
@@ -368,25 +370,31 @@ def _dim_of(x: Tensor, dim: int, op: str) -> int:
 def gather(x: Tensor, dim: int, index: Any) -> Tensor:
     """``out[i][j][k] = x[i][index[i][j][k]][k]`` for ``dim=1`` (and likewise for other dims)."""
     d = _dim_of(x, dim, "gather")
-    if type(index) is BatchedTensor:  # each example's own index, picked by getitem's batching rule
-        _check_like("gather", x, d, index)
-        check_range(_index_array(index, x, "gather"), x.shape[d], d, "gather", index, x.shape, negative=False)
-        return getitem(x, _mesh(x, d, index))
     idx = _index_array(index, x, "gather")
-    _check_like("gather", x, d, idx)
+    by_tensor = _by_tensor(index)
+    _check_like("gather", x, d, index if by_tensor else idx)
     check_range(idx, x.shape[d], d, "gather", idx, x.shape, negative=False)
+    if by_tensor:
+        return getitem(x, _mesh(x, d, index))
     return _index(x, ((Ellipsis,), _mesh(x, d, idx)))
+
+
+def _by_tensor(index: Any) -> bool:
+    """Whether to read with ``index`` the Tensor (through ``getitem``) rather than its array: when
+    a mode on the stack may see more in it, as a vmap sees one index per example in a batched one."""
+    return isinstance(index, Tensor) and bool(current_modes())
 
 
 def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     """The slices of ``x`` along ``dim`` at the positions in the 1-D ``index`` (repeats allowed)."""
     d = _dim_of(x, dim, "index_select")
     idx = _index_array(index, x, "index_select")
-    shape = tuple(index.shape) if type(index) is BatchedTensor else tuple(idx.shape)  # one example's
+    by_tensor = _by_tensor(index)
+    shape = tuple(index.shape if by_tensor else idx.shape)
     if len(shape) > 1:
         raise ShapeError(f"index_select: index must be 1-D, got shape {shape}")
     check_range(idx, x.shape[d], d, "index_select", idx, x.shape, negative=False)
-    if type(index) is BatchedTensor:  # each example's own index, picked by getitem's batching rule
+    if by_tensor:
         return getitem(x, (slice(None),) * d + (index.reshape(-1),))
     return _index(x, ((Ellipsis,), (slice(None),) * d + (idx.reshape(-1), Ellipsis)))
 
