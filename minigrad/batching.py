@@ -147,15 +147,23 @@ class VmapMode(Mode):
         results = self.each_example(one, [a.device for a in args if isinstance(a, Tensor)])
         return args[0] if fills else BatchedTensor(_stack_examples(results), level)
 
-    def index_by_tensors(self, x: Tensor, index: Any, getitem: Callable[[Tensor, Any], Tensor]) -> Any:
+    def index_by_tensors(self, fn: Callable[..., Tensor], x: Tensor, index: Any, rest: tuple) -> Any:
         """``x[index]`` where this level batches an index tensor, or ``x`` and an index tensor
-        batched further out: ``index_batched``. Other indexes run as usual (the op's rule)."""
+        batched further out: ``index_batched``; a write there (``index_put``) runs per example.
+        Other indexes run as usual (the op's rule)."""
         items = index if type(index) is tuple else (index,)
         if not any(type(i) is BatchedTensor for i in items):
             return NotImplemented
-        if not any(type(t) is BatchedTensor and t.level == self.level for t in (x, *items)):
+        mine = [type(t) is BatchedTensor and t.level == self.level for t in (x, *items, *rest)]
+        if not any(mine):
             return NotImplemented
-        return index_batched(x, items, self, getitem)
+        if not rest:
+            return index_batched(x, items, self, fn)
+
+        def one(i: int) -> Tensor:
+            x_i, *items_i = [t.value[i] if b else t for t, b in zip((x, *items), mine)]
+            return fn(x_i, tuple(items_i), *[t.value[i] if b else t for t, b in zip(rest, mine[1 + len(items):])])
+        return BatchedTensor(_stack_examples(self.each_example(one, [x.device])), self.level)
 
     def run_op(self, cls: type, args: tuple, kwargs: dict) -> Any:
         level = self.level

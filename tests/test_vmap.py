@@ -482,3 +482,21 @@ def test_batched_indices_against_torch_func():
                                tvmap(tjacrev(lambda t, j: t[j].sin()))(tx, ti).numpy(), rtol=1e-12)
     np.testing.assert_allclose(jacrev(lambda t: vmap(lambda r, j: r[j])(t, i))(x).numpy(),
                                tjacrev(lambda t: tvmap(lambda r, j: r[j])(t, ti))(tx).numpy(), rtol=1e-12)
+
+
+def test_writes_at_an_index_under_vmap_write_each_examples_own_elements():
+    """t[index] = value inside vmap writes into each example (a basic index too: it wrote the
+    batch's first rows), with an index tensor and a value that the vmap may batch."""
+    def write(t, j, v):
+        t = t.clone()
+        t[0] = -1.0
+        t[1:, j] = v
+        return t
+    x, j, v = rand(4, 3, 5), _ints(5, 4, 2), rand(4, 2)
+    np.testing.assert_array_equal(vmap(write)(x, j, v).numpy(), per_example(write, x, j, v))
+    np.testing.assert_array_equal(vmap(write, in_dims=(0, None, 0))(x, j[0], v).numpy(),
+                                  per_example(write, x, j[0], v, in_dims=(0, None, 0)))
+
+    def put(t, j):
+        return minigrad.ops.index_put(t, (j,), minigrad.tensor(7.0, dtype=f64))
+    np.testing.assert_array_equal(vmap(put)(x[:, 0], j).numpy(), per_example(put, x[:, 0], j))

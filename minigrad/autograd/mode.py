@@ -68,9 +68,10 @@ class Mode:
         computed another way, or ``NotImplemented`` to let it run as usual."""
         return NotImplemented
 
-    def index_by_tensors(self, x: Any, index: Any, getitem: Callable[[Any, Any], Any]) -> Any:
-        """``x[index]`` for an index that holds tensors, computed another way (``getitem`` reads
-        any other index), or ``NotImplemented`` to let it run as usual."""
+    def index_by_tensors(self, fn: Callable[..., Any], x: Any, index: Any, rest: tuple) -> Any:
+        """``fn(x, index, *rest)``, a read (``getitem``, no ``rest``) or a write (``index_put``, the
+        value in ``rest``) at an index that holds tensors, computed another way (``fn`` takes any
+        other index), or ``NotImplemented`` to let it run as usual."""
         return NotImplemented
 
     # -- in backward (the engine) -------------------------------------------------------------------
@@ -173,12 +174,12 @@ def random_call(name: str, call: Callable[..., Any], args: tuple = (), fills: bo
     return call(*args)
 
 
-def index_by_tensors(x: Any, index: Any, getitem: Callable[[Any, Any], Any]) -> Any:
-    """``x[index]`` (an index holding tensors) as a mode that runs ops computes it, or
+def index_by_tensors(fn: Callable[..., Any], x: Any, index: Any, *rest: Any) -> Any:
+    """``fn(x, index, *rest)`` (an index holding tensors) as a mode that runs ops computes it, or
     ``NotImplemented`` when none does (``Mode.index_by_tensors``)."""
     for m in reversed(_stack.get()):
         if m.runs_ops:
-            out = m.index_by_tensors(x, index, getitem)
+            out = m.index_by_tensors(fn, x, index, rest)
             if out is not NotImplemented:
                 return out
     return NotImplemented

@@ -318,15 +318,23 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     """``x[index]`` with PyTorch's semantics: ints, slices (any step, also negative, as numpy),
     None, Ellipsis, integer lists/arrays/Tensors and bool masks, mixed freely. Index tensors that
     a vmap batches index each example with its own (``minigrad.batching.index_batched``)."""
-    if current_modes() and (isinstance(index, Tensor) or type(index) is tuple and any(isinstance(i, Tensor) for i in index)):
-        out = index_by_tensors(x, index, getitem)  # a vmap's, when it batches an index tensor
+    if current_modes() and _holds_tensor(index):
+        out = index_by_tensors(getitem, x, index)  # a vmap's, when it batches an index tensor
         if out is not NotImplemented:
             return out
     return _index(x, _normalize(x, index, "getitem"))
 
 
+def _holds_tensor(index: Any) -> bool:
+    return isinstance(index, Tensor) or type(index) is tuple and any(isinstance(i, Tensor) for i in index)
+
+
 def index_put(x: Tensor, index: Any, value: Any) -> Tensor:
     """A copy of ``x`` with ``value`` (broadcast) written at ``index``; differentiable in both."""
+    if current_modes() and _holds_tensor(index):
+        out = index_by_tensors(index_put, x, index, value)  # a vmap's, when it batches an index tensor
+        if out is not NotImplemented:
+            return out
     idx = _normalize(x, index, "index_put")
     if not isinstance(value, Tensor):
         value = Tensor(value, dtype=x.dtype, device=x.device)
@@ -336,8 +344,10 @@ def index_put(x: Tensor, index: Any, value: Any) -> Tensor:
 
 def setitem(t: Tensor, index: Any, value: Any) -> None:
     """``t[index] = value``: written straight into t's memory when autograd needn't record it,
-    otherwise as the in-place form of ``index_put`` (so the gradient reaches ``value``)."""
-    if grad_mode.is_grad_enabled() and (t.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
+    otherwise as the in-place form of ``index_put`` (so the gradient reaches ``value``), as also
+    under a mode that runs ops (a vmap: ``t`` holds a batch, and the index is one example's)."""
+    if grad_mode.is_grad_enabled() and (t.requires_grad or (isinstance(value, Tensor) and value.requires_grad)) \
+            or any(m.runs_ops for m in current_modes()):
         inplace(t, index_put, index, value)
         return
     idx = _normalize(t, index, "setitem")
