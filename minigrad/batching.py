@@ -318,12 +318,12 @@ def index_batched(x: Tensor, items: tuple, mode: VmapMode, getitem: Callable[[Te
     batch dim moved next to the first advanced index and read with ``arange(B)`` there, so each
     example reads its own slice. Where one example's block lands (its place, or the front when the
     advanced indices are apart) the batch lands too, and moves back to dim 0. One vmap level at a
-    time, innermost first (``mode``'s): ``getitem`` on the unwrapped values meets the outer ones. Bool masks
-    (whose counts may differ per example) and a batched 0-d index beside other advanced ones (an
-    int for each example, which is not advanced) run once per example."""
+    time, innermost first (``mode``'s): ``getitem`` on the unwrapped values meets the outer ones.
+    Bool masks (whose counts may differ per example) and a batched 0-d index beside other advanced
+    ones (an int for each example, which is not advanced) run once per example."""
     level = mode.level
     mine = [type(i) is BatchedTensor and i.level == level for i in items]
-    ranks = [_index_rank(i, b) for i, b in zip(items, mine)]
+    ranks = [_index_rank(i) for i in items]
     advanced = [k for k, r in enumerate(ranks) if r is not None and (r > 0 or mine[k])]
     x_mine = type(x) is BatchedTensor and x.level == level
     if not advanced:  # ints and slices only: the same view of every example
@@ -336,7 +336,7 @@ def index_batched(x: Tensor, items: tuple, mode: VmapMode, getitem: Callable[[Te
     spread = x.ndim - sum(i is not None and i is not Ellipsis for i in items)  # dims an Ellipsis stands for
     x_dim = sum(spread if i is Ellipsis else int(i is not None) for i in items[:first])
     before = sum(spread if i is Ellipsis else int(r is None) for i, r in zip(items[:first], ranks[:first]))
-    together = all(r is not None for r in ranks[first:advanced[-1] + 1])  # ints do not part them (torch)
+    together = all(r is not None for r in ranks[first:advanced[-1] + 1])  # ints do not part them, as in torch
     new = [t.value.reshape((size,) + (1,) * (rank - t.ndim) + tuple(t.shape)) if b else t
            for t, b in zip(items, mine)]
     if x_mine:
@@ -349,9 +349,9 @@ def index_batched(x: Tensor, items: tuple, mode: VmapMode, getitem: Callable[[Te
     return BatchedTensor(out.movedim(at, 0) if at else out, level)
 
 
-def _index_rank(item: Any, mine: bool) -> int | None:
-    """How an index item reads one example: None for an int-free basic item (slice, None,
-    Ellipsis), -1 for a bool mask, else the rank of the integer index (0 for an int)."""
+def _index_rank(item: Any) -> int | None:
+    """How an index item reads one example: None for a slice, None or Ellipsis (which keep dims),
+    -1 for a bool mask, else the rank of the integer index (0 for an int, which drops its dim)."""
     if item is None or item is Ellipsis or isinstance(item, slice):
         return None
     if isinstance(item, bool):
