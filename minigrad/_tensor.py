@@ -627,7 +627,9 @@ def _dim(dim: int, ndim: int, op: str) -> int:
     """Normalise a possibly negative ``dim``, naming the op when it is out of range."""
     n = max(ndim, 1)
     if not -n <= dim < n:
-        raise ShapeError(f"{op}: dim {dim} is out of range for a tensor with {ndim} dimension(s)")
+        from minigrad.errors import DimensionError  # here, not at the top: only the error path needs it
+        raise DimensionError(f"{op}: dim {dim} is out of range for a tensor with {ndim} dimension(s) (expected "
+                             f"to be in range of [{-n}, {n - 1}], but got {dim})")
     return dim % n
 
 

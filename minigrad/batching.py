@@ -11,9 +11,12 @@ so every op works and the common ones are fast. Because rules rewrite arguments 
 still runs through ``Function.apply``, autograd records the batched computation as usual, and a
 backward pass whose incoming gradients are batched (``vmap(vjp_fn)``: a whole Jacobian) is one
 pass through the graph. Nested vmaps are levels: a BatchedTensor's value may itself be batched at
-an outer level, and each mode handles only its own. A random op (a factory such as ``randn``, or an
-op that declares ``random``, such as dropout) follows the vmap's ``randomness``, as in torch.func:
-``"error"`` refuses it, ``"different"`` draws for each example, ``"same"`` draws once for the batch.
+an outer level, and each mode handles only its own. A random op (a factory such as ``randn``,
+``multinomial``, an ``nn.init`` fill, or an op that declares ``random``, such as dropout) follows the
+vmap's ``randomness``, as in torch.func: ``"error"`` refuses it, ``"different"`` draws for each
+example, ``"same"`` draws once for the batch. An index tensor the vmap batches (``t[i]``) indexes
+each example with its own (``index_batched``); the core asks the mode for both (``Mode.random_call``,
+``Mode.index_by_tensors``), since neither is one op.
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from minigrad import backend
-from minigrad.autograd.mode import Mode, current_modes
+from minigrad.autograd.mode import Mode, current_modes, random_call
 from minigrad.errors import ArgumentError, RandomnessError
 from minigrad.tensor_types import Size
 from minigrad._tensor import Tensor
 
-__all__ = ["BatchedTensor", "VmapMode", "random_draw", "rule_of"]
+__all__ = ["BatchedTensor", "VmapMode", "index_batched", "rule_of"]
 
 
 class BatchedTensor(Tensor):
@@ -118,6 +121,49 @@ class VmapMode(Mode):
                 f"vmap: {name} draws random numbers inside a vmap whose randomness is 'error' (the default); "
                 "pass randomness='different' to vmap for independent draws per example, or 'same' for one draw "
                 "shared by the batch, or draw outside the mapped function")
+
+    def random_call(self, name: str, call: Callable[..., Any], args: tuple, fills: bool) -> Any:
+        """A random function that is not an op: one draw per example where an argument is batched
+        here (each example's own, or the first one's replayed with ``"same"``) or the randomness is
+        ``"different"``; otherwise left to the outer levels. An in-place fill of a tensor this level
+        does not batch cannot differ per example, so ``"different"`` refuses it, as torch does."""
+        self.refuse_random(name)
+        if self.one_by_one:
+            return NotImplemented
+        level = self.level
+        mine = [type(a) is BatchedTensor and a.level == level for a in args]
+        if fills and not mine[0]:
+            if self.randomness == "different":
+                raise RandomnessError(
+                    f"vmap: {name} fills a tensor that the vmap does not batch, in place, with randomness="
+                    "'different': every example would see the one draw; fill a batched tensor, or pass "
+                    "randomness='same'")
+            return NotImplemented
+        if not any(mine) and self.randomness != "different":
+            return NotImplemented
+
+        def one(i: int) -> Any:
+            return random_call(name, call, tuple(a.value[i] if b else a for a, b in zip(args, mine)), fills)
+        results = self.each_example(one, [a.device for a in args if isinstance(a, Tensor)])
+        return args[0] if fills else BatchedTensor(_stack_examples(results), level)
+
+    def index_by_tensors(self, fn: Callable[..., Tensor], x: Tensor, index: Any, rest: tuple) -> Any:
+        """``x[index]`` where this level batches an index tensor, or ``x`` and an index tensor
+        batched further out: ``index_batched``; a write there (``index_put``) runs per example.
+        Other indexes run as usual (the op's rule)."""
+        items = index if type(index) is tuple else (index,)
+        if not any(type(i) is BatchedTensor for i in items):
+            return NotImplemented
+        mine = [type(t) is BatchedTensor and t.level == self.level for t in (x, *items, *rest)]
+        if not any(mine):
+            return NotImplemented
+        if not rest:
+            return index_batched(x, items, self, fn)
+
+        def one(i: int) -> Tensor:
+            x_i, *items_i = [t.value[i] if b else t for t, b in zip((x, *items), mine)]
+            return fn(x_i, tuple(items_i), *[t.value[i] if b else t for t, b in zip(rest, mine[1 + len(items):])])
+        return BatchedTensor(_stack_examples(self.each_example(one, [x.device])), self.level)
 
     def run_op(self, cls: type, args: tuple, kwargs: dict) -> Any:
         level = self.level
@@ -265,6 +311,58 @@ def _index(cls: type, values: list, batched: list, kwargs: dict) -> Any:
     return cls.apply(values[0], ((slice(None),) + tuple(basic), None), *values[2:], **kwargs)
 
 
+def index_batched(x: Tensor, items: tuple, mode: VmapMode, getitem: Callable[[Tensor, Any], Tensor]) -> Tensor:
+    """``x[index]`` where ``index`` holds tensors batched by a vmap (``t[i]`` with ``i`` mapped):
+    each example reads ``x_b[i_b]``. The rule: the batched index tensors keep the batch as their
+    first dim, so it leads the broadcast block of the advanced indices; a batched ``x`` has its
+    batch dim moved next to the first advanced index and read with ``arange(B)`` there, so each
+    example reads its own slice. Where one example's block lands (its place, or the front when the
+    advanced indices are apart) the batch lands too, and moves back to dim 0. One vmap level at a
+    time, innermost first (``mode``'s): ``getitem`` on the unwrapped values meets the outer ones.
+    Bool masks (whose counts may differ per example) and a batched 0-d index beside other advanced
+    ones (an int for each example, which is not advanced) run once per example."""
+    level = mode.level
+    mine = [type(i) is BatchedTensor and i.level == level for i in items]
+    ranks = [_index_rank(i) for i in items]
+    advanced = [k for k, r in enumerate(ranks) if r is not None and (r > 0 or mine[k])]
+    x_mine = type(x) is BatchedTensor and x.level == level
+    if not advanced:  # ints and slices only: the same view of every example
+        return BatchedTensor(getitem(x.value, (slice(None),) + items), level)
+    if any(r == -1 for r in ranks) or (len(advanced) > 1 and any(mine[k] and ranks[k] == 0 for k in advanced)):
+        def one(i: int) -> Tensor:
+            return getitem(x.value[i] if x_mine else x, tuple(t.value[i] if b else t for t, b in zip(items, mine)))
+        return BatchedTensor(_stack_examples(mode.each_example(one, [x.device])), level)
+    first, size, rank = advanced[0], mode.size, max(ranks[k] for k in advanced)
+    spread = x.ndim - sum(i is not None and i is not Ellipsis for i in items)  # dims an Ellipsis stands for
+    x_dim = sum(spread if i is Ellipsis else int(i is not None) for i in items[:first])
+    before = sum(spread if i is Ellipsis else int(r is None) for i, r in zip(items[:first], ranks[:first]))
+    together = all(r is not None for r in ranks[first:advanced[-1] + 1])  # ints do not part them, as in torch
+    new = [t.value.reshape((size,) + (1,) * (rank - t.ndim) + tuple(t.shape)) if b else t
+           for t, b in zip(items, mine)]
+    if x_mine:
+        source = x.value.movedim(0, x_dim) if x_dim else x.value
+        new.insert(first, x.device.xp.arange(size).reshape((size,) + (1,) * rank))
+    else:
+        source = x
+    out = getitem(source, tuple(new))
+    at = before if together else 0  # one example's block starts here, and the batch with it
+    return BatchedTensor(out.movedim(at, 0) if at else out, level)
+
+
+def _index_rank(item: Any) -> int | None:
+    """How an index item reads one example: None for a slice, None or Ellipsis (which keep dims),
+    -1 for a bool mask, else the rank of the integer index (0 for an int, which drops its dim)."""
+    if item is None or item is Ellipsis or isinstance(item, slice):
+        return None
+    if isinstance(item, bool):
+        return -1
+    if isinstance(item, (list, tuple)):
+        item = backend.numpy.asarray(item)
+    if hasattr(item, "dtype"):
+        return -1 if str(item.dtype) == "bool" else item.ndim
+    return 0
+
+
 def _cat(cls: type, values: list, batched: list, kwargs: dict) -> Any:
     """Argument 0 is the dim; every operand gets the batch (an unbatched one is broadcast)."""
     size = next(v.shape[0] for v, b in zip(values, batched) if b)
@@ -291,21 +389,3 @@ def _stack_examples(results: list) -> Any:
     if type(results[0]) is tuple:
         return tuple(stack(list(col), 0) if isinstance(col[0], Tensor) else col[0] for col in zip(*results))
     return stack(results, 0)
-
-
-def random_draw(name: str, draw: Callable[[], Tensor]) -> Tensor:
-    """``draw()``, a random factory's result (``randn(3)``), as the vmaps running on this thread
-    want it: refused by an ``"error"`` one, drawn once for a ``"same"`` one (so shared by its
-    examples), drawn for each example of a ``"different"`` one and batched at its level."""
-    modes = [m for m in current_modes() if isinstance(m, VmapMode)]
-    for m in modes:
-        m.refuse_random(name)
-    return _draw_per_level([m for m in modes if m.randomness == "different" and not m.one_by_one], draw)
-
-
-def _draw_per_level(modes: list, draw: Callable[[], Tensor]) -> Tensor:
-    """The innermost level's examples each draw what the outer levels want (outermost first)."""
-    if not modes:
-        return draw()
-    *outer, inner = modes
-    return BatchedTensor(_stack_examples(inner.each_example(lambda i: _draw_per_level(outer, draw))), inner.level)

@@ -3,7 +3,7 @@
 Floating results default to float32 (``minigrad.get_default_dtype()``), integer ranges to int64,
 and tensors go to ``minigrad.get_default_device()`` (cpu unless changed) when no ``device`` is given.
 Random ones draw from the device's generator, seeded by ``minigrad.manual_seed`` (chapter 01);
-inside ``vmap`` they follow its ``randomness`` (``minigrad.batching.random_draw``).
+inside ``vmap`` they follow its ``randomness`` (``minigrad.autograd.mode.random_call``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from minigrad import backend
 from minigrad.backend import Device
-from minigrad.batching import random_draw
+from minigrad.autograd.mode import random_call
 from minigrad._tensor import Tensor, _shape_arg, _wrap, inferred_dtype
 from minigrad.tensor_types import Size, dtype_of_type_name
 
@@ -96,7 +96,7 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) ->
     def draw() -> Tensor:
         with backend.selected(dev):
             return _make(_draw(dev, backend.rng_of(dev, generator).random, _shape_arg(size), dt), dev, requires_grad)
-    return random_draw("rand", draw)
+    return random_call("rand", draw)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -107,7 +107,7 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -
         with backend.selected(dev):
             return _make(_draw(dev, backend.rng_of(dev, generator).standard_normal, _shape_arg(size), dt), dev,
                          requires_grad)
-    return random_draw("randn", draw)
+    return random_call("randn", draw)
 
 
 def _draw(dev: backend.Device, method: Any, shape: tuple, dtype: Any) -> Any:
@@ -131,7 +131,7 @@ def randint(low, high=None, size=(), *, generator=None, dtype=None, device=None)
     def draw() -> Tensor:
         with backend.selected(dev):
             return _make(backend.rng_of(dev, generator).integers(low, high, size=tuple(size)).astype(dt), dev, False)
-    return random_draw("randint", draw)
+    return random_call("randint", draw)
 
 
 def randperm(n, *, generator=None, dtype=None, device=None) -> Tensor:
@@ -141,7 +141,7 @@ def randperm(n, *, generator=None, dtype=None, device=None) -> Tensor:
     def draw() -> Tensor:
         with backend.selected(dev):
             return _make(backend.permutation(dev, n, backend.rng_of(dev, generator)).astype(dt), dev, False)
-    return random_draw("randperm", draw)
+    return random_call("randperm", draw)
 
 
 def from_numpy(array: Any) -> Tensor:

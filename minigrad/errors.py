@@ -9,6 +9,11 @@ class ShapeError(ValueError):
     """Shapes that do not fit an op (broadcasting, matmul, reshape, a bad ``dim``)."""
 
 
+class DimensionError(ShapeError, IndexError):
+    """A ``dim`` out of range for the tensor (``x.sum(dim=5)`` on a 2-d tensor): a ShapeError for
+    minigrad's code, and the IndexError torch raises (``Dimension out of range``) for torch's."""
+
+
 class ArgumentError(ValueError):
     """An argument value an op cannot take (``clamp`` with neither bound, a bad ``chunks``)."""
 

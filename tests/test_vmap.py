@@ -254,9 +254,14 @@ RANDOM = {  # each maps a (16,) example of ones; the random part is what the exa
     "dropout": lambda t: F.dropout(t, 0.5),  # on the batched input
     "dropout of an unbatched tensor": lambda t: t * F.dropout(minigrad.ones(16, dtype=f64), 0.5),
     "dropout1d's channel mask": lambda t: F.dropout1d(t.reshape(16, 1), 0.5).reshape(16),
+    "multinomial": lambda t: minigrad.multinomial(t, 16, replacement=True).double(),  # batched weights
+    "multinomial of unbatched weights": lambda t: t + minigrad.multinomial(minigrad.ones(16), 8).double().repeat(2),
+    "normal_": lambda t: minigrad.nn.init.normal_(t.clone()),  # an in-place fill of a batched tensor
+    "xavier_uniform_": lambda t: minigrad.nn.init.xavier_uniform_(t.reshape(4, 4) * 1.0).reshape(16),
+    "trunc_normal_": lambda t: minigrad.nn.init.trunc_normal_(t * 1.0, std=2.0),
 }
 NAMES = {"randn_like": "randn", "dropout of an unbatched tensor": "Dropout", "dropout1d's channel mask": "Dropout",
-         "dropout": "Dropout"}
+         "dropout": "Dropout", "multinomial of unbatched weights": "multinomial", "xavier_uniform_": "uniform_"}
 
 
 def _rows_equal(out):
@@ -331,6 +336,18 @@ def test_randomness_reaches_the_transforms_that_run_per_example():
             vmap(f)(minigrad.ones(4, 16, dtype=f64))
 
 
+def test_an_in_place_fill_of_an_unbatched_tensor_cannot_differ_per_example():
+    """As in torch.func: 'different' refuses it (each example would see the one draw), 'same' fills
+    it once; a batched tensor gets one draw per example, into its own memory."""
+    init = minigrad.nn.init
+    with pytest.raises(batching.RandomnessError, match=r"vmap: uniform_ fills a tensor that the vmap does not batch"):
+        vmap(lambda t: t + init.uniform_(minigrad.empty(16)), randomness="different")(minigrad.ones(6, 16))
+    assert all(_rows_equal(vmap(lambda t: t + init.uniform_(minigrad.empty(16)), randomness="same")(minigrad.ones(6, 16))))
+    stacked = minigrad.zeros(6, 16, dtype=f64)
+    vmap(lambda t: init.normal_(t), randomness="different")(stacked)
+    assert not any(_rows_equal(stacked)) and abs(float(stacked.std()) - 1) < 0.2  # written through
+
+
 def test_randomness_follows_torch_func():
     torch = pytest.importorskip("torch")
     from torch.func import vmap as tvmap
@@ -338,7 +355,13 @@ def test_randomness_follows_torch_func():
     tf = torch.nn.functional
     for mg_f, t_f in [(lambda t: t * minigrad.rand(16), lambda t: t * torch.rand(16)),
                       (lambda t: F.dropout(t, 0.5), lambda t: tf.dropout(t, 0.5)),
-                      (lambda t: F.dropout(t, 0.5, training=False), lambda t: tf.dropout(t, 0.5, training=False))]:
+                      (lambda t: F.dropout(t, 0.5, training=False), lambda t: tf.dropout(t, 0.5, training=False)),
+                      # torch refuses 'same' with batched weights, which minigrad draws as it does dropout's
+                      (lambda t: t + minigrad.multinomial(minigrad.ones(16), 16, True),
+                       lambda t: t + torch.multinomial(torch.ones(16), 16, True)),
+                      (lambda t: minigrad.nn.init.normal_(t.clone()), lambda t: torch.nn.init.normal_(t.clone())),
+                      (lambda t: t + minigrad.nn.init.normal_(minigrad.empty(16)),
+                       lambda t: t + torch.nn.init.normal_(torch.empty(16)))]:
         for randomness in ("error", "different", "same"):
             try:
                 t_out = tvmap(t_f, randomness=randomness)(torch.ones(6, 16))
@@ -348,3 +371,132 @@ def test_randomness_follows_torch_func():
                 continue
             out = vmap(mg_f, randomness=randomness)(minigrad.ones(6, 16))
             assert _rows_equal(out) == [torch.equal(t_out[0], t_out[i]) for i in range(1, 6)]
+
+
+# -- batched index tensors: each example reads x_b[i_b] -----------------------------------------------
+def _ints(high, *shape):
+    return minigrad.tensor(np.random.default_rng(sum(shape) + high).integers(0, high, shape))
+
+
+# (function, arguments, in_dims, whether GetItem runs once for the batch): shapes per example in
+# the comments; a bool mask, and a batched 0-d index beside another advanced index (an int for each
+# example, which torch does not count as advanced), run once per example
+BATCHED_INDEX = {
+    "t[i], both batched": (lambda t, i: t[i], lambda: (rand(4, 3), _ints(3, 4, 3)), 0, True),
+    "t[i], t unbatched": (lambda t, i: t[i], lambda: (rand(5), _ints(5, 4, 3)), (None, 0), True),
+    "adjacent after a slice": (lambda t, a, b: t[:, a, b], lambda: (rand(4, 5, 6, 7), _ints(6, 4, 2, 3),
+                                                                 _ints(7, 4, 3)), 0, True),
+    "apart, go first": (lambda t, a, b: t[a, :, b], lambda: (rand(4, 5, 6, 7), _ints(5, 4, 2, 3), _ints(7, 4, 3)),
+                        0, True),
+    "ints do not part them": (lambda t, a, b: t[:, a, 1, b], lambda: (rand(4, 2, 5, 6, 7), _ints(5, 4, 3),
+                                                                   _ints(7, 4, 3)), 0, True),
+    "None, steps, Ellipsis": (lambda t, a: t[None, 1:, a, ..., ::2], lambda: (rand(4, 5, 6, 7), _ints(6, 4, 2, 3)),
+                              0, True),
+    "an unbatched list beside": (lambda t, a: t[a, :, [1, 2, 0]], lambda: (rand(4, 5, 6, 7), _ints(5, 4, 3)),
+                                 0, True),
+    "t unbatched, apart": (lambda t, a, b: t[a, :, b], lambda: (rand(5, 6, 7), _ints(5, 4, 2, 3), _ints(7, 4, 3)),
+                           (None, 0, 0), True),
+    "t unbatched, after a slice": (lambda t, a: t[:, a, 2], lambda: (rand(5, 6, 7), _ints(6, 4, 2)), (None, 0), True),
+    "a 0-d index": (lambda t, c: t[:, c], lambda: (rand(4, 5, 6), _ints(6, 4)), 0, True),
+    "index mapped along dim 1": (lambda t, i: t[i], lambda: (rand(4, 3), _ints(3, 2, 4)), (0, 1), True),
+    "a 0-d index beside another": (lambda t, c: t[c, :, [1, 2]], lambda: (rand(4, 3, 5, 6), _ints(3, 4)), 0, False),
+    "a bool mask beside": (lambda t, b: t[[True, False, True], b],
+                           lambda: (rand(4, 3, 5), _ints(5, 4, 2)), 0, False),
+    "gather": (lambda t, i: t.gather(1, i), lambda: (rand(4, 5, 2), _ints(2, 4, 5, 3)), 0, True),
+    "gather, t unbatched": (lambda t, i: t.gather(0, i), lambda: (rand(5, 6), _ints(5, 4, 2, 6)), (None, 0), True),
+    "index_select": (lambda t, i: t.index_select(1, i), lambda: (rand(4, 5, 6), _ints(6, 4, 3)), 0, True),
+    "index_select, t unbatched": (lambda t, i: t.index_select(0, i), lambda: (rand(5, 6), _ints(5, 4, 3)),
+                                  (None, 0), True),
+}
+
+
+@pytest.mark.parametrize("name", BATCHED_INDEX)
+def test_a_batched_index_reads_each_examples_own_elements(name):
+    f, make, in_dims, once = BATCHED_INDEX[name]
+    args = make()
+    with OpLog() as log:
+        got = vmap(f, in_dims=in_dims)(*args)
+    np.testing.assert_array_equal(got.numpy(), per_example(f, *args, in_dims=in_dims))
+    assert (log.ops.count("GetItem") == 1) == once  # one read for the whole batch, not one per example
+
+
+def test_a_batched_index_gives_torchs_shape():
+    """The issue's case: t_b[i_b] for each example is (3,), so the batch is (4, 3), not (4, 4, 3)."""
+    x, i = rand(4, 3), _ints(3, 4, 3)
+    out = vmap(lambda t, i: t[i])(x, i)
+    assert out.shape == (4, 3)
+    np.testing.assert_array_equal(out.numpy(), np.take_along_axis(x.numpy(), i.numpy(), 1))
+
+
+def test_batched_indices_in_nested_vmaps():
+    xs, idx = rand(2, 4, 5), _ints(5, 2, 3)
+    expected = np.stack([xs.numpy()[b][:, idx.numpy()[b]] for b in range(2)])
+    np.testing.assert_array_equal(vmap(lambda t, j: vmap(lambda r: r[j])(t))(xs, idx).numpy(), expected)
+    inner = vmap(lambda j: vmap(lambda r, k: r[k], in_dims=(0, None))(xs[0], j))(idx).numpy()
+    np.testing.assert_array_equal(inner, np.stack([xs.numpy()[0][:, j] for j in idx.numpy()]))
+    both = _ints(5, 2, 4, 3)
+    np.testing.assert_array_equal(vmap(vmap(lambda r, k: r[k]))(xs, both).numpy(),
+                                  np.take_along_axis(xs.numpy(), both.numpy(), 2))
+
+
+def test_gradients_through_a_batched_index():
+    """Each example's gradient scatters back into its own row only, adding where an index repeats:
+    through backward, vmap of grad, and jacrev under vmap."""
+    from minigrad.func import grad
+
+    x, i = rand(4, 3), minigrad.tensor([[0, 0, 2], [1, 2, 1], [2, 2, 2], [0, 1, 2]])
+    xn, ix = x.numpy(), i.numpy()
+    expected = np.zeros_like(xn)
+    for b in range(4):
+        np.add.at(expected[b], ix[b], 2 * xn[b][ix[b]])
+    xg = x.detach().requires_grad_()
+    (vmap(lambda t, j: t[j])(xg, i) ** 2).sum().backward()
+    np.testing.assert_allclose(xg.grad.numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(vmap(grad(lambda t, j: (t[j] ** 2).sum()))(x, i).numpy(), expected, rtol=1e-12)
+    jac = vmap(jacrev(lambda t, j: t[j] * t[0]))(x, i).numpy()
+    for b in range(4):
+        one = np.zeros((3, 3))
+        one[np.arange(3), ix[b]] += xn[b, 0]
+        one[:, 0] += xn[b][ix[b]]
+        np.testing.assert_allclose(jac[b], one, rtol=1e-12)
+
+
+def test_batched_indices_against_torch_func():
+    torch = pytest.importorskip("torch")
+    from torch.func import grad as tgrad, jacrev as tjacrev, vmap as tvmap
+    from minigrad.func import grad
+
+    for name, (f, make, in_dims, _) in BATCHED_INDEX.items():
+        if name.startswith("a 0-d index beside"):  # torch moves the block to the front, unlike its own loop
+            continue
+        args = make()
+        got = vmap(f, in_dims=in_dims)(*args)
+        want = tvmap(f, in_dims=in_dims)(*[torch.tensor(a.numpy()) for a in args])
+        assert tuple(got.shape) == tuple(want.shape), name
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    x, i = rand(4, 3), _ints(3, 4, 3)
+    tx, ti = torch.tensor(x.numpy()), torch.tensor(i.numpy())
+    np.testing.assert_allclose(vmap(grad(lambda t, j: (t[j] ** 3).sum()))(x, i).numpy(),
+                               tvmap(tgrad(lambda t, j: (t[j] ** 3).sum()))(tx, ti).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(vmap(jacrev(lambda t, j: t[j].sin()))(x, i).numpy(),
+                               tvmap(tjacrev(lambda t, j: t[j].sin()))(tx, ti).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(jacrev(lambda t: vmap(lambda r, j: r[j])(t, i))(x).numpy(),
+                               tjacrev(lambda t: tvmap(lambda r, j: r[j])(t, ti))(tx).numpy(), rtol=1e-12)
+
+
+def test_writes_at_an_index_under_vmap_write_each_examples_own_elements():
+    """t[index] = value inside vmap writes into each example (a basic index too: it wrote the
+    batch's first rows), with an index tensor and a value that the vmap may batch."""
+    def write(t, j, v):
+        t = t.clone()
+        t[0] = -1.0
+        t[1:, j] = v
+        return t
+    x, j, v = rand(4, 3, 5), _ints(5, 4, 2), rand(4, 2)
+    np.testing.assert_array_equal(vmap(write)(x, j, v).numpy(), per_example(write, x, j, v))
+    np.testing.assert_array_equal(vmap(write, in_dims=(0, None, 0))(x, j[0], v).numpy(),
+                                  per_example(write, x, j[0], v, in_dims=(0, None, 0)))
+
+    def put(t, j):
+        return minigrad.ops.index_put(t, (j,), minigrad.tensor(7.0, dtype=f64))
+    np.testing.assert_array_equal(vmap(put)(x[:, 0], j).numpy(), per_example(put, x[:, 0], j))

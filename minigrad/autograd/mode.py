@@ -3,7 +3,8 @@
 Anomaly detection, autocast, the profiler, the memory tracker and the tracer are all ``Mode``s, as
 PyTorch's dispatch modes are: entered with ``with``, kept on a stack of the current thread, and
 told about each op by ``Function.apply`` (``before_op`` may rewrite its arguments, ``after_op``
-sees its outputs, and a mode that ``runs_ops``, as vmap's does, may run the op itself), about each backward rule by the engine (``node_backward``), and about the few
+sees its outputs, and a mode that ``runs_ops``, as vmap's does, may run the op itself, and also the
+two core calls that are not one op: a random draw and an index by tensors), about each backward rule by the engine (``node_backward``), and about the few
 things the core does besides running ops (a new array, an array saved for backward, an in-place
 write, a fresh ``.grad``, an optimizer about to read its Python numbers, a tensor's values read
 out as Python data by ``.item()``, ``.numpy()`` or ``.tolist()``). With the stack empty an
@@ -18,7 +19,7 @@ All are context variables, which every thread has its own of (and which cost a t
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 M = TypeVar("M", bound="Mode")
 _stack: ContextVar[tuple[Mode, ...]] = ContextVar("minigrad_modes", default=())
@@ -59,6 +60,19 @@ class Mode:
 
     def after_op(self, ctx: Any, args: tuple, kwargs: dict, outputs: Any) -> None:
         pass
+
+    # -- core calls that are not one op (asked of the modes that run ops, innermost first) ------------
+    def random_call(self, name: str, call: Callable[..., Any], args: tuple, fills: bool) -> Any:
+        """``call(*args)``, the random function ``name`` of the core (a factory such as ``randn``,
+        ``multinomial``; with ``fills``, an in-place fill of ``args[0]`` such as ``nn.init.normal_``),
+        computed another way, or ``NotImplemented`` to let it run as usual."""
+        return NotImplemented
+
+    def index_by_tensors(self, fn: Callable[..., Any], x: Any, index: Any, rest: tuple) -> Any:
+        """``fn(x, index, *rest)``, a read (``getitem``, no ``rest``) or a write (``index_put``, the
+        value in ``rest``) at an index that holds tensors, computed another way (``fn`` takes any
+        other index), or ``NotImplemented`` to let it run as usual."""
+        return NotImplemented
 
     # -- in backward (the engine) -------------------------------------------------------------------
     def node_backward(self, node: Any, grads: tuple) -> None:
@@ -147,6 +161,28 @@ class transform:
 
     def __exit__(self, *exc: Any) -> None:
         _transform_depth.reset(self.token)
+
+
+def random_call(name: str, call: Callable[..., Any], args: tuple = (), fills: bool = False) -> Any:
+    """``call(*args)``, a random function of the core, as the modes that run ops want it (a vmap
+    refuses it, draws once for the batch, or draws for each example: ``Mode.random_call``)."""
+    for m in reversed(_stack.get()):
+        if m.runs_ops:
+            out = m.random_call(name, call, args, fills)
+            if out is not NotImplemented:
+                return out
+    return call(*args)
+
+
+def index_by_tensors(fn: Callable[..., Any], x: Any, index: Any, *rest: Any) -> Any:
+    """``fn(x, index, *rest)`` (an index holding tensors) as a mode that runs ops computes it, or
+    ``NotImplemented`` when none does (``Mode.index_by_tensors``)."""
+    for m in reversed(_stack.get()):
+        if m.runs_ops:
+            out = m.index_by_tensors(fn, x, index, rest)
+            if out is not NotImplemented:
+                return out
+    return NotImplemented
 
 
 def new_array(array: Any) -> None:

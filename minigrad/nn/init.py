@@ -3,14 +3,16 @@
 The scale is what matters: Xavier/Glorot keeps activations' variance constant through linear or
 tanh layers (``2 / (fan_in + fan_out)``), Kaiming/He compensates for ReLU halving it
 (``gain**2 / fan``). Chapter 02 shows the activations of a deep MLP dying or exploding without
-these scales. Samples come from the tensor's device generator, seeded by ``minigrad.manual_seed``.
+these scales. Samples come from the tensor's device generator, seeded by ``minigrad.manual_seed``;
+inside ``vmap`` the random fills follow its ``randomness``, as torch.func's do.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
+from minigrad.autograd.mode import random_call
 from minigrad.backend.meta import has_values
 from minigrad._tensor import Tensor
 
@@ -31,15 +33,21 @@ def _rng(tensor: Tensor, generator: Any):
     return generator if generator is not None else tensor.device.rng
 
 
+def _fill(name: str, tensor: Tensor, fill: Callable[[Tensor], Any]) -> Tensor:
+    """``fill(tensor)``, a random fill, as the vmaps running want it: inside ``vmap`` a batched
+    tensor gets a draw per example (``"different"``) or the one draw in each (``"same"``)."""
+    return random_call(name, fill, (tensor,), fills=True)
+
+
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Any = None) -> Tensor:
     """Samples from U(a, b)."""
-    return _write(tensor, _rng(tensor, generator).uniform(a, b, size=tensor.shape))
+    return _fill("uniform_", tensor, lambda t: _write(t, _rng(t, generator).uniform(a, b, size=t.shape)))
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Any = None) -> Tensor:
     """Samples from N(mean, std**2)."""
     # loc + scale * standard_normal: cupy's Generator has no normal()
-    return _write(tensor, mean + std * _rng(tensor, generator).standard_normal(tensor.shape))
+    return _fill("normal_", tensor, lambda t: _write(t, mean + std * _rng(t, generator).standard_normal(t.shape)))
 
 
 def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
@@ -47,13 +55,16 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
     """N(mean, std**2) restricted to [a, b]: redraw the samples that fall outside until none do."""
     if not a < b:
         raise ValueError(f"trunc_normal_: expected a < b, got a={a}, b={b}")
-    rng = _rng(tensor, generator)
-    values = mean + std * rng.standard_normal(tensor.shape)
-    bad = (values < a) | (values > b)
-    while has_values(bad) and bad.any():
-        values[bad] = mean + std * rng.standard_normal(int(bad.sum()))
+
+    def fill(t: Tensor) -> Tensor:
+        rng = _rng(t, generator)
+        values = mean + std * rng.standard_normal(t.shape)
         bad = (values < a) | (values > b)
-    return _write(tensor, values)
+        while has_values(bad) and bad.any():
+            values[bad] = mean + std * rng.standard_normal(int(bad.sum()))
+            bad = (values < a) | (values > b)
+        return _write(t, values)
+    return _fill("trunc_normal_", tensor, fill)
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:

@@ -16,6 +16,7 @@ from typing import Any
 from minigrad import backend
 from minigrad.backend import value_checks
 from minigrad.autograd import grad_mode
+from minigrad.autograd.mode import current_modes, index_by_tensors
 from minigrad.errors import DeviceError, ShapeError
 from minigrad.backend.meta import has_values
 from minigrad.ops.elementwise import Op, cast
@@ -315,12 +316,25 @@ def _check_like(op: str, x: Tensor, dim: int, idx: Any, what: str = "index") -> 
 # -- the functions users call --------------------------------------------------------------------------
 def getitem(x: Tensor, index: Any) -> Tensor:
     """``x[index]`` with PyTorch's semantics: ints, slices (any step, also negative, as numpy),
-    None, Ellipsis, integer lists/arrays/Tensors and bool masks, mixed freely."""
+    None, Ellipsis, integer lists/arrays/Tensors and bool masks, mixed freely. Index tensors that
+    a vmap batches index each example with its own (``minigrad.batching.index_batched``)."""
+    if current_modes() and _holds_tensor(index):
+        out = index_by_tensors(getitem, x, index)  # a vmap's, when it batches an index tensor
+        if out is not NotImplemented:
+            return out
     return _index(x, _normalize(x, index, "getitem"))
+
+
+def _holds_tensor(index: Any) -> bool:
+    return isinstance(index, Tensor) or type(index) is tuple and any(isinstance(i, Tensor) for i in index)
 
 
 def index_put(x: Tensor, index: Any, value: Any) -> Tensor:
     """A copy of ``x`` with ``value`` (broadcast) written at ``index``; differentiable in both."""
+    if current_modes() and _holds_tensor(index):
+        out = index_by_tensors(index_put, x, index, value)  # a vmap's, when it batches an index tensor
+        if out is not NotImplemented:
+            return out
     idx = _normalize(x, index, "index_put")
     if not isinstance(value, Tensor):
         value = Tensor(value, dtype=x.dtype, device=x.device)
@@ -330,8 +344,10 @@ def index_put(x: Tensor, index: Any, value: Any) -> Tensor:
 
 def setitem(t: Tensor, index: Any, value: Any) -> None:
     """``t[index] = value``: written straight into t's memory when autograd needn't record it,
-    otherwise as the in-place form of ``index_put`` (so the gradient reaches ``value``)."""
-    if grad_mode.is_grad_enabled() and (t.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
+    otherwise as the in-place form of ``index_put`` (so the gradient reaches ``value``), as also
+    under a mode that runs ops (a vmap: ``t`` holds a batch, and the index is one example's)."""
+    if grad_mode.is_grad_enabled() and (t.requires_grad or (isinstance(value, Tensor) and value.requires_grad)) \
+            or any(m.runs_ops for m in current_modes()):
         inplace(t, index_put, index, value)
         return
     idx = _normalize(t, index, "setitem")
@@ -365,18 +381,31 @@ def gather(x: Tensor, dim: int, index: Any) -> Tensor:
     """``out[i][j][k] = x[i][index[i][j][k]][k]`` for ``dim=1`` (and likewise for other dims)."""
     d = _dim_of(x, dim, "gather")
     idx = _index_array(index, x, "gather")
-    _check_like("gather", x, d, idx)
+    by_tensor = _by_tensor(index)
+    _check_like("gather", x, d, index if by_tensor else idx)
     check_range(idx, x.shape[d], d, "gather", idx, x.shape, negative=False)
+    if by_tensor:
+        return getitem(x, _mesh(x, d, index))
     return _index(x, ((Ellipsis,), _mesh(x, d, idx)))
+
+
+def _by_tensor(index: Any) -> bool:
+    """Whether to read with ``index`` the Tensor (through ``getitem``) rather than its array: when
+    a mode on the stack may see more in it, as a vmap sees one index per example in a batched one."""
+    return isinstance(index, Tensor) and bool(current_modes())
 
 
 def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
     """The slices of ``x`` along ``dim`` at the positions in the 1-D ``index`` (repeats allowed)."""
     d = _dim_of(x, dim, "index_select")
     idx = _index_array(index, x, "index_select")
-    if idx.ndim > 1:
-        raise ShapeError(f"index_select: index must be 1-D, got shape {tuple(idx.shape)}")
+    by_tensor = _by_tensor(index)
+    shape = tuple(index.shape if by_tensor else idx.shape)
+    if len(shape) > 1:
+        raise ShapeError(f"index_select: index must be 1-D, got shape {shape}")
     check_range(idx, x.shape[d], d, "index_select", idx, x.shape, negative=False)
+    if by_tensor:
+        return getitem(x, (slice(None),) * d + (index.reshape(-1),))
     return _index(x, ((Ellipsis,), (slice(None),) * d + (idx.reshape(-1), Ellipsis)))
 
 

@@ -17,7 +17,7 @@ import builtins
 from typing import NamedTuple
 
 from minigrad import backend
-from minigrad.errors import DeviceError, DTypeError, ShapeError
+from minigrad.errors import DeviceError, DimensionError, DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, _floating, _not_bool, cast, exp, maximum, minimum, sqrt, where
 from minigrad.ops.op import GRADIENT_OP
 from minigrad.ops.movement import BroadcastTo, Reshape, broadcast_to, reshape
@@ -45,8 +45,8 @@ def _axes(x: Tensor, dim, op: str) -> tuple | None:
     """``_dims`` for a tensor, naming its shape when a dim is out of range."""
     try:
         return _dims(dim, x.ndim, op)
-    except ShapeError as e:
-        raise ShapeError(f"{e} (input shape {tuple(x.shape)})") from None
+    except DimensionError as e:
+        raise DimensionError(f"{e} (input shape {tuple(x.shape)})") from None
 
 
 def _keep_shape(shape: tuple, dims: tuple | None) -> tuple:

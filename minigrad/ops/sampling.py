@@ -2,13 +2,14 @@
 text from a trained language model with it).
 
 Sampling has no gradient; it draws from the device's generator, or from a ``minigrad.Generator``
-given as ``generator=`` (``minigrad.backend``).
+given as ``generator=`` (``minigrad.backend``); inside ``vmap`` it follows the vmap's ``randomness``.
 """
 
 from __future__ import annotations
 
 from minigrad import backend
 from minigrad.backend import value_checks
+from minigrad.autograd.mode import random_call
 from minigrad.errors import DTypeError, ShapeError
 from minigrad._tensor import Tensor, _wrap
 
@@ -20,7 +21,12 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,
     """Draw ``num_samples`` category indices from each row of non-negative ``weights`` (1-D or
     2-D, need not sum to 1), as ``torch.multinomial``. With replacement each draw inverts the
     cumulative distribution; without, the ``num_samples`` smallest of the exponential arrival
-    times ``E_i / w_i`` are an ordered weighted draw without replacement."""
+    times ``E_i / w_i`` are an ordered weighted draw without replacement. Inside ``vmap`` it
+    follows the vmap's ``randomness`` (``minigrad.autograd.mode.random_call``)."""
+    return random_call("multinomial", lambda w: _draw(w, num_samples, replacement, generator), (input,))
+
+
+def _draw(input: Tensor, num_samples: int, replacement: bool, generator: backend.Generator | None) -> Tensor:
     if input.dtype.kind != "f":
         raise DTypeError(f"multinomial: expected a floating tensor of weights, got {input.dtype}")
     if input.ndim not in (1, 2):

@@ -12,7 +12,7 @@ import minigrad as mg
 import minigrad.ops as M
 from helpers import shares_memory
 from minigrad.autograd.gradcheck import gradcheck, gradgradcheck
-from minigrad.errors import AutogradError, DeviceError, ShapeError
+from minigrad.errors import AutogradError, DeviceError, DimensionError, ShapeError
 
 
 def arange(*shape, dtype="float64"):
@@ -339,3 +339,33 @@ def test_unbind_is_a_function_and_a_method_as_in_torch():
 def test_pad_rejects_unknown_mode():
     with pytest.raises(ValueError, match="pad: mode must be"):
         M.pad(arange(3), (1, 1), mode="wrap")
+
+
+@pytest.mark.parametrize("call, op, valid, got", [
+    (lambda x: x.sum(dim=5), "sum", "[-2, 1]", 5),
+    (lambda x: x.unbind(2), "unbind", "[-2, 1]", 2),
+    (lambda x: x.softmax(-3), "softmax", "[-2, 1]", -3),
+    (lambda x: x.transpose(0, 4), "transpose", "[-2, 1]", 4),
+    (lambda x: x.unsqueeze(3), "unsqueeze", "[-3, 2]", 3),
+    (lambda x: M.cat([x, x], 2), "cat", "[-2, 1]", 2),
+    (lambda x: x.mean((0, 7)), "mean", "[-2, 1]", 7),
+])
+def test_a_dim_out_of_range_is_torchs_index_error_and_a_shape_error(call, op, valid, got):
+    """torch raises IndexError ("Dimension out of range (expected to be in range of [-2, 1], but got
+    5)"); minigrad's DimensionError is that IndexError and its own ShapeError at once, naming the op,
+    the valid range and the dim given."""
+    x = arange(2, 3)
+    with pytest.raises(DimensionError) as info:
+        call(x)
+    assert isinstance(info.value, IndexError) and isinstance(info.value, ShapeError)
+    assert str(info.value).startswith(f"{op}: dim {got} ")
+    assert f"expected to be in range of {valid}, but got {got}" in str(info.value)
+
+
+def test_a_dim_out_of_range_raises_what_torch_raises():
+    torch = pytest.importorskip("torch")
+    for call in (lambda L, x: x.sum(dim=5), lambda L, x: x.unbind(2), lambda L, x: L.stack([x, x], -4)):
+        with pytest.raises(IndexError, match=r"expected to be in range of \[-\d, \d\], but got -?\d"):
+            call(torch, torch.zeros(2, 3))
+        with pytest.raises(IndexError, match=r"expected to be in range of \[-\d, \d\], but got -?\d"):
+            call(mg, mg.zeros(2, 3))
