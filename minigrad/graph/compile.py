@@ -23,6 +23,7 @@ from minigrad.graph.signature import flatten, positional_names, unflatten
 from minigrad.graph.ir import Graph
 from minigrad.graph.passes import PassManager, default_passes
 from minigrad.graph.passes.fusion import MAX_GROUP_SIZE, fuse_elementwise
+from minigrad.graph.passes.horizontal_fusion import fuse_horizontal
 from minigrad.graph.passes.update_fusion import fuse_updates
 from minigrad.graph.trace import Tracer, TraceWarning
 from minigrad.graph.writeback import drop_overwritten_copies
@@ -89,7 +90,8 @@ class CompiledFunction:
         self.backend = check_backend(backend) if backend is not None else default_backend()
         fuse = (functools.partial(fuse_elementwise, backend=self.backend) if max_group_size == MAX_GROUP_SIZE
                 else functools.partial(fuse_elementwise, max_group_size=max_group_size, backend=self.backend))
-        merge = [functools.partial(fuse_updates, backend=self.backend)] if self.backend == "c" else []
+        merge = ([functools.partial(fuse_updates, backend=self.backend), fuse_horizontal] if self.backend == "c"
+                 else [])
         self.passes = passes if passes is not None else default_passes() + [drop_overwritten_copies, fuse] + merge
         self.verbose, self.cache_size_limit = verbose, cache_size_limit
         self._cache: dict[tuple, _Entry | None] = {}

@@ -15,6 +15,7 @@ from minigrad import nn, optim
 from minigrad.backend import cc
 from minigrad.graph.codegen import c
 from minigrad.graph.executor import Executor
+from minigrad.graph.passes.horizontal_fusion import fuse_horizontal
 from minigrad.graph.passes.update_fusion import fuse_updates
 from helpers import training_step
 
@@ -33,9 +34,10 @@ def mse(y, t):
     return ((y - t) ** 2).mean()  # no exp or log: the C and numpy paths round alike, bit for bit
 
 
-def train_both(make_opt, steps=6):
+def train_both(make_opt, steps=6, horizontal=False):
     """A float64 ReLU MLP and its copy, one trained by the compiled step (C kernels), one eagerly,
-    after an eager warm-up step each (the optimizer state exists before the trace)."""
+    after an eager warm-up step each (the optimizer state exists before the trace). Without
+    ``horizontal``, the per-parameter kernels stay apart (``passes.horizontal_fusion`` off)."""
     mg.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3)).double()
     twin = copy.deepcopy(model)
@@ -46,6 +48,8 @@ def train_both(make_opt, steps=6):
     for m, opt in zip((model, twin), opts):
         training_step(m, opt, mse)(*data[0])
     compiled = mg.compile(training_step(model, opts[0], mse), backend="c")
+    if not horizontal:
+        compiled.passes = [p for p in compiled.passes if p is not fuse_horizontal]
     eager = training_step(twin, opts[1], mse)
     versions = {p: p._version for m in (model, twin) for p in m.parameters()}  # deepcopy starts twin's at 0
     for x, t in data[1:]:
