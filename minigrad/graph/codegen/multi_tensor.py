@@ -19,6 +19,8 @@ its own kernel's or eager's.
 from __future__ import annotations
 
 import math
+from itertools import compress
+from operator import is_not, itemgetter
 from typing import Any, Sequence
 
 from minigrad.backend import cc
@@ -34,9 +36,10 @@ xp = _cpu_device.xp
 
 def body_of(group: Graph, dialect: Dialect) -> tuple[list[str], list[int]] | None:
     """The loop body of one member's sub-graph (``group``: placeholders, elementwise members,
-    results of one shape), written with names that do not depend on the member (``a0``: an
-    operand, ``v3``: a value, ``o1``: a result), and which placeholders it reads; None when an
-    operand is neither whole nor one number. Members with the same body share a kernel."""
+    results of one shape), written with names that do not depend on the member (``arg[0]``: an
+    operand's address, ``a0`` its element, ``v3``: a value, ``res[1]``: a result's address), and
+    which placeholders it reads; None when an operand is neither whole nor one number. Members
+    with the same body share a kernel."""
     results = group.outputs
     size = math.prod(results[0].shape)
     members = [n for n in group.topological_order() if n.op not in ("placeholder", "output")]
@@ -50,26 +53,27 @@ def body_of(group: Graph, dialect: Dialect) -> tuple[list[str], list[int]] | Non
             return None
         ctype = dialect.ctypes[str(p.dtype)]
         index = "i" if n == size and size > 1 else "0"
-        lines.append(f"{ctype} a{j} = (({'const ' + ctype} *)row[{len(results) + j}])[{index}];")
+        lines.append(f"{ctype} a{j} = ((const {ctype} *)arg[{j}])[{index}];")
         value[p] = f"a{j}"
     for j, m in enumerate(members):
         expr = expression(m, value, dialect)
         value[m] = f"v{j}"
         lines.append(f"{dialect.ctypes[str(m.dtype)]} v{j} = {expr};  // {m.op}")
-    lines += [f"(({dialect.ctypes[str(r.dtype)]} *)row[{k}])[i] = {value[r]};" for k, r in enumerate(results)]
+    lines += [f"(({dialect.ctypes[str(r.dtype)]} *)res[{k}])[i] = {value[r]};" for k, r in enumerate(results)]
     return lines, leaves
 
 
-def generate_multi_tensor(name: str, body: list[str], sizes: Sequence[int], width: int) -> str:
-    """The C source of one multi-tensor kernel: for tensor ``t``, ``row = table + t * width``
-    holds its results' and operands' addresses, and its loop runs ``sizes[t]`` times."""
+def generate_multi_tensor(name: str, body: list[str], sizes: Sequence[int], results: int, operands: int) -> str:
+    """The C source of one multi-tensor kernel over ``len(sizes)`` tensors: ``table`` holds the
+    addresses of every tensor's ``results``, then of every tensor's ``operands``; the loop of
+    tensor ``t`` runs ``sizes[t]`` times (a plain statement when every size is one)."""
     n = len(sizes)
     loop = (["    #pragma omp simd", "    for (long i = 0; i < sizes[t]; i++) {"] if max(sizes) > 1
-            else ["    {", "    const long i = 0;"])
+            else ["    {", "        const long i = 0;"])
     lines = [f"/* {name}: one loop body over {n} tensors */", "#include <math.h>", "#include <tgmath.h>", "",
              f"static const long sizes[{n}] = {{{', '.join(map(str, sizes))}}};", "",
              f"void {name}(void **table)", "{", f"  for (long t = 0; t < {n}L; t++) {{",
-             f"    void **row = table + t * {width}L;"]
+             f"    void **res = table + t * {results}L, **arg = table + {n * results}L + t * {operands}L;"]
     lines += loop + ["        " + line for line in body] + ["    }", "  }", "}", ""]
     return "\n".join(lines)
 
@@ -77,92 +81,124 @@ def generate_multi_tensor(name: str, body: list[str], sizes: Sequence[int], widt
 class MultiTensorKernel:
     """One loop body over many tensors: ``kernel(*arrays, out=None) -> tuple``. ``arrays`` are
     the members' inputs one member after another (``arity`` each), the results come back the
-    same way (``results`` per member), each written into its ``out`` array (a tensor's memory)
-    when given. ``leaves`` are the inputs of a member that the body reads, ``types`` their
-    dtypes and ``shapes``/``dtypes`` each member's results'. Without a compiler, ``parts`` (each
-    member's own kernel, or its op's forward: arrays in, value out) compute the same values."""
+    same way (``results[m]``: member m's, a (shape, dtype) each), each written into its ``out``
+    array (a tensor's memory) when given. ``leaves`` are the inputs of a member that the body
+    reads, ``types`` their dtypes. The results at the flat indices in ``kept`` are read only by
+    other kernels of the same run (the pass knows), so they live in arrays the kernel keeps from
+    call to call, whose addresses stay. Without a compiler, ``parts`` (each member's own kernel,
+    or its op's forward: arrays in, value out) compute the same values."""
 
     def __init__(self, name: str, source: str, arity: int, leaves: list[int], types: list[str],
-                 results: list[tuple], parts: list[Any], group: Graph) -> None:
+                 results: list[list[tuple]], parts: list[Any], group: Graph, kept: frozenset = frozenset()) -> None:
         self.name, self.source, self.parts, self.group = name, source, parts, group
         self.arity, self._leaves, self._types = arity, leaves, [xp.dtype(t) for t in types]
-        self._results = results  # per member: a (shape, dtype) per result
+        self._results = results
         self.per_member = len(results[0])
+        self.kept = kept
         self.ops = tuple(n.op for n in group.topological_order() if n.op not in ("placeholder", "output"))
+        count = len(parts)
+        self._specs = [spec for member in results for spec in member]
+        self._operands = [m * arity + k for m in range(count) for k in leaves]  # in the table's order
+        self._operand_types = self._types * count
+        self._operand_picker = itemgetter(*self._operands) if len(self._operands) > 1 else (
+            lambda arrays: tuple(arrays[k] for k in self._operands))
         self._fn: Any = None
-        self._known: list[Any] = []  # the arrays of the last call's table, kept so that "is" compares live ones
+        self._own: list[Any] = [None] * len(self._specs)  # the kept results' arrays
+        self._row: list[Any] = []  # the arrays whose addresses the table holds: results, then operands
         self._table: Any = None
 
     def __call__(self, *arrays: Any, out: tuple | None = None) -> tuple:
         if self._fn is None:
             self._fn = _load(self.source, self.name)
-        count, per_member, leaves = len(self.parts), self.per_member, len(self._leaves)
-        outs = out or (None,) * (count * per_member)
+            self._own = [xp.empty(*spec) if k in self.kept else None for k, spec in enumerate(self._specs)]
+        outs = out or (None,) * len(self._specs)
         if self._fn is False:
             return self._by_parts(arrays, outs)
-        row, known, ready = [], self._known, self._table is not None
-        for m in range(count):  # a row of the table per tensor: its results, then its operands
-            base = m * (per_member + leaves)
-            for r in range(per_member):
-                o = outs[m * per_member + r]
-                if o is None or not (ready and o is known[base + r]) and not _fits(o, *self._results[m][r]):
-                    o = xp.empty(*self._results[m][r])
-                row.append(o)
-            for j, k in enumerate(self._leaves):
-                x = arrays[m * self.arity + k]
-                if not (ready and x is known[base + per_member + j]):
-                    t = self._types[j]
-                    if type(x) is not xp.ndarray or x.dtype is not t or not x.flags.c_contiguous:
-                        x = xp.ascontiguousarray(x, t)
-                row.append(x)
-        table = self._addresses(row)
-        if self._overlap(table):  # a result would clobber what another tensor reads: into new arrays
-            row = list(row)  # a new list: the last one is what _addresses compares with
-            for m in range(count):
-                for r in range(per_member):
-                    row[m * (per_member + leaves) + r] = xp.empty(*self._results[m][r])
-            table = self._addresses(row)
-        self._fn(_address(table))
-        results = [row[m * (per_member + leaves) + r] for m in range(count) for r in range(per_member)]
+        if self._table is None:
+            changed = self._first(arrays, outs)
+        else:  # only what differs from the last call is looked at again (the same arrays, mostly)
+            changed = self._update(arrays, outs)
+        if changed and self._overlap():  # a result would clobber what another tensor reads: into new arrays
+            split = len(self._specs)
+            for k, spec in enumerate(self._specs):
+                self._set(k, xp.empty(*spec))
+                self._outs[k] = None  # looked at again next time
+            self._fresh = range(split)
+        self._fn(self._pointer)
+        results = self._row[:len(self._specs)]
+        if out is None:
+            return tuple(results)
+        if not any(map(is_not, out, results)):  # every result went straight into its out
+            return out
         for o, r in zip(outs, results):
             if o is not None and r is not o:
                 xp.copyto(o, r)
-        return tuple(o if o is not None else r for o, r in zip(outs, results))
+        return tuple(r if o is None else o for o, r in zip(outs, results))
 
-    def _addresses(self, row: list) -> Any:
-        """The table of addresses for ``row``: looked up again only for the arrays that are not
-        the very ones of the last call (the parameters and their moments stay). The last call's
-        arrays are kept, so that "is" compares live arrays only."""
-        table, known = self._table, self._known
-        if table is None:
-            table = self._table = xp.array([_address(x) for x in row], dtype=xp.intp)
-            self._bytes = xp.array([x.nbytes for x in row], dtype=xp.intp).reshape(len(self.parts), -1)
-        else:
-            for k, x in enumerate(row):
-                if x is not known[k]:
-                    table[k] = _address(x)
-        self._known = row
-        return table
+    def _first(self, arrays: tuple, outs: tuple) -> bool:
+        """The first call: every result's and operand's array and address."""
+        results = [self._result(k, o) for k, o in enumerate(outs)]
+        operands = [_contiguous(arrays[k], t) for k, t in zip(self._operands, self._operand_types)]
+        self._row = results + operands
+        self._table = xp.array([_address(x) for x in self._row], dtype=xp.intp)
+        self._bytes = xp.array([x.nbytes for x in self._row], dtype=xp.intp)
+        self._pointer = _address(self._table)
+        self._outs, self._given = list(outs), list(self._operand_picker(arrays))
+        self._fresh = [k for k, r in enumerate(results) if r is not outs[k] and r is not self._own[k]]
+        return True
 
-    def _overlap(self, table: Any) -> bool:
+    def _update(self, arrays: tuple, outs: tuple) -> bool:
+        """The arrays of this call where they are not the last call's: a result's ``out`` that
+        changed, a new array for a result with neither ``out`` nor memory of its own, an operand
+        that changed; their addresses into the table. Whether anything changed."""
+        split, row, last_outs, given = len(self._specs), self._row, self._outs, self._given
+        moved = list(compress(range(split), map(is_not, outs, last_outs)))
+        for k in moved:
+            last_outs[k] = outs[k]
+        fresh = self._fresh
+        for k in set(moved).union(fresh) if moved and fresh else moved or fresh:
+            self._set(k, self._result(k, outs[k]))
+        self._fresh = [k for k in set(moved).union(fresh)
+                       if row[k] is not outs[k] and row[k] is not self._own[k]] if moved else fresh
+        operands = self._operand_picker(arrays)
+        changed = list(compress(range(len(operands)), map(is_not, operands, given)))
+        types = self._operand_types
+        for j in changed:
+            given[j] = operands[j]
+            self._set(split + j, _contiguous(operands[j], types[j]))
+        return bool(moved or fresh or changed)
+
+    def _result(self, k: int, o: Any) -> Any:
+        """Where result ``k`` goes: the kernel's own memory, else ``o`` when the loop may store
+        into it, else a new array."""
+        own = self._own[k]
+        if own is not None:
+            return own
+        return o if o is not None and _fits(o, *self._specs[k]) else xp.empty(*self._specs[k])
+
+    def _set(self, k: int, x: Any) -> None:
+        if self._row[k] is not x:
+            self._row[k] = x
+            self._table[k] = _address(x)
+
+    def _overlap(self) -> bool:
         """Whether a result shares memory with another result, or with an operand other than the
         same array of its own tensor (read element for element before it is written). Contiguous
         arrays share memory exactly when their byte ranges meet: sorted by start, disjoint results
         each end before the next starts, and an operand meets one only if it meets the last
         result starting before its end."""
-        per = self.per_member
-        starts = table.reshape(len(self.parts), -1)
-        ends = starts + self._bytes
-        rs, re_ = starts[:, :per], ends[:, :per]
-        xs, xe = starts[:, per:], ends[:, per:]
+        count, split = len(self.parts), len(self._specs)
+        starts, ends = self._table, self._table + self._bytes
+        rs, re_ = starts[:split].reshape(count, -1), ends[:split].reshape(count, -1)
+        xs, xe = starts[split:].reshape(count, -1), ends[split:].reshape(count, -1)
         same = ((xs[:, :, None] == rs[:, None, :]) & (xe[:, :, None] == re_[:, None, :])).any(-1)
-        keep = self._bytes[:, :per] > 0
-        rs, re_ = rs[keep], re_[keep]
+        full = self._bytes[:split].reshape(count, -1) > 0
+        rs, re_ = rs[full], re_[full]
         order = xp.argsort(rs, kind="stable")
         rs, re_ = rs[order], re_[order]
         if len(rs) > 1 and (rs[1:] < re_[:-1]).any():
             return True
-        free = ~same & (self._bytes[:, per:] > 0)
+        free = ~same & (self._bytes[split:].reshape(count, -1) > 0)
         xs, xe = xs[free], xe[free]
         last = xp.searchsorted(rs, xe, side="left") - 1
         return bool(((last >= 0) & (re_[xp.maximum(last, 0)] > xs)).any()) if len(rs) else False
@@ -180,6 +216,13 @@ class MultiTensorKernel:
 
     def __repr__(self) -> str:
         return f"<MultiTensorKernel {self.name}: {len(self.parts)} tensors, {len(self.ops)} ops>"
+
+
+def _contiguous(x: Any, dtype: Any) -> Any:
+    """``x`` as a contiguous array of ``dtype`` (itself when it is one)."""
+    if type(x) is xp.ndarray and x.dtype is dtype and x.flags.c_contiguous:
+        return x
+    return xp.ascontiguousarray(x, dtype)
 
 
 def _fits(a: Any, shape: tuple, dtype: Any) -> bool:

@@ -164,9 +164,10 @@ def _rebuild(graph: Graph, order: list[Node], sets: list) -> Graph | set[Node]:
     if _writes_move([n for u in emitted for n in units[u]], order):
         return set(unit)  # leave every set alone
     rw = Rewriter(graph)
+    members = {m for s in sets for m in s[0]}
     for u in emitted:
         if isinstance(u, int):
-            _merge(rw, *sets[u])
+            _merge(rw, *sets[u], members)
         else:
             rw.env[u] = rw.copy(u)
     return rw.finish()
@@ -186,18 +187,23 @@ def _writes_move(new: list[Node], old: list[Node]) -> bool:
     return writes(new) != writes(old)
 
 
-def _merge(rw: Rewriter, members: list[Node], sub: Graph, body: list[str], leaves: list[int]) -> None:
-    """One ``fused`` node for the set and a ``getitem`` per member result, standing for the old ones."""
+def _merge(rw: Rewriter, members: list[Node], sub: Graph, body: list[str], leaves: list[int],
+           merged_nodes: set[Node]) -> None:
+    """One ``fused`` node for the set and a ``getitem`` per member result, standing for the old
+    ones. A result that only merged kernels read (``merged_nodes``: a bias correction) is kept
+    in the kernel's own memory from call to call: nothing else holds it."""
     first = members[0]
     per = len(sub.outputs)
     shapes = [_shapes(m) for m in members]
     sizes = [math.prod(s[0][0]) for s in shapes]
     ops = dict.fromkeys(n.op.lower() for n in sub if n.op not in ("placeholder", "output"))
     name = "".join(ch if ch.isalnum() else "_" for ch in f"fused_{len(members)}_tensors_{'_'.join(list(ops)[:3])}")
-    source = generate_multi_tensor(name, body, sizes, per + len(leaves))
+    source = generate_multi_tensor(name, body, sizes, per, len(leaves))
+    kept = frozenset(j * per + k for j, m in enumerate(members) for k, r in enumerate(_results(m))
+                     if r is not None and r.users and all(u in merged_nodes for u in r.users))
     parts = [m.fn if m.op == "fused" else _forward(m) for m in members]
     kernel = MultiTensorKernel(name, source, len(first.inputs), leaves, [str(sub.placeholders[k].dtype) for k in leaves],
-                               shapes, parts, sub)
+                               shapes, parts, sub, kept)
     inputs = [rw[i] for m in members for i in m.inputs]
     meta = {"device": first.meta.get("device"), "ctx_device": first.meta.get("ctx_device"),
             "args": ("<tensor>",) * len(inputs), "kwargs": (), "group": sub, "kind": "elementwise"}
