@@ -3,14 +3,12 @@ step updates every parameter in one multi-tensor kernel call (and its step count
 corrections in one each), each result computed into its tensor, with parameters, gradients and
 optimizer state equal to eager's bit for bit; kernels that depend on one another stay apart; a
 result that would clobber another tensor's operand goes into a new array; without a compiler the
-members' own kernels compute the same values."""
-
-import warnings
+members' own kernels compute the same values (and ``test_update_fusion`` runs its steps
+without a compiler and on the threaded executor with and without this pass)."""
 
 import numpy as np
 import pytest
 
-import minigrad as mg
 from minigrad.backend import cc
 from minigrad.graph.codegen import c
 from minigrad.graph.codegen.multi_tensor import MultiTensorKernel
@@ -41,35 +39,6 @@ def test_every_parameter_is_updated_by_one_call_into_its_tensors_as_eager_does(n
     absorbed = {e.inputs[1] for e in ex.writes.absorbed}
     assert len(node.users) == results * params
     assert all(g in ex.writes.into and g in absorbed for g in node.users)  # no copy left to do
-
-
-def test_without_a_compiler_every_update_is_computed_by_its_own_kernels_as_eager_does(tmp_path, monkeypatch):
-    monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("CC", "false")  # a compiler that fails on every kernel
-    monkeypatch.setattr(c, "_warned", set())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", c.KernelWarning)
-        _, graph = train_both(OPTIMIZERS["Adam"][0], steps=3, horizontal=True)  # bit for bit: checked there
-    kernels = [n.fn for n in multi_tensor_nodes(graph)]
-    assert kernels and all(k._fn is False for k in kernels)
-
-
-def test_the_parallel_executor_runs_the_merged_updates_as_the_serial_one_does():
-    _, graph = train_both(OPTIMIZERS["AdamW"][0], steps=1, horizontal=True)
-    assert multi_tensor_nodes(graph)
-    tensors = list(dict.fromkeys(n.meta["target"] for n in graph if n.op == "parameter"))
-    before = [t.array.copy() for t in tensors]
-    rng = np.random.default_rng(1)
-    inputs = [mg.tensor(rng.standard_normal((10, 6))), mg.tensor(rng.standard_normal((10, 3)))]
-    results = []
-    for parallel in (False, True):
-        for t, a in zip(tensors, before):
-            t.array[...] = a
-        Executor(graph, parallel=parallel).run(inputs)
-        results.append([t.array.copy() for t in tensors])
-    assert any((a != b).any() for a, b in zip(before, results[0]))  # the step did update them
-    for a, b in zip(*results):
-        np.testing.assert_array_equal(a, b)
 
 
 def chain_graph(n):

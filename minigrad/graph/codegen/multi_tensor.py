@@ -26,6 +26,8 @@ from typing import Any, Sequence
 from minigrad.backend import cc
 from minigrad.backend import cpu as _cpu_device
 from minigrad.backend.cc import address as _address
+from minigrad.graph.codegen.c import _load as load_c
+from minigrad.graph.codegen.c import into_outs
 from minigrad.graph.codegen.program import Dialect, expression
 from minigrad.graph.ir import Graph, Node
 
@@ -130,10 +132,7 @@ class MultiTensorKernel:
             return tuple(results)
         if not any(map(is_not, out, results)):  # every result went straight into its out
             return out
-        for o, r in zip(outs, results):
-            if o is not None and r is not o:
-                xp.copyto(o, r)
-        return tuple(r if o is None else o for o, r in zip(outs, results))
+        return into_outs(outs, results)
 
     def _first(self, arrays: tuple, outs: tuple) -> bool:
         """The first call: every result's and operand's array and address."""
@@ -209,10 +208,7 @@ class MultiTensorKernel:
         for m, part in enumerate(self.parts):
             value = part(*arrays[m * self.arity:(m + 1) * self.arity])
             values += list(value) if type(value) is tuple else [value]
-        for o, v in zip(outs, values):
-            if o is not None:
-                xp.copyto(o, v)
-        return tuple(o if o is not None else v for o, v in zip(outs, values))
+        return into_outs(outs, values)
 
     def __repr__(self) -> str:
         return f"<MultiTensorKernel {self.name}: {len(self.parts)} tensors, {len(self.ops)} ops>"
@@ -232,6 +228,4 @@ def _fits(a: Any, shape: tuple, dtype: Any) -> bool:
 
 def _load(source: str, name: str) -> Any:
     """The built function (one pointer: the table), or False when no compiler builds it."""
-    from minigrad.graph.codegen.c import _load as load_c
-
     return load_c(source, name, 1, False)
