@@ -24,7 +24,7 @@ from minigrad.graph.codegen import c
 from minigrad.graph.codegen.multi_tensor import MultiTensorKernel, body_of, generate_multi_tensor
 from minigrad.graph.codegen.program import Program
 from minigrad.graph.ir import EFFECT_OPS, SIDE_EFFECT_OPS, Graph, Node, op_kind
-from minigrad.graph.passes.rewrite import Rewriter
+from minigrad.graph.passes.rewrite import Rewriter, is_random
 
 __all__ = ["fuse_horizontal"]
 
@@ -85,6 +85,8 @@ def _sub_graph(n: Node) -> Graph | None:
     """The sub-graph a member computes (placeholders in the order of ``n``'s inputs, elementwise
     members, results of one shape), or None when ``n`` cannot be a member: a C kernel of
     elementwise ops that calls no vector math function, or one elementwise op on single numbers."""
+    if getattr(n.meta.get("device"), "type", "cpu") != "cpu":
+        return None  # C kernels are the CPU's
     if n.op == "fused":
         if getattr(n.fn, "threaded", False):
             return None  # a loop big enough to share among threads: the one-thread table would lose that
@@ -102,7 +104,8 @@ def _sub_graph(n: Node) -> Graph | None:
             return None  # a vector math call might round otherwise than the member's own loop
         return group
     if (n.op in SIDE_EFFECT_OPS or n.shape is None or math.prod(n.shape) != 1 or not n.inputs
-            or op_kind(n) != "elementwise" or not isinstance(n.fn, type) or not getattr(n.fn, "array_forward", False)):
+            or op_kind(n) != "elementwise" or not isinstance(n.fn, type) or not getattr(n.fn, "array_forward", False)
+            or is_random(n) or any(u.op == "saved" for u in n.users)):  # a saved node reads the op's ctx
         return None
     sub = Graph()
     twins = {}
