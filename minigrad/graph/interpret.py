@@ -13,6 +13,7 @@ the same steps ahead of time and frees each value after its last use.
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any, Callable, Sequence
 
 from minigrad.autograd import grad_mode
@@ -140,12 +141,22 @@ def node_step(n: Node, compute: Callable[[list], tuple[Any, Any]], keep_ctx: boo
         def step(env: dict, ctxs: dict) -> None:
             fn(*[env[i] for i in inputs])
             env[n] = None
-    elif keep_ctx:
-        def step(env: dict, ctxs: dict) -> None:
-            env[n], ctxs[n] = compute([env[i] for i in inputs])
+    elif len(inputs) == 1:  # the inputs' values fetched without a comprehension's frame: a step per node adds up
+        (a,) = inputs
+        if keep_ctx:
+            def step(env: dict, ctxs: dict) -> None:
+                env[n], ctxs[n] = compute((env[a],))
+        else:
+            def step(env: dict, ctxs: dict) -> None:
+                env[n] = compute((env[a],))[0]
     else:
-        def step(env: dict, ctxs: dict) -> None:
-            env[n] = compute([env[i] for i in inputs])[0]
+        fetch = operator.itemgetter(*inputs) if len(inputs) > 1 else lambda env: ()
+        if keep_ctx:
+            def step(env: dict, ctxs: dict) -> None:
+                env[n], ctxs[n] = compute(fetch(env))
+        else:
+            def step(env: dict, ctxs: dict) -> None:
+                env[n] = compute(fetch(env))[0]
     return step
 
 
