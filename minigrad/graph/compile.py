@@ -52,7 +52,8 @@ def compile(fn: Callable[..., Any] | None = None, *, passes: list | None = None,
     real under the tracer, so that call's result is the eager one; later calls with that signature
     replay the optimised graph, whose executor frees every buffer after its last use and computes
     an optimizer's updates straight into the tensors they update (with C kernels, one kernel per
-    parameter: ``passes.update_fusion``). As with ``trace``, Python control
+    parameter: ``passes.update_fusion``, and all parameters' in one call: ``passes.horizontal_fusion``).
+    As with ``trace``, Python control
     flow is frozen at trace time, and a training step should be compiled after one eager warm-up
     step, so that optimizer state (momentum buffers) exists before the trace. An optimizer's Python
     numbers (learning rate, Adam's step count), which no op sees, are part of the signature: a new
