@@ -16,7 +16,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from minigrad.autograd import mode
-from minigrad.graph.interpret import EFFECT_OPS, apply_effect, keeps_ctx, node_runner, node_step, run_node, source_tensor
+from minigrad.graph.interpret import (EFFECT_OPS, apply_effect, keeps_ctx, node_runner, node_step, run_node,
+                                      source_tensor)
 from minigrad.graph.ir import SOURCE_OPS, Graph, GraphError, Node
 from minigrad.graph.overlap import helper, plan_overlap
 from minigrad.graph.parallel import PAYS_BELOW, ParallelPlan, Slot, helpers, plan_parallel, run_parallel
@@ -334,7 +335,8 @@ class Executor:
         in_place = self._in_place
         if not clock:
             for op, target_node, value, absorbed, own, writes in self._effect_plan:
-                target = target_node.meta["target"] if target_node.op == "parameter" else source_tensor(target_node, given)
+                target = (target_node.meta["target"] if target_node.op == "parameter"
+                          else source_tensor(target_node, given))
                 if absorbed and in_place and op == "copy_":  # already in the tensor: its version moves
                     for _ in range(writes):
                         target._bump_version()

@@ -22,8 +22,8 @@ from minigrad.errors import TraceError
 from minigrad.graph.ir import Graph, Node
 from minigrad._tensor import Tensor, _wrap
 
-__all__ = ["ARRAY_ARG", "EFFECT_OPS", "TENSOR_ARG", "apply_effect", "keeps_ctx", "node_runner", "node_step", "run_graph",
-           "run_node", "saved_value", "source_tensor"]
+__all__ = ["ARRAY_ARG", "EFFECT_OPS", "TENSOR_ARG", "apply_effect", "keeps_ctx", "node_runner", "node_step",
+           "run_graph", "run_node", "saved_value", "source_tensor"]
 
 TENSOR_ARG, ARRAY_ARG = "<tensor>", "<array>"  # marks in node.meta["args"] for positions fed by inputs
 EFFECT_OPS = ("copy_", "set_grad")  # writes, applied in order after every value is computed

@@ -5,8 +5,8 @@ tensors is a hundred kernels that differ only in their pointers and lengths, eac
 call (tens of microseconds) to do a microsecond of work, and so are the bias corrections and the
 step counts before it. ``MultiTensorKernel`` runs one loop body over a list of tensors in one call,
 as PyTorch's ``_foreach`` ops and apex's multi-tensor apply do: the kernel walks a table of
-pointers, one row per tensor (its results, then its operands), each tensor's loop as long as that
-tensor. An operand is read element by element (``p[i]``) or is one number for its tensor
+pointers (every tensor's results, then every tensor's operands), each tensor's loop as long as
+that tensor. An operand is read element by element (``p[i]``) or is one number for its tensor
 (``p[0]``: a bias correction). The addresses of arrays that stay the same from call to call (the
 parameters and their moments) are looked up once. Where no compiler builds it, each member's own
 kernel (``parts``) runs in turn, so the numpy fallback computes the same values.
@@ -23,7 +23,6 @@ from itertools import compress
 from operator import is_not, itemgetter
 from typing import Any, Sequence
 
-from minigrad.backend import cc
 from minigrad.backend import cpu as _cpu_device
 from minigrad.backend.cc import address as _address
 from minigrad.graph.codegen.c import _load as load_c
@@ -121,11 +120,10 @@ class MultiTensorKernel:
         else:  # only what differs from the last call is looked at again (the same arrays, mostly)
             changed = self._update(arrays, outs)
         if changed and self._overlap():  # a result would clobber what another tensor reads: into new arrays
-            split = len(self._specs)
             for k, spec in enumerate(self._specs):
                 self._set(k, xp.empty(*spec))
                 self._outs[k] = None  # looked at again next time
-            self._fresh = range(split)
+            self._fresh = range(len(self._specs))
         self._fn(self._pointer)
         results = self._row[:len(self._specs)]
         if out is None:
@@ -223,7 +221,8 @@ def _contiguous(x: Any, dtype: Any) -> Any:
 
 def _fits(a: Any, shape: tuple, dtype: Any) -> bool:
     """Whether the loop may store a result of ``shape`` and ``dtype`` straight into array ``a``."""
-    return type(a) is xp.ndarray and a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+    return (type(a) is xp.ndarray and a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+            and a.flags.writeable)
 
 
 def _load(source: str, name: str) -> Any:

@@ -51,7 +51,8 @@ def _sets(order: list[Node]) -> list[tuple[list[Node], Graph, list[str], list[in
     written = {e.inputs[0] for e in order if e.op == "copy_"}
     bit: dict[Node, int] = {}
     above: dict[Node, int] = {}  # each node's ancestors among the candidates, as a bit mask
-    open_sets: dict[Any, list] = {}  # a body -> its sets still taking members: [members, mask, written, sub, body, leaves]
+    # a body -> its sets still taking members: [members, their bits, what they write, what they read, sub, body, leaves]
+    open_sets: dict[Any, list] = {}
     found = []
     for n in order:
         mask = 0
@@ -67,7 +68,7 @@ def _sets(order: list[Node]) -> list[tuple[list[Node], Graph, list[str], list[in
         bit[n] = 1 << len(bit)
         reads = set(n.inputs)
         writes = reads & written
-        for s in open_sets.setdefault(key, []):  # s: [members, their bits, what they write, what they read]
+        for s in open_sets.setdefault(key, []):
             if not (mask & s[1]) and not (writes & s[3]) and not (reads & s[2]):
                 s[0].append(n)
                 s[1] |= bit[n]
@@ -207,8 +208,8 @@ def _merge(rw: Rewriter, members: list[Node], sub: Graph, body: list[str], leave
     kept = frozenset(j * per + k for j, m in enumerate(members) for k, r in enumerate(_results(m))
                      if r is not None and r.users and all(u in merged_nodes for u in r.users))
     parts = [m.fn if m.op == "fused" else _forward(m) for m in members]
-    kernel = MultiTensorKernel(name, source, len(first.inputs), leaves, [str(sub.placeholders[k].dtype) for k in leaves],
-                               shapes, parts, sub, kept)
+    types = [str(sub.placeholders[k].dtype) for k in leaves]
+    kernel = MultiTensorKernel(name, source, len(first.inputs), leaves, types, shapes, parts, sub, kept)
     inputs = [rw[i] for m in members for i in m.inputs]
     meta = {"device": first.meta.get("device"), "ctx_device": first.meta.get("ctx_device"),
             "args": ("<tensor>",) * len(inputs), "kwargs": (), "group": sub, "kind": "elementwise"}
