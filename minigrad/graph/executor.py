@@ -104,6 +104,7 @@ class Executor:
         self.timeline: list[Slot] = []
         # the sources whose arrays decide whether a call may write in place (see _apart)
         self._watched = list(dict.fromkeys([*self.writes.into.values(), *(n for p in self.writes.overlaps for n in p)]))
+        self._watched_tensors = [n.meta["target"] if n.op == "parameter" else None for n in self._watched]
         self._seen: tuple[list, bool] | None = None  # the watched arrays of the last check, and its answer
         self._in_place = True  # this call writes the planned values into their tensors
         self._work = self._plan_work()
@@ -354,8 +355,9 @@ class Executor:
         """Whether the tensors written in place share no memory with the sources that the plan
         assumes apart from them (a constant that is a view of a parameter would see the update
         early), and still have the shapes and dtypes traced. Checked again only when an array changes."""
-        arrays = [given[n].array if n.op == "placeholder" else n.attrs["value"] if n.op == "constant"
-                  else source_tensor(n, given).array for n in self._watched]
+        arrays = [t.array if t is not None else given[n].array if n.op == "placeholder"
+                  else n.attrs["value"] if n.op == "constant" else source_tensor(n, given).array
+                  for n, t in zip(self._watched, self._watched_tensors)]
         if self._seen is not None and all(a is b for a, b in zip(arrays, self._seen[0])):
             return self._seen[1]
         array_of = dict(zip(self._watched, arrays))
