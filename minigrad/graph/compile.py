@@ -23,6 +23,7 @@ from minigrad.graph.signature import flatten, positional_names, unflatten
 from minigrad.graph.ir import Graph
 from minigrad.graph.passes import PassManager, default_passes
 from minigrad.graph.passes.fusion import MAX_GROUP_SIZE, fuse_elementwise
+from minigrad.graph.passes.horizontal_fusion import fuse_horizontal
 from minigrad.graph.passes.update_fusion import fuse_updates
 from minigrad.graph.trace import Tracer, TraceWarning
 from minigrad.graph.writeback import drop_overwritten_copies
@@ -51,7 +52,8 @@ def compile(fn: Callable[..., Any] | None = None, *, passes: list | None = None,
     real under the tracer, so that call's result is the eager one; later calls with that signature
     replay the optimised graph, whose executor frees every buffer after its last use and computes
     an optimizer's updates straight into the tensors they update (with C kernels, one kernel per
-    parameter: ``passes.update_fusion``). As with ``trace``, Python control
+    parameter: ``passes.update_fusion``, and all parameters' in one call: ``passes.horizontal_fusion``).
+    As with ``trace``, Python control
     flow is frozen at trace time, and a training step should be compiled after one eager warm-up
     step, so that optimizer state (momentum buffers) exists before the trace. An optimizer's Python
     numbers (learning rate, Adam's step count), which no op sees, are part of the signature: a new
@@ -89,7 +91,8 @@ class CompiledFunction:
         self.backend = check_backend(backend) if backend is not None else default_backend()
         fuse = (functools.partial(fuse_elementwise, backend=self.backend) if max_group_size == MAX_GROUP_SIZE
                 else functools.partial(fuse_elementwise, max_group_size=max_group_size, backend=self.backend))
-        merge = [functools.partial(fuse_updates, backend=self.backend)] if self.backend == "c" else []
+        merge = ([functools.partial(fuse_updates, backend=self.backend), fuse_horizontal] if self.backend == "c"
+                 else [])
         self.passes = passes if passes is not None else default_passes() + [drop_overwritten_copies, fuse] + merge
         self.verbose, self.cache_size_limit = verbose, cache_size_limit
         self._cache: dict[tuple, _Entry | None] = {}

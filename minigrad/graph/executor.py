@@ -16,7 +16,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from minigrad.autograd import mode
-from minigrad.graph.interpret import EFFECT_OPS, apply_effect, keeps_ctx, node_step, run_node, source_tensor
+from minigrad.graph.interpret import (EFFECT_OPS, apply_effect, keeps_ctx, node_runner, node_step, run_node,
+                                      source_tensor)
 from minigrad.graph.ir import SOURCE_OPS, Graph, GraphError, Node
 from minigrad.graph.overlap import helper, plan_overlap
 from minigrad.graph.parallel import PAYS_BELOW, ParallelPlan, Slot, helpers, plan_parallel, run_parallel
@@ -103,9 +104,13 @@ class Executor:
         self.timeline: list[Slot] = []
         # the sources whose arrays decide whether a call may write in place (see _apart)
         self._watched = list(dict.fromkeys([*self.writes.into.values(), *(n for p in self.writes.overlaps for n in p)]))
+        self._watched_tensors = [n.meta["target"] if n.op == "parameter" else None for n in self._watched]
         self._seen: tuple[list, bool] | None = None  # the watched arrays of the last check, and its answer
         self._in_place = True  # this call writes the planned values into their tensors
         self._work = self._plan_work()
+        # the plain sequential run (nothing timed, measured or overlapped): one flat list of calls and frees
+        self._plain = [(tuple(call for _, call in calls), tuple(frees), tuple(ctx_frees))
+                       for calls, frees, ctx_frees, _ in self._work]
         self.overlap = plan_overlap(self.schedule, writers, self._keep_ctx)  # the sequential run's
         self._waits: dict[int, list[Node]] = {}
         for n, k in self.overlap.items():
@@ -167,6 +172,16 @@ class Executor:
         ctxs: dict[Node, Any] = {}
         self._in_place = not self._watched or self._apart(given)
         overlap = bool(self.overlap) and not report and not clock and not timeline
+        if not (overlap or report or clock or timeline):
+            for calls, frees, ctx_frees in self._plain:
+                for call in calls:
+                    call(env, ctxs)
+                for n in frees:  # drop the last references: the buffer can be freed now
+                    del env[n]
+                for n in ctx_frees:  # a ctx holds the arrays its op saved
+                    del ctxs[n]
+            self._apply_effects(env, given, clock)
+            return [env[n] for n in self.graph.outputs]
         thread = helper() if overlap else None
         pending: dict[Node, Any] = {}  # products running on the helper thread
         t0 = time.perf_counter()
@@ -319,6 +334,16 @@ class Executor:
         """The effects, in order: a ``copy_`` whose value the run already wrote into the tensor
         (or that a later copy overwrites) only bumps the tensor's version."""
         in_place = self._in_place
+        if not clock:
+            for op, target_node, value, absorbed, own, writes in self._effect_plan:
+                target = (target_node.meta["target"] if target_node.op == "parameter"
+                          else source_tensor(target_node, given))
+                if absorbed and in_place and op == "copy_":  # already in the tensor: its version moves
+                    for _ in range(writes):
+                        target._bump_version()
+                else:
+                    apply_effect(op, target, env[value] if value is not None else None, own=own, writes=writes)
+            return
         for e, (op, target_node, value, absorbed, own, writes) in zip(self.effects, self._effect_plan):
             start = time.perf_counter() if clock else 0.0
             apply_effect(op, source_tensor(target_node, given), env[value] if value is not None else None,
@@ -330,8 +355,9 @@ class Executor:
         """Whether the tensors written in place share no memory with the sources that the plan
         assumes apart from them (a constant that is a view of a parameter would see the update
         early), and still have the shapes and dtypes traced. Checked again only when an array changes."""
-        arrays = [given[n].array if n.op == "placeholder" else n.attrs["value"] if n.op == "constant"
-                  else source_tensor(n, given).array for n in self._watched]
+        arrays = [t.array if t is not None else given[n].array if n.op == "placeholder"
+                  else n.attrs["value"] if n.op == "constant" else source_tensor(n, given).array
+                  for n, t in zip(self._watched, self._watched_tensors)]
         if self._seen is not None and all(a is b for a, b in zip(arrays, self._seen[0])):
             return self._seen[1]
         array_of = dict(zip(self._watched, arrays))
@@ -383,7 +409,7 @@ class Executor:
                                           if self._in_place else None), None)
         target = self.writes.into.get(n)
         if target is None or n.op == "getitem":  # a result of the kernel above: looked up
-            return functools.partial(run_node, n)
+            return node_runner(n) if n.op not in _STRUCTURAL and n.op != "call" else functools.partial(run_node, n)
         t = target.meta["target"]
         if n.op == "fused":
             kernel = n.fn

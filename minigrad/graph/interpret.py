@@ -13,6 +13,7 @@ the same steps ahead of time and frees each value after its last use.
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any, Callable, Sequence
 
 from minigrad.autograd import grad_mode
@@ -21,8 +22,8 @@ from minigrad.errors import TraceError
 from minigrad.graph.ir import Graph, Node
 from minigrad._tensor import Tensor, _wrap
 
-__all__ = ["ARRAY_ARG", "EFFECT_OPS", "TENSOR_ARG", "apply_effect", "keeps_ctx", "node_step", "run_graph", "run_node",
-           "saved_value", "source_tensor"]
+__all__ = ["ARRAY_ARG", "EFFECT_OPS", "TENSOR_ARG", "apply_effect", "keeps_ctx", "node_runner", "node_step",
+           "run_graph", "run_node", "saved_value", "source_tensor"]
 
 TENSOR_ARG, ARRAY_ARG = "<tensor>", "<array>"  # marks in node.meta["args"] for positions fed by inputs
 EFFECT_OPS = ("copy_", "set_grad")  # writes, applied in order after every value is computed
@@ -53,6 +54,35 @@ def run_node(node: Node, arrays: Sequence[Any]) -> tuple[Any, Any]:
     if type(out) is tuple:
         return tuple(o.array if isinstance(o, Tensor) else o for o in out), ctx
     return out.array if isinstance(out, Tensor) else out, ctx
+
+
+def node_runner(node: Node) -> Callable[[Sequence[Any]], tuple[Any, Any]]:
+    """``run_node`` for one op node, with what it looks up in the node prepared once (its ctx's
+    device, the layout of its arguments, its keyword arguments): the executor runs a node on
+    every call of a compiled step, and a small op's own work takes a few microseconds."""
+    cls = node.fn
+    if not isinstance(cls, type):  # a generated kernel
+        return lambda arrays: (cls(*arrays), None)
+    if not cls.array_forward:  # a user Function: Tensors in, no recording (run_node does it)
+        return functools.partial(run_node, node)
+    device = node.meta.get("ctx_device", cpu)
+    xp, layout = device.xp, node.meta["args"]
+    needs = node.meta.get("needs_input_grad", (False,) * len(layout))
+    kwargs = {k: node.attrs[k] for k in node.meta["kwargs"]}
+    forward, new = cls.forward, object.__new__
+    fixed = [(k in (TENSOR_ARG, ARRAY_ARG), None if k in (TENSOR_ARG, ARRAY_ARG) else node.attrs[k]) for k in layout]
+    if all(fed for fed, _ in fixed):
+        def run(arrays: Sequence[Any]) -> tuple[Any, Any]:
+            ctx = new(cls)
+            ctx.device, ctx.xp, ctx.needs_input_grad = device, xp, needs
+            return forward(ctx, *arrays, **kwargs), ctx
+    else:
+        def run(arrays: Sequence[Any]) -> tuple[Any, Any]:
+            ctx = new(cls)
+            ctx.device, ctx.xp, ctx.needs_input_grad = device, xp, needs
+            it = iter(arrays)
+            return forward(ctx, *[next(it) if fed else value for fed, value in fixed], **kwargs), ctx
+    return run
 
 
 def source_tensor(node: Node, given: dict[Node, Tensor]) -> Tensor:
@@ -111,12 +141,22 @@ def node_step(n: Node, compute: Callable[[list], tuple[Any, Any]], keep_ctx: boo
         def step(env: dict, ctxs: dict) -> None:
             fn(*[env[i] for i in inputs])
             env[n] = None
-    elif keep_ctx:
-        def step(env: dict, ctxs: dict) -> None:
-            env[n], ctxs[n] = compute([env[i] for i in inputs])
+    elif len(inputs) == 1:  # the inputs' values fetched without a comprehension's frame: a step per node adds up
+        (a,) = inputs
+        if keep_ctx:
+            def step(env: dict, ctxs: dict) -> None:
+                env[n], ctxs[n] = compute((env[a],))
+        else:
+            def step(env: dict, ctxs: dict) -> None:
+                env[n] = compute((env[a],))[0]
     else:
-        def step(env: dict, ctxs: dict) -> None:
-            env[n] = compute([env[i] for i in inputs])[0]
+        fetch = operator.itemgetter(*inputs) if len(inputs) > 1 else lambda env: ()
+        if keep_ctx:
+            def step(env: dict, ctxs: dict) -> None:
+                env[n], ctxs[n] = compute(fetch(env))
+        else:
+            def step(env: dict, ctxs: dict) -> None:
+                env[n] = compute(fetch(env))[0]
     return step
 
 

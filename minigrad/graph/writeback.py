@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from minigrad.graph.codegen import is_anchor
 from minigrad.graph.codegen.c import CKernel, MultiKernel
+from minigrad.graph.codegen.multi_tensor import MultiTensorKernel
 from minigrad.graph.codegen.numpy_blocks import CpuKernel, one_ufunc
 from minigrad.graph.ir import EFFECT_OPS, SIDE_EFFECT_OPS, SOURCE_OPS, Graph, Node, op_kind
 from minigrad.graph.passes.rewrite import DROP, Rewriter, rewrite
@@ -130,7 +131,7 @@ def _moves_in_after(v: Node, occupant: Node, step_of: dict[Node, int]) -> bool:
             if u.op in SIDE_EFFECT_OPS:
                 continue
             if u is maker:
-                if maker.op == "fused" and not (a is occupant and _kernel_overwrites(maker, a)):
+                if maker.op == "fused" and not (a is occupant and _kernel_overwrites(maker, a, v)):
                     return False
             elif step_of[u] >= s:
                 return False
@@ -147,16 +148,21 @@ def _writes_out(v: Node, keep_ctx: set[Node]) -> bool:
             and v not in keep_ctx)  # a ctx must hold what forward saves: forward has to run
 
 
-def _kernel_overwrites(v: Node, a: Node) -> bool:
+def _kernel_overwrites(v: Node, a: Node, result: Node) -> bool:
     """Whether ``v``'s kernel may write its result over its input ``a``: it reads each element
     of ``a`` before writing that element of the result. Block by block, only the group's root
     writes the result, after the other members have read their inputs; the root itself may read
     ``a`` only when it is one ufunc call (codegen's rule for writing a product's epilogue over it).
     A C kernel reads every element before writing it, but falls back to blocks where it cannot be
     built, so the blocks' rule holds for both. A kernel with several results loads every element
-    before storing any (and without a compiler computes them into new arrays first)."""
+    before storing any (and without a compiler computes them into new arrays first). A kernel
+    over many tensors (``passes.horizontal_fusion``) does so tensor by tensor: its ``result``
+    may go over ``a`` only when no other tensor of it reads ``a``."""
     if isinstance(v.fn, MultiKernel):
         return True
+    if isinstance(v.fn, MultiTensorKernel):
+        arity, member = v.fn.arity, result.attrs["index"] // v.fn.per_member
+        return all(k // arity == member for k, i in enumerate(v.inputs) if i is a)
     group = v.meta["group"]
     (root,) = group.outputs
     twin = group.placeholders[v.inputs.index(a)]
@@ -180,7 +186,7 @@ def _aliases(x: Node) -> set[Node]:
 
 def _several(n: Node) -> bool:
     """Whether ``n`` is a result of a fused kernel with several results (``passes.update_fusion``)."""
-    return n.op == "getitem" and isinstance(n.inputs[0].fn, MultiKernel)
+    return n.op == "getitem" and isinstance(n.inputs[0].fn, (MultiKernel, MultiTensorKernel))
 
 
 def _maker(n: Node) -> Node:

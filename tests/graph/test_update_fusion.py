@@ -14,7 +14,9 @@ import minigrad as mg
 from minigrad import nn, optim
 from minigrad.backend import cc
 from minigrad.graph.codegen import c
+from minigrad.graph.codegen.multi_tensor import MultiTensorKernel
 from minigrad.graph.executor import Executor
+from minigrad.graph.passes.horizontal_fusion import fuse_horizontal
 from minigrad.graph.passes.update_fusion import fuse_updates
 from helpers import training_step
 
@@ -33,9 +35,10 @@ def mse(y, t):
     return ((y - t) ** 2).mean()  # no exp or log: the C and numpy paths round alike, bit for bit
 
 
-def train_both(make_opt, steps=6):
+def train_both(make_opt, steps=6, horizontal=False):
     """A float64 ReLU MLP and its copy, one trained by the compiled step (C kernels), one eagerly,
-    after an eager warm-up step each (the optimizer state exists before the trace)."""
+    after an eager warm-up step each (the optimizer state exists before the trace). Without
+    ``horizontal``, the per-parameter kernels stay apart (``passes.horizontal_fusion`` off)."""
     mg.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3)).double()
     twin = copy.deepcopy(model)
@@ -46,6 +49,8 @@ def train_both(make_opt, steps=6):
     for m, opt in zip((model, twin), opts):
         training_step(m, opt, mse)(*data[0])
     compiled = mg.compile(training_step(model, opts[0], mse), backend="c")
+    if not horizontal:
+        compiled.passes = [p for p in compiled.passes if p is not fuse_horizontal]
     eager = training_step(twin, opts[1], mse)
     versions = {p: p._version for m in (model, twin) for p in m.parameters()}  # deepcopy starts twin's at 0
     for x, t in data[1:]:
@@ -112,15 +117,20 @@ def test_the_merged_kernel_writes_in_place_only_where_no_store_overtakes_a_load(
         np.testing.assert_array_equal(g, w)
 
 
-def test_without_a_compiler_the_merged_groups_run_one_after_the_other(tmp_path, monkeypatch):
+@pytest.mark.parametrize("horizontal", [False, True], ids=["per parameter", "all parameters at once"])
+def test_without_a_compiler_the_merged_groups_run_one_after_the_other(tmp_path, monkeypatch, horizontal):
+    """Bit for bit as eager (``train_both`` checks), the multi-tensor kernels too (each member's own kernel in turn)."""
     monkeypatch.setenv("MINIGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", "false")  # a compiler that fails on every kernel
     monkeypatch.setattr(c, "_warned", set())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", c.KernelWarning)
-        _, graph = train_both(OPTIMIZERS["Adam"][0], steps=3)
-    kernel = next(n.fn for n in graph if n.op == "fused" and isinstance(n.fn, c.MultiKernel))
-    assert kernel._fn is False and len(kernel.parts) == 3
+        _, graph = train_both(OPTIMIZERS["Adam"][0], steps=3, horizontal=horizontal)
+    kernels = [k for n in graph if n.op == "fused"
+               for k in (n.fn.parts if isinstance(n.fn, MultiTensorKernel) else [n.fn]) if isinstance(k, c.MultiKernel)]
+    assert len(kernels) == 6 and all(k._fn is False and len(k.parts) == 3 for k in kernels)
+    multi = [n.fn for n in graph if n.op == "fused" and isinstance(n.fn, MultiTensorKernel)]
+    assert bool(multi) == horizontal and all(k._fn is False for k in multi)
 
 
 def test_the_numpy_backend_and_shared_producers_are_left_alone():
@@ -142,8 +152,9 @@ def test_the_numpy_backend_and_shared_producers_are_left_alone():
     assert [n.op for n in fuse_updates(fused, backend="numpy")] == [n.op for n in fused]
 
 
-def test_the_parallel_executor_runs_the_merged_updates_as_the_serial_one_does():
-    _, graph = train_both(OPTIMIZERS["Adam"][0], steps=1)
+@pytest.mark.parametrize("horizontal", [False, True], ids=["per parameter", "all parameters at once"])
+def test_the_parallel_executor_runs_the_merged_updates_as_the_serial_one_does(horizontal):
+    _, graph = train_both(OPTIMIZERS["Adam"][0], steps=1, horizontal=horizontal)
     tensors = list(dict.fromkeys(n.meta["target"] for n in graph if n.op == "parameter"))
     before = [t.array.copy() for t in tensors]
     rng = np.random.default_rng(1)

@@ -199,13 +199,19 @@ class MultiKernel:
         values: list[Any] = []
         for kernel, args in self.parts:
             values.append(kernel(*[values[a[1]] if isinstance(a, tuple) else arrays[a] for a in args]))
-        for o, v in zip(outs, values):
-            if o is not None:
-                xp.copyto(o, v)
-        return tuple(o if o is not None else v for o, v in zip(outs, values))
+        return into_outs(outs, values)
 
     def __repr__(self) -> str:
         return f"<MultiKernel {self.name}: {len(self._results)} results, {len(self.ops)} ops>"
+
+
+def into_outs(outs: tuple, values: list) -> tuple:
+    """The results of a kernel with several: each value copied into its ``out`` array where one
+    is given (and it is not that array already), the value itself where none is."""
+    for o, v in zip(outs, values):
+        if o is not None and v is not o:
+            xp.copyto(o, v)
+    return tuple(o if o is not None else v for o, v in zip(outs, values))
 
 
 def _apart(a: tuple, ins: list[tuple], outs: tuple, places: list, k: int) -> bool:
