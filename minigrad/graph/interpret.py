@@ -100,7 +100,7 @@ def source_tensor(node: Node, given: dict[Node, Tensor]) -> Tensor:
 
 def saved_value(ctx: Any, node: Node) -> Any:
     """The array that the op run with ``ctx`` saved for backward at the ``saved`` node's index."""
-    saved = ctx._saved
+    saved = getattr(ctx, "_saved", None)  # a slot: unset when the replayed forward saved nothing
     value = saved[node.attrs["index"]] if saved else None
     if value is None:
         raise TraceError(f"traced function: {node.inputs[0].op} did not save array "

@@ -314,3 +314,36 @@ def test_traced_classification_step_replays_new_targets(kwargs):
         np.testing.assert_allclose(traced(x, t).item(), eager(x, t).item(), rtol=1e-12)
     for p, q in zip(model.parameters(), twin.parameters()):
         close(p, q)
+
+
+class _SavesWhileTraced(Function):
+    """An array op whose forward saves an array it made (a ``saved`` node of the trace) only while
+    ``saving`` is set: a replay that finds nothing saved must say so, not fail on a missing attribute."""
+
+    array_forward = True
+    saving = True
+
+    @staticmethod
+    def forward(ctx, a):
+        if _SavesWhileTraced.saving:
+            ctx.save_for_backward(2 * a)
+        return a * a
+
+    @staticmethod
+    def backward(ctx, g):
+        (twice,) = ctx.saved_tensors
+        return g * twice
+
+
+def test_a_replay_whose_forward_saved_nothing_raises_a_trace_error(monkeypatch):
+    x = randn(3, requires_grad=True)
+
+    def step(x):
+        x.grad = None
+        _SavesWhileTraced.apply(x).sum().backward()
+        return x.grad
+
+    traced = trace(step, x)
+    monkeypatch.setattr(_SavesWhileTraced, "saving", False)
+    with pytest.raises(TraceError, match="did not save array 0 at replay"):
+        traced(x)
