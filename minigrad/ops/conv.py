@@ -20,7 +20,7 @@ from minigrad.errors import DTypeError, ShapeError
 from minigrad.backend import allocator as pool  # im2col's columns, the largest temporary of a conv step
 from minigrad.ops.elementwise import Op
 from minigrad.ops.op import GRADIENT_OP
-from minigrad.ops import conv_algorithms
+from minigrad.ops import c_loops, conv_algorithms
 from minigrad._tensor import Tensor
 
 __all__ = ["conv2d", "conv1d", "conv_transpose1d", "conv_transpose2d"]
@@ -93,7 +93,11 @@ def _col2im(xp, cols, g: Geometry, h: int, w: int):
     rows and columns of the output, shifted by whole steps. So each phase is summed in a buffer of
     its own, where every add is a shifted block of rows of OW*N contiguous numbers (not a scatter
     into every s-th pixel), and the phases are interleaved into the output once; each output
-    pixel receives its windows in the same order as a scatter would add them."""
+    pixel receives its windows in the same order as a scatter would add them (and as the C loop
+    that replaces these lines where one was built)."""
+    out = c_loops.col2im(cols, g, h, w)
+    if out is not None:
+        return out
     c, kh, kw, oh, ow, n = cols.shape
     (sh, sw), (dh, dw) = g.stride, g.dilation
     pt, pb, pl, pr = g.padding

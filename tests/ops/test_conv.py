@@ -209,11 +209,19 @@ def test_empty_batch():
         assert y.shape[0] == 0 and x.grad.shape == (0, 3, 8, 8)
 
 
-def test_col2im_adds_every_window_back_where_im2col_took_it():
+@pytest.mark.parametrize("loops", [True, False], ids=["C loop", "numpy lines"])
+def test_col2im_adds_every_window_back_where_im2col_took_it(monkeypatch, loops):
     # col2im sums each stride phase on its own; it must equal the plain scatter-add of every window
     # for any geometry: strides above, at and below the kernel, dilation, uneven padding, a
-    # padded output larger than the windows cover (conv_transpose2d's output_padding)
+    # padded output larger than the windows cover (conv_transpose2d's output_padding); and the C
+    # loop (ops.c_loops) must give the numpy lines' bits, in float32 and float64
+    from minigrad.ops import c_loops
     from minigrad.ops.conv import Geometry, _col2im
+
+    if loops and not c_loops.enabled():
+        pytest.skip("no C compiler built the loops")
+    if not loops:
+        monkeypatch.setattr(c_loops, "_library", [False])
 
     r = np.random.default_rng(3)
     for _ in range(150):
@@ -235,3 +243,9 @@ def test_col2im_adds_every_window_back_where_im2col_took_it():
                         want[:, :, i * sh + u * dh, j * sw + v * dw] += cols[:, u, v, i, j].T
         got = _col2im(np, cols, g, h, w)
         np.testing.assert_allclose(got, want[:, :, pt:pt + h, pl:pl + w], rtol=1e-12, atol=1e-12, err_msg=str(g))
+        if loops:
+            for dtype in (np.float32, np.float64):
+                fused = _col2im(np, cols.astype(dtype), g, h, w)
+                with monkeypatch.context() as m:
+                    m.setattr(c_loops, "_library", [False])
+                    assert fused.tobytes() == _col2im(np, cols.astype(dtype), g, h, w).tobytes(), str(g)
