@@ -86,6 +86,43 @@ def _im2col(xp, x, g: Geometry, groups: int):
     return pool.ascontiguousarray(xp, win).reshape(groups, c // groups * kh * kw, x.shape[0] * oh * ow)
 
 
+def _conv_columns(xp, x, g: Geometry, groups: int):
+    """conv2d's im2col: ``_im2col``'s matrix, or, where that costs at most one column in eight more,
+    its *wide* form (groups, C/groups*KH*KW, N*OH*WQ) with WQ = OW + (KW-1)*DW//SW >= OW columns a row.
+
+    im2col copies rows of OW numbers read every SW-th pixel (numpy pays per row: a 4x4 kernel at
+    stride 2 takes 65,536 rows of 16 for a 16-channel 32x32 batch of 16). Split the padded image
+    by stride phase first, (C, SH, SW, N, HQ, WQ), phase (r, q) holding the pixels at rows r mod SH
+    and columns q mod SW: then the window at kernel offset (u, v) is one *contiguous* run of OH*WQ
+    numbers of phase ((u*DH) mod SH, (v*DW) mod SW) starting at row (u*DH)//SH, column (v*DW)//SW,
+    if each of its rows runs on past column OW into the next row (wrapping). So im2col is KH*KW
+    block copies. The WQ - OW wrapped columns are products nobody reads: conv2d crops them from
+    its output, and the weight gradient multiplies them by zeros."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (pt, _, pl, _), (dh, dw) = g
+    oh, ow = g.out_size(h, w)
+    wq = ow + (kw - 1) * dw // sw
+    if 8 * wq > 9 * ow:
+        return _im2col(xp, x, g, groups)
+    hq = oh + (kh - 1) * dh // sh + 1  # the wrap of the last window's last row reads one row further
+    phases = xp.zeros((c, sh, sw, n, hq, wq), dtype=x.dtype)
+    for r in range(sh):
+        for q in range(sw):
+            first_row, first_col = (r - pt) % sh, (q - pl) % sw  # the first image pixel of phase (r, q)
+            i, j = (first_row + pt) // sh, (first_col + pl) // sw  # where it sits in the phase
+            rows, cols = min(len(range(first_row, h, sh)), hq - i), min(len(range(first_col, w, sw)), wq - j)
+            if rows > 0 and cols > 0:
+                phases[:, r, q, :, i:i + rows, j:j + cols] = x[:, :, first_row::sh, first_col::sw][
+                    :, :, :rows, :cols].transpose(1, 0, 2, 3)
+    flat = phases.reshape(c, sh, sw, n, hq * wq)
+    out = pool.empty(xp, (c, kh, kw, n, oh * wq), x.dtype)
+    for u in range(kh):
+        for v in range(kw):
+            start = (u * dh // sh) * wq + v * dw // sw
+            out[:, u, v] = flat[:, u * dh % sh, v * dw % sw, :, start:start + oh * wq]
+    return out.reshape(groups, c // groups * kh * kw, n * oh * wq)
+
+
 def _col2im(xp, cols, g: Geometry, h: int, w: int):
     """The adjoint of im2col: add every window of ``cols`` (C, KH, KW, OH, OW, N) back to where it
     was taken from, giving (N, C, H, W). With stride s, output row ``i*s + u*d`` has phase
@@ -146,7 +183,7 @@ class Conv2d(Op):
     def forward(ctx, x, w, b, g, groups):
         need_x, need_w = ctx.needs_input_grad[:2]
         # im2col, or with minigrad.backends.autotune the algorithm timed fastest for this shape
-        y, cols = conv_algorithms.conv2d(ctx.xp, x, w, b, g, groups, need_w, _im2col)
+        y, cols = conv_algorithms.conv2d(ctx.xp, x, w, b, g, groups, need_w, _conv_columns)
         # keeping the columns for the weight gradient trades memory for a second im2col
         ctx.save_for_backward(x if need_w else None, w if need_x else None, cols if need_w else None)
         ctx.geometry, ctx.groups, ctx.hw, ctx.kernel = g, groups, x.shape[2:], w.shape[2:]
@@ -197,7 +234,7 @@ def _conv_and_columns(ctx, gx, w, keep_cols: bool):
     the two stay ops of their own (None for the columns)."""
     if not (ctx.ops.arrays and keep_cols):
         return ctx.ops.apply(Conv2d, gx, w, None, ctx.geometry, ctx.groups), None
-    return conv_algorithms.conv2d(ctx.xp, gx, w, None, ctx.geometry, ctx.groups, True, _im2col)
+    return conv_algorithms.conv2d(ctx.xp, gx, w, None, ctx.geometry, ctx.groups, True, _conv_columns)
 
 
 class Conv2dWeight(Op):
@@ -209,14 +246,21 @@ class Conv2dWeight(Op):
 
     @staticmethod
     def forward(ctx, x, y, g, groups, kernel, cols=None):
-        """``cols``: x's im2col when the caller already has it."""
+        """``cols``: x's im2col (``_conv_columns``) when the caller already has it."""
         need_x, need_y = ctx.needs_input_grad[:2]
         ctx.save_for_backward(x if need_y else None, y if need_x else None)
         ctx.geometry, ctx.groups, ctx.hw = g, groups, x.shape[2:]
-        o = y.shape[1]
+        n, o, oh, ow = y.shape
         if cols is None:
-            cols = _im2col(ctx.xp, x, g, groups)
-        gw = _channels_first(y, groups) @ cols.transpose(0, 2, 1)
+            cols = _conv_columns(ctx.xp, x, g, groups)
+        wq = cols.shape[2] // (n * oh) if n * oh else ow
+        if wq == ow:
+            gy = _channels_first(y, groups)
+        else:  # wide columns: the gradient is zero at their wrapped columns
+            gy = ctx.xp.zeros((o, n, oh, wq), dtype=y.dtype)
+            gy[..., :ow] = y.transpose(1, 0, 2, 3)
+            gy = gy.reshape(groups, o // groups, n * oh * wq)
+        gw = gy @ cols.transpose(0, 2, 1)
         return gw.reshape(o, x.shape[1] // groups, *kernel)
 
     @staticmethod

@@ -38,6 +38,11 @@ CONV_CASES = [  # input shape, weight shape, keyword arguments
     ((2, 2, 6, 7), (3, 2, 2, 4), dict(padding="same", dilation=(1, 3))),  # odd total: asymmetric
     ((2, 2, 6, 7), (3, 2, 3, 3), dict(padding="valid", stride=3)),
     ((3, 5, 5), (2, 3, 3, 3), {}),  # unbatched
+    *(WIDE_CASES := [  # wide enough that im2col's rows wrap past the output's width (ops.conv._conv_columns)
+        ((2, 3, 5, 20), (4, 3, 3, 3), dict(padding=1)),
+        ((2, 2, 7, 34), (3, 2, 4, 4), dict(stride=2, padding=1)),  # a phase per stride offset
+        ((1, 4, 6, 41), (6, 2, 3, 3), dict(stride=2, padding=(0, 2), dilation=2, groups=2)),
+    ]),
 ]
 
 
@@ -79,6 +84,35 @@ def test_conv2d_gradcheck_and_gradgradcheck():
 
     assert gradcheck(fn, (x, w, b))
     assert gradgradcheck(fn, (x, w, b))
+
+
+@pytest.mark.parametrize("xs, ws, kw", WIDE_CASES)
+def test_wide_columns_give_the_plain_ones_values_and_gradients(monkeypatch, xs, ws, kw):
+    # the wrapped columns are computed and dropped (the output) or multiplied by zeros (the weight
+    # gradient): values and gradients equal those of the plain im2col, and pass gradcheck
+    from minigrad.ops import conv
+    from minigrad.ops.conv import Geometry, _conv_columns
+
+    x, w = _arr(*xs), _arr(*ws)
+    pad = (kw["padding"],) * 2 if isinstance(kw["padding"], int) else kw["padding"]
+    stride, dilation = kw.get("stride", 1), kw.get("dilation", 1)
+    g = Geometry(ws[2:], (stride, stride), (pad[0], pad[0], pad[1], pad[1]), (dilation, dilation))
+    oh, ow = g.out_size(*xs[2:])
+    assert _conv_columns(np, x, g, kw.get("groups", 1)).shape[2] > xs[0] * oh * ow  # the wide form ran
+
+    def run():
+        xt, wt = minigrad.Tensor(x, requires_grad=True), minigrad.Tensor(w, requires_grad=True)
+        y = conv2d(xt, wt, **kw)
+        y.backward(minigrad.Tensor(np.cos(np.arange(y.numel())).reshape(y.shape)))
+        return y.detach().numpy(), xt.grad.numpy(), wt.grad.numpy()
+
+    wide = run()
+    monkeypatch.setattr(conv, "_conv_columns", conv._im2col)
+    for a, b in zip(wide, run()):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    monkeypatch.undo()
+    xt, wt = minigrad.Tensor(x, requires_grad=True), minigrad.Tensor(w, requires_grad=True)
+    assert gradcheck(lambda a, b: conv2d(a, b, **kw), (xt, wt))
 
 
 def test_conv2d_double_backward_matches_torch():
