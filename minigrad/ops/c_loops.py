@@ -29,7 +29,8 @@ from typing import Any
 from minigrad.backend import allocator, numpy
 from minigrad.backend.cc import address as _address
 
-__all__ = ["col2im", "enabled", "gru_backward", "gru_forward", "log_softmax", "lstm_backward", "lstm_forward"]
+__all__ = ["batch_norm", "col2im", "enabled", "gru_backward", "gru_forward", "leaky_relu", "log_softmax", "lstm_backward",
+           "lstm_forward"]
 
 # One macro per loop, instantiated for float and double; T is the type, E its exp. Each line is
 # the numpy path's expression in the same order of operations (ops.recurrent).
@@ -184,10 +185,58 @@ void NAME(long rows, long len, const long *p, const T *restrict cols, T *restric
     } \
 }
 
+/* leaky ReLU: the factor f (1 where a > 0, else the slope) is what backward multiplies by; y = a * f,
+   as ops.activation.LeakyRelu's numpy lines compute both (the same bits), in one pass */
+#define LEAKY_RELU(NAME, T) \
+void NAME(long rows, long n, const T *slope, const T *restrict a, T *restrict y, T *restrict s) \
+{ \
+    T k = slope[0]; \
+    _Pragma("omp simd") \
+    for (long j = 0; j < rows * n; j++) { T f = a[j] > 0 ? (T)1 : k; s[j] = f; y[j] = a[j] * f; } \
+}
+
+/* batch norm's training forward on x (N, C, S), per channel c (rows = C, n = S): the mean, the
+   biased variance of x - mean (each a sum in double over the batch and S), then
+   y = ((x - mean) * inv) * w + b with inv = 1 / sqrt(var + eps), the operations of
+   ops.normalize.BatchNorm's numpy lines in their order; three passes over x where those take seven */
+#define BATCH_NORM(NAME, T, SQRT) \
+void NAME(long rows, long n, const long *batch, const T *eps, const T *restrict x, const T *restrict w, \
+          const T *restrict bias, T *restrict y, T *restrict mean, T *restrict var) \
+{ \
+    long N = batch[0]; \
+    double count = (double)N * n; \
+    for (long c = 0; c < rows; c++) { \
+        double s = 0, q = 0; \
+        for (long b = 0; b < N; b++) { \
+            const T *xr = x + (b * rows + c) * n; \
+            _Pragma("omp simd reduction(+: s)") \
+            for (long j = 0; j < n; j++) s += xr[j]; \
+        } \
+        T m = (T)(s / count); \
+        for (long b = 0; b < N; b++) { \
+            const T *xr = x + (b * rows + c) * n; \
+            _Pragma("omp simd reduction(+: q)") \
+            for (long j = 0; j < n; j++) { T d = xr[j] - m; T dd = d * d; q += dd; } \
+        } \
+        T v = (T)(q / count), inv = (T)1 / SQRT(v + eps[0]), wc = w[c], bc = bias[c]; \
+        mean[c] = m; var[c] = v; \
+        for (long b = 0; b < N; b++) { \
+            const T *xr = x + (b * rows + c) * n; \
+            T *yr = y + (b * rows + c) * n; \
+            _Pragma("omp simd") \
+            for (long j = 0; j < n; j++) { T d = (xr[j] - m) * inv; T e = d * wc; yr[j] = e + bc; } \
+        } \
+    } \
+}
+
 LOG_SOFTMAX(log_softmax_float, float, expf, logf)
 LOG_SOFTMAX(log_softmax_double, double, exp, log)
 COL2IM(col2im_float, float)
 COL2IM(col2im_double, double)
+LEAKY_RELU(leaky_relu_float, float)
+LEAKY_RELU(leaky_relu_double, double)
+BATCH_NORM(batch_norm_float, float, sqrtf)
+BATCH_NORM(batch_norm_double, double, sqrt)
 LSTM_FORWARD(lstm_forward_float, float, expf)
 LSTM_FORWARD(lstm_forward_double, double, exp)
 LSTM_BACKWARD(lstm_backward_float, float)
@@ -199,7 +248,7 @@ GRU_BACKWARD(gru_backward_double, double)
 """
 
 _ARGS = {"lstm_forward": 7, "lstm_backward": 7, "gru_forward": 6, "gru_backward": 8, "log_softmax": 2,
-         "col2im": 4}  # pointers after (rows, n)
+         "col2im": 4, "leaky_relu": 4, "batch_norm": 8}  # pointers after (rows, n)
 _TYPES = {numpy.dtype("float32"): "float", numpy.dtype("float64"): "double"}
 _functions: dict[str, Any] = {}
 _library: list = []  # [the loaded library], or [False] when none could be built (asked once per process)
@@ -341,3 +390,32 @@ def col2im(cols: Any, g: Any, h: int, w: int) -> Any:
         acc = allocator.empty(numpy, (h, w, n), cols.dtype)  # one channel's sums, batch last
         _launch(fn, c, n * h * w, _geometry(n, c, h, w, g, oh, ow), cols, out, acc)
     return out
+
+
+def leaky_relu(a: Any, negative_slope: float) -> tuple | None:
+    """``(a * f, f)`` with ``f`` 1 where ``a > 0`` and ``negative_slope`` elsewhere, as
+    ``ops.activation.LeakyRelu`` computes them; None where the numpy lines must run."""
+    fn = _kernel("leaky_relu", a)
+    if fn is None:
+        return None
+    a = _c(a)
+    y, s = allocator.empty(numpy, a.shape, a.dtype), allocator.empty(numpy, a.shape, a.dtype)
+    _launch(fn, 1, a.size, numpy.array([negative_slope], a.dtype), a, y, s)
+    return y, s
+
+
+def batch_norm(x: Any, weight: Any, bias: Any, eps: float) -> tuple | None:
+    """Batch norm's training forward over every dim of ``x`` (N, C, ...) but the channels:
+    ``(y, mean, var)``, mean and biased variance in keepdim shape, as ``ops.normalize.BatchNorm``
+    computes them but for the order of the sums; None where the numpy lines must run."""
+    fn = _kernel("batch_norm", x, weight, bias)
+    if fn is None or x.ndim < 2 or not x.shape[0] or weight.size != x.shape[1]:
+        return None
+    x, weight, bias = _c(x), _c(weight), _c(bias)
+    n, c = x.shape[:2]
+    y = allocator.empty(numpy, x.shape, x.dtype)
+    mean, var = numpy.empty(c, x.dtype), numpy.empty(c, x.dtype)
+    _launch(fn, c, x.size // max(n * c, 1), numpy.array([n], numpy.int64), numpy.array([eps], x.dtype), x, weight, bias,
+            y, mean, var)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    return y, mean.reshape(shape), var.reshape(shape)

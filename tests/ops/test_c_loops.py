@@ -206,3 +206,44 @@ def test_log_softmax_and_its_gradient_equal_torchs(dtype, rtol):
     (ty * torch.tensor(w)).sum().backward()
     np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=rtol, atol=rtol)
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=10 * rtol, atol=10 * rtol)
+
+
+@compiled
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-5), (np.float64, 1e-13)])
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (6, 3, 7), (8, 3), (1, 2, 1, 1)])
+def test_batch_norm_loop_equals_the_numpy_lines(monkeypatch, dtype, rtol, shape):
+    from minigrad.ops.normalize import BatchNorm
+
+    x, w, b = _arrays(dtype, shape, shape[1:2], shape[1:2])
+    x = x + 3  # a mean far from zero: the variance is taken about it
+    dims = (0,) + tuple(range(2, len(shape)))
+    fused, plain = _both(monkeypatch, BatchNorm, x, w, b, dims, 1e-5)
+    for a, p in zip(fused, plain):
+        assert a.dtype == dtype and a.shape == p.shape
+        np.testing.assert_allclose(a, p, rtol=rtol, atol=rtol)
+
+
+@compiled
+@pytest.mark.parametrize("slope", [0.2, 0.0, 1.5, -0.3])
+def test_leaky_relu_loop_gives_the_numpy_lines_bits(monkeypatch, slope):
+    from minigrad.ops.activation import LeakyRelu
+
+    for dtype in (np.float32, np.float64):
+        x = _arrays(dtype, (3, 4, 5))[0]
+        x[0, 0, :3] = (0.0, -0.0, np.nan)
+        fused, plain = _both(monkeypatch, LeakyRelu, x[:, ::2], slope)  # a strided input too
+        for a, p in zip(fused, plain):
+            assert a.dtype == dtype and a.tobytes() == p.tobytes()
+
+
+@pytest.mark.parametrize("loops", ["c", "numpy"])
+def test_batch_norm_and_leaky_relu_gradcheck_either_way(monkeypatch, loops):
+    import minigrad.nn.functional as F
+
+    if loops == "numpy":
+        monkeypatch.setattr(c_loops, "_library", [False])
+    elif not c_loops.enabled():
+        pytest.skip("no C compiler built the loops")
+    x, w, b = _t(4, 3, 2, 3), _t(3), _t(3)
+    bn = lambda x, w, b: F.leaky_relu(F.batch_norm(x, None, None, w, b, training=True), 0.1)  # noqa: E731
+    assert gradcheck(bn, (x, w, b)) and gradgradcheck(bn, (x, w, b))
