@@ -39,9 +39,9 @@ CONV_CASES = [  # input shape, weight shape, keyword arguments
     ((2, 2, 6, 7), (3, 2, 3, 3), dict(padding="valid", stride=3)),
     ((3, 5, 5), (2, 3, 3, 3), {}),  # unbatched
     *(WIDE_CASES := [  # wide enough that im2col's rows wrap past the output's width (ops.conv._conv_columns)
-        ((2, 3, 5, 20), (4, 3, 3, 3), dict(padding=1)),
+        ((2, 3, 5, 40), (4, 3, 3, 3), dict(padding=1)),
         ((2, 2, 7, 34), (3, 2, 4, 4), dict(stride=2, padding=1)),  # a phase per stride offset
-        ((1, 4, 6, 41), (6, 2, 3, 3), dict(stride=2, padding=(0, 2), dilation=2, groups=2)),
+        ((1, 4, 6, 81), (6, 2, 3, 3), dict(stride=2, padding=(0, 2), dilation=2, groups=2)),
     ]),
 ]
 
