@@ -29,7 +29,7 @@ from typing import Any
 from minigrad.backend import allocator, numpy
 from minigrad.backend.cc import address as _address
 
-__all__ = ["batch_norm", "col2im", "enabled", "gru_backward", "gru_forward", "leaky_relu", "log_softmax", "lstm_backward",
+__all__ = ["batch_norm", "batch_norm_backward", "col2im", "enabled", "gru_backward", "gru_forward", "leaky_relu", "log_softmax", "lstm_backward",
            "lstm_forward"]
 
 # One macro per loop, instantiated for float and double; T is the type, E its exp. Each line is
@@ -229,6 +229,38 @@ void NAME(long rows, long n, const long *batch, const T *eps, const T *restrict 
     } \
 }
 
+/* batch norm's gradients on g and x (N, C, S), per channel (rows = C, n = S): with inv = 1 / sqrt(var +
+   eps) and xhat = (x - mean) * inv, gb = sum g and gw = sum g * xhat (in double), then
+   gx = g * scale + c0 + xhat * c1, the constants as ops.normalize.BatchNormBackward's numpy lines
+   make them; two passes over g and x where those take nine */
+#define BATCH_NORM_BACKWARD(NAME, T, SQRT) \
+void NAME(long rows, long n, const long *batch, const T *eps, const T *restrict g, const T *g_mean, \
+          const T *g_var, const T *restrict x, const T *w, const T *mean, const T *var, T *restrict gx, \
+          T *restrict gw, T *restrict gb) \
+{ \
+    long N = batch[0]; \
+    T count = (T)(N * n); \
+    for (long c = 0; c < rows; c++) { \
+        T m = mean[c], inv = (T)1 / SQRT(var[c] + eps[0]); \
+        double sb = 0, sw = 0; \
+        for (long b = 0; b < N; b++) { \
+            const T *gr = g + (b * rows + c) * n, *xr = x + (b * rows + c) * n; \
+            _Pragma("omp simd reduction(+: sb, sw)") \
+            for (long j = 0; j < n; j++) { T xh = (xr[j] - m) * inv; T p = gr[j] * xh; sb += gr[j]; sw += p; } \
+        } \
+        T b_c = (T)sb, w_c = (T)sw, scale = w[c] * inv; \
+        T c0 = g_mean[c] / count - scale * b_c / count; \
+        T c1 = g_var[c] * (T)2 / (count * inv) - scale * w_c / count; \
+        gb[c] = b_c; gw[c] = w_c; \
+        for (long b = 0; b < N; b++) { \
+            const T *gr = g + (b * rows + c) * n, *xr = x + (b * rows + c) * n; \
+            T *o = gx + (b * rows + c) * n; \
+            _Pragma("omp simd") \
+            for (long j = 0; j < n; j++) { T xh = (xr[j] - m) * inv; T s = gr[j] * scale; T t = s + c0; T u = xh * c1; o[j] = t + u; } \
+        } \
+    } \
+}
+
 LOG_SOFTMAX(log_softmax_float, float, expf, logf)
 LOG_SOFTMAX(log_softmax_double, double, exp, log)
 COL2IM(col2im_float, float)
@@ -237,6 +269,8 @@ LEAKY_RELU(leaky_relu_float, float)
 LEAKY_RELU(leaky_relu_double, double)
 BATCH_NORM(batch_norm_float, float, sqrtf)
 BATCH_NORM(batch_norm_double, double, sqrt)
+BATCH_NORM_BACKWARD(batch_norm_backward_float, float, sqrtf)
+BATCH_NORM_BACKWARD(batch_norm_backward_double, double, sqrt)
 LSTM_FORWARD(lstm_forward_float, float, expf)
 LSTM_FORWARD(lstm_forward_double, double, exp)
 LSTM_BACKWARD(lstm_backward_float, float)
@@ -248,7 +282,8 @@ GRU_BACKWARD(gru_backward_double, double)
 """
 
 _ARGS = {"lstm_forward": 7, "lstm_backward": 7, "gru_forward": 6, "gru_backward": 8, "log_softmax": 2,
-         "col2im": 4, "leaky_relu": 4, "batch_norm": 8}  # pointers after (rows, n)
+         "col2im": 4, "leaky_relu": 4, "batch_norm": 8,
+         "batch_norm_backward": 12}  # pointers after (rows, n)
 _TYPES = {numpy.dtype("float32"): "float", numpy.dtype("float64"): "double"}
 _functions: dict[str, Any] = {}
 _library: list = []  # [the loaded library], or [False] when none could be built (asked once per process)
@@ -419,3 +454,22 @@ def batch_norm(x: Any, weight: Any, bias: Any, eps: float) -> tuple | None:
             y, mean, var)
     shape = (1, c) + (1,) * (x.ndim - 2)
     return y, mean.reshape(shape), var.reshape(shape)
+
+
+def batch_norm_backward(g: Any, g_mean: Any, g_var: Any, x: Any, weight: Any, mean: Any, var: Any,
+                        eps: float) -> tuple | None:
+    """``(gx, gw, gb)`` of batch norm's training pass (gw and gb in ``var``'s keepdim shape) from the
+    gradients reaching its three outputs, as ``ops.normalize.BatchNormBackward`` computes them but
+    for the order of the sums; None where the numpy lines must run."""
+    fn = _kernel("batch_norm_backward", g, g_mean, g_var, x, weight, mean, var)
+    if fn is None or x.ndim < 2 or not x.shape[0] or g.shape != x.shape or weight.size != x.shape[1]:
+        return None
+    n, c = x.shape[:2]
+    if not (g_mean.size == g_var.size == mean.size == var.size == c):
+        return None
+    g, g_mean, g_var, x, weight, mean, var = (_c(a) for a in (g, g_mean, g_var, x, weight, mean, var))
+    gx = allocator.empty(numpy, x.shape, x.dtype)
+    gw, gb = numpy.empty(var.shape, x.dtype), numpy.empty(var.shape, x.dtype)
+    _launch(fn, c, x.size // max(n * c, 1), numpy.array([n], numpy.int64), numpy.array([eps], x.dtype), g, g_mean,
+            g_var, x, weight, mean, var, gx, gw, gb)
+    return gx, gw, gb
