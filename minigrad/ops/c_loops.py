@@ -431,9 +431,8 @@ def leaky_relu(a: Any, negative_slope: float) -> tuple | None:
     """``(a * f, f)`` with ``f`` 1 where ``a > 0`` and ``negative_slope`` elsewhere, as
     ``ops.activation.LeakyRelu`` computes them; None where the numpy lines must run."""
     fn = _kernel("leaky_relu", a)
-    if fn is None:
+    if fn is None or not a.flags.c_contiguous:  # numpy's lines keep another layout (channels_last)
         return None
-    a = _c(a)
     y, s = allocator.empty(numpy, a.shape, a.dtype), allocator.empty(numpy, a.shape, a.dtype)
     _launch(fn, 1, a.size, numpy.array([negative_slope], a.dtype), a, y, s)
     return y, s
@@ -444,9 +443,9 @@ def batch_norm(x: Any, weight: Any, bias: Any, eps: float) -> tuple | None:
     ``(y, mean, var)``, mean and biased variance in keepdim shape, as ``ops.normalize.BatchNorm``
     computes them but for the order of the sums; None where the numpy lines must run."""
     fn = _kernel("batch_norm", x, weight, bias)
-    if fn is None or x.ndim < 2 or not x.shape[0] or weight.size != x.shape[1]:
-        return None
-    x, weight, bias = _c(x), _c(weight), _c(bias)
+    if fn is None or x.ndim < 2 or not x.shape[0] or weight.size != x.shape[1] or not x.flags.c_contiguous:
+        return None  # (numpy's lines keep another layout, such as channels_last)
+    weight, bias = _c(weight), _c(bias)
     n, c = x.shape[:2]
     y = allocator.empty(numpy, x.shape, x.dtype)
     mean, var = numpy.empty(c, x.dtype), numpy.empty(c, x.dtype)
@@ -462,7 +461,8 @@ def batch_norm_backward(g: Any, g_mean: Any, g_var: Any, x: Any, weight: Any, me
     gradients reaching its three outputs, as ``ops.normalize.BatchNormBackward`` computes them but
     for the order of the sums; None where the numpy lines must run."""
     fn = _kernel("batch_norm_backward", g, g_mean, g_var, x, weight, mean, var)
-    if fn is None or x.ndim < 2 or not x.shape[0] or g.shape != x.shape or weight.size != x.shape[1]:
+    if fn is None or x.ndim < 2 or not x.shape[0] or g.shape != x.shape or weight.size != x.shape[1] \
+            or not x.flags.c_contiguous:  # numpy's lines keep another layout (channels_last)
         return None
     n, c = x.shape[:2]
     if not (g_mean.size == g_var.size == mean.size == var.size == c):

@@ -231,9 +231,10 @@ def test_leaky_relu_loop_gives_the_numpy_lines_bits(monkeypatch, slope):
     for dtype in (np.float32, np.float64):
         x = _arrays(dtype, (3, 4, 5))[0]
         x[0, 0, :3] = (0.0, -0.0, np.nan)
-        fused, plain = _both(monkeypatch, LeakyRelu, x[:, ::2], slope)  # a strided input too
-        for a, p in zip(fused, plain):
-            assert a.dtype == dtype and a.tobytes() == p.tobytes()
+        for given in (x, x[:, ::2]):  # contiguous (the loop) and strided (numpy's lines, which keep the layout)
+            fused, plain = _both(monkeypatch, LeakyRelu, given, slope)
+            for a, p in zip(fused, plain):
+                assert a.dtype == dtype and a.tobytes() == p.tobytes() and a.strides == p.strides
 
 
 @pytest.mark.parametrize("loops", ["c", "numpy"])
