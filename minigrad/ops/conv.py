@@ -222,19 +222,42 @@ class ConvTranspose2d(Op):
     def backward(ctx, gx):
         y, w = ctx.saved_tensors
         need_y, need_w = ctx.needs_input_grad[:2]
-        gy, cols = _conv_and_columns(ctx, gx, w, need_w) if need_y else (None, None)
-        gw = ctx.ops.apply(Conv2dWeight, gx, y, ctx.geometry, ctx.groups, ctx.kernel, cols) if need_w else None
+        g, groups, ops = ctx.geometry, ctx.groups, ctx.ops
+        if need_y and need_w:  # both read gx's windows: one op, one im2col
+            return (*ops.apply(Conv2dAndWeight, gx, w, y, g, groups), None, None, None)
+        gy = ops.apply(Conv2d, gx, w, None, g, groups) if need_y else None
+        gw = ops.apply(Conv2dWeight, gx, y, g, groups, ctx.kernel) if need_w else None
         return gy, gw, None, None, None
 
 
-def _conv_and_columns(ctx, gx, w, keep_cols: bool):
-    """``Conv2d(gx, w)`` in ``ConvTranspose2d``'s backward, and gx's im2col when ``keep_cols`` and
-    nobody records: the weight gradient reads the same windows, so Conv2d's array forward keeps its
-    columns for it (as it does for its own weight gradient) instead of a second im2col. Recorded,
-    the two stay ops of their own (None for the columns)."""
-    if not (ctx.ops.arrays and keep_cols):
-        return ctx.ops.apply(Conv2d, gx, w, None, ctx.geometry, ctx.groups), None
-    return conv_algorithms.conv2d(ctx.xp, gx, w, None, ctx.geometry, ctx.groups, True, _conv_columns)
+class Conv2dAndWeight(Op):
+    """``ConvTranspose2d``'s two gradients as one op: ``(Conv2d(x, w), Conv2dWeight(x, y))``. Both
+    read the windows of x (the transposed convolution's output gradient, its largest image), so
+    one im2col serves the two products, recorded (a traced step) or not."""
+
+    kind = "matmul"
+    onnx_refused = GRADIENT_OP
+    autocast = "low"
+
+    @staticmethod
+    def forward(ctx, x, w, y, g, groups):
+        ctx.save_for_backward(x, w, y)
+        ctx.geometry, ctx.groups, ctx.hw, ctx.kernel = g, groups, x.shape[2:], w.shape[2:]
+        out, cols = conv_algorithms.conv2d(ctx.xp, x, w, None, g, groups, True, _conv_columns)
+        return out, _weight_gradient(ctx.xp, x, y, g, groups, w.shape[2:], cols)
+
+    @staticmethod
+    def backward(ctx, u, v):
+        """Conv2d's rule for ``u`` and Conv2dWeight's for ``v``, added where both reach x."""
+        x, w, y = ctx.saved_tensors
+        need_x, need_w, need_y = ctx.needs_input_grad[:3]
+        g, groups, ops = ctx.geometry, ctx.groups, ctx.ops
+        gx = None
+        if need_x:
+            gx = ops.apply(ConvTranspose2d, u, w, g, groups, ctx.hw) + ops.apply(ConvTranspose2d, y, v, g, groups, ctx.hw)
+        gw = ops.apply(Conv2dWeight, x, u, g, groups, ctx.kernel) if need_w else None
+        gy = ops.apply(Conv2d, x, v, None, g, groups) if need_y else None
+        return gx, gw, gy, None, None
 
 
 class Conv2dWeight(Op):
@@ -250,18 +273,9 @@ class Conv2dWeight(Op):
         need_x, need_y = ctx.needs_input_grad[:2]
         ctx.save_for_backward(x if need_y else None, y if need_x else None)
         ctx.geometry, ctx.groups, ctx.hw = g, groups, x.shape[2:]
-        n, o, oh, ow = y.shape
         if cols is None:
             cols = _conv_columns(ctx.xp, x, g, groups)
-        wq = cols.shape[2] // (n * oh) if n * oh else ow
-        if wq == ow:
-            gy = _channels_first(y, groups)
-        else:  # wide columns: the gradient is zero at their wrapped columns
-            gy = ctx.xp.zeros((o, n, oh, wq), dtype=y.dtype)
-            gy[..., :ow] = y.transpose(1, 0, 2, 3)
-            gy = gy.reshape(groups, o // groups, n * oh * wq)
-        gw = gy @ cols.transpose(0, 2, 1)
-        return gw.reshape(o, x.shape[1] // groups, *kernel)
+        return _weight_gradient(ctx.xp, x, y, g, groups, kernel, cols)
 
     @staticmethod
     def backward(ctx, gw):
@@ -270,6 +284,20 @@ class Conv2dWeight(Op):
         gx = ctx.ops.apply(ConvTranspose2d, y, gw, ctx.geometry, ctx.groups, ctx.hw) if need_x else None
         gy = ctx.ops.apply(Conv2d, x, gw, None, ctx.geometry, ctx.groups) if need_y else None
         return gx, gy, None, None, None, None
+
+
+def _weight_gradient(xp, x, y, g: Geometry, groups: int, kernel: tuple, cols):
+    """Conv2dWeight's array forward: the output gradient ``y`` (N, O, OH, OW) times x's columns."""
+    n, o, oh, ow = y.shape
+    wq = cols.shape[2] // (n * oh) if n * oh else ow
+    if wq == ow:
+        gy = _channels_first(y, groups)
+    else:  # wide columns: the gradient is zero at their wrapped columns
+        gy = xp.zeros((o, n, oh, wq), dtype=y.dtype)
+        gy[..., :ow] = y.transpose(1, 0, 2, 3)
+        gy = gy.reshape(groups, o // groups, n * oh * wq)
+    gw = gy @ cols.transpose(0, 2, 1)
+    return gw.reshape(o, x.shape[1] // groups, *kernel)
 
 
 # -- argument checking ---------------------------------------------------------------------------

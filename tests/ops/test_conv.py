@@ -115,6 +115,20 @@ def test_wide_columns_give_the_plain_ones_values_and_gradients(monkeypatch, xs, 
     assert gradcheck(lambda a, b: conv2d(a, b, **kw), (xt, wt))
 
 
+@pytest.mark.parametrize("size", [5, 17])  # 17: the gradient's image is wide enough for wide columns
+def test_conv_transpose2d_gradcheck_and_gradgradcheck(size):
+    # its backward takes both gradients from one op (Conv2dAndWeight), whose own rule gives the
+    # second derivatives
+    x = minigrad.Tensor(_arr(2, 4, 3, size), requires_grad=True)
+    w = minigrad.Tensor(_arr(4, 3, 4, 4), requires_grad=True)
+
+    def fn(x, w):
+        return conv_transpose2d(x, w, stride=2, padding=1, groups=2)
+
+    assert gradcheck(fn, (x, w))
+    assert gradgradcheck(fn, (x, w))
+
+
 def test_conv2d_double_backward_matches_torch():
     """A gradient penalty: d/dw of |d(sum conv(x, w)^2)/dx|^2 needs the transposed conv's backward."""
     torch = pytest.importorskip("torch")
