@@ -287,6 +287,13 @@ def enable(on: bool) -> bool:
     return old
 
 
+def empty(xp: Any, shape: tuple, dtype: Any) -> Any:
+    """``xp.empty(shape, dtype)``, a pooled block on the cpu when it is large."""
+    if xp is not numpy or not _enabled or math.prod(shape) * numpy.dtype(dtype).itemsize < POOL_MIN_BYTES:
+        return xp.empty(shape, dtype)
+    return cpu_allocator.empty(shape, dtype)
+
+
 def ascontiguousarray(xp: Any, a: Any) -> Any:
     """``xp.ascontiguousarray(a)``, copied into a pooled block on the cpu when ``a`` is large."""
     if xp is not numpy or not _enabled or a.nbytes < POOL_MIN_BYTES:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from minigrad.ops import c_loops
 from minigrad.ops.elementwise import Sigmoid, _floating, _not_bool, exp, sigmoid, tanh, where
 from minigrad.ops.op import Op, same_value
 from minigrad.ops.special import erf as _erf
@@ -49,6 +50,10 @@ class LeakyRelu(Op):
     def forward(ctx, a, negative_slope):
         # the slope, 1 or negative_slope, made in a's dtype (not float64, then cast) is also the factor
         xp, one, slope = ctx.xp, a.dtype.type(1), a.dtype.type(negative_slope)
+        fused = c_loops.leaky_relu(a, slope)  # both in one pass, where a C loop was built
+        if fused is not None:
+            ctx.save_for_backward(fused[1])
+            return fused[0]
         if a.dtype.kind == "f" and 0 <= slope <= 1:
             # the same numbers as where(a > 0, 1, slope), whose scalar operands numpy broadcasts
             # with a zero stride and walks several times slower: max(1, slope) = 1, max(0, slope) = slope

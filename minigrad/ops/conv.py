@@ -20,7 +20,7 @@ from minigrad.errors import DTypeError, ShapeError
 from minigrad.backend import allocator as pool  # im2col's columns, the largest temporary of a conv step
 from minigrad.ops.elementwise import Op
 from minigrad.ops.op import GRADIENT_OP
-from minigrad.ops import conv_algorithms
+from minigrad.ops import c_loops, conv_algorithms
 from minigrad._tensor import Tensor
 
 __all__ = ["conv2d", "conv1d", "conv_transpose1d", "conv_transpose2d"]
@@ -86,6 +86,43 @@ def _im2col(xp, x, g: Geometry, groups: int):
     return pool.ascontiguousarray(xp, win).reshape(groups, c // groups * kh * kw, x.shape[0] * oh * ow)
 
 
+def _conv_columns(xp, x, g: Geometry, groups: int):
+    """conv2d's im2col: ``_im2col``'s matrix, or, where that costs at most one column in sixteen more,
+    its *wide* form (groups, C/groups*KH*KW, N*OH*WQ) with WQ = OW + (KW-1)*DW//SW >= OW columns a row.
+
+    im2col copies rows of OW numbers read every SW-th pixel (numpy pays per row: a 4x4 kernel at
+    stride 2 takes 65,536 rows of 16 for a 16-channel 32x32 batch of 16). Split the padded image
+    by stride phase first, (C, SH, SW, N, HQ, WQ), phase (r, q) holding the pixels at rows r mod SH
+    and columns q mod SW: then the window at kernel offset (u, v) is one *contiguous* run of OH*WQ
+    numbers of phase ((u*DH) mod SH, (v*DW) mod SW) starting at row (u*DH)//SH, column (v*DW)//SW,
+    if each of its rows runs on past column OW into the next row (wrapping). So im2col is KH*KW
+    block copies. The WQ - OW wrapped columns are products nobody reads: conv2d crops them from
+    its output, and the weight gradient multiplies them by zeros."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (pt, _, pl, _), (dh, dw) = g
+    oh, ow = g.out_size(h, w)
+    wq = ow + (kw - 1) * dw // sw
+    if 16 * wq > 17 * ow:  # measured: one in eight more (a 4x4 kernel at stride 2, OW = 8) already loses
+        return _im2col(xp, x, g, groups)
+    hq = oh + (kh - 1) * dh // sh + 1  # the wrap of the last window's last row reads one row further
+    phases = xp.zeros((c, sh, sw, n, hq, wq), dtype=x.dtype)
+    for r in range(sh):
+        for q in range(sw):
+            first_row, first_col = (r - pt) % sh, (q - pl) % sw  # the first image pixel of phase (r, q)
+            i, j = (first_row + pt) // sh, (first_col + pl) // sw  # where it sits in the phase
+            rows, cols = min(len(range(first_row, h, sh)), hq - i), min(len(range(first_col, w, sw)), wq - j)
+            if rows > 0 and cols > 0:
+                phases[:, r, q, :, i:i + rows, j:j + cols] = x[:, :, first_row::sh, first_col::sw][
+                    :, :, :rows, :cols].transpose(1, 0, 2, 3)
+    flat = phases.reshape(c, sh, sw, n, hq * wq)
+    out = pool.empty(xp, (c, kh, kw, n, oh * wq), x.dtype)
+    for u in range(kh):
+        for v in range(kw):
+            start = (u * dh // sh) * wq + v * dw // sw
+            out[:, u, v] = flat[:, u * dh % sh, v * dw % sw, :, start:start + oh * wq]
+    return out.reshape(groups, c // groups * kh * kw, n * oh * wq)
+
+
 def _col2im(xp, cols, g: Geometry, h: int, w: int):
     """The adjoint of im2col: add every window of ``cols`` (C, KH, KW, OH, OW, N) back to where it
     was taken from, giving (N, C, H, W). With stride s, output row ``i*s + u*d`` has phase
@@ -93,7 +130,11 @@ def _col2im(xp, cols, g: Geometry, h: int, w: int):
     rows and columns of the output, shifted by whole steps. So each phase is summed in a buffer of
     its own, where every add is a shifted block of rows of OW*N contiguous numbers (not a scatter
     into every s-th pixel), and the phases are interleaved into the output once; each output
-    pixel receives its windows in the same order as a scatter would add them."""
+    pixel receives its windows in the same order as a scatter would add them (and as the C loop
+    that replaces these lines where one was built)."""
+    out = c_loops.col2im(cols, g, h, w)
+    if out is not None:
+        return out
     c, kh, kw, oh, ow, n = cols.shape
     (sh, sw), (dh, dw) = g.stride, g.dilation
     pt, pb, pl, pr = g.padding
@@ -142,7 +183,7 @@ class Conv2d(Op):
     def forward(ctx, x, w, b, g, groups):
         need_x, need_w = ctx.needs_input_grad[:2]
         # im2col, or with minigrad.backends.autotune the algorithm timed fastest for this shape
-        y, cols = conv_algorithms.conv2d(ctx.xp, x, w, b, g, groups, need_w, _im2col)
+        y, cols = conv_algorithms.conv2d(ctx.xp, x, w, b, g, groups, need_w, _conv_columns)
         # keeping the columns for the weight gradient trades memory for a second im2col
         ctx.save_for_backward(x if need_w else None, w if need_x else None, cols if need_w else None)
         ctx.geometry, ctx.groups, ctx.hw, ctx.kernel = g, groups, x.shape[2:], w.shape[2:]
@@ -181,19 +222,42 @@ class ConvTranspose2d(Op):
     def backward(ctx, gx):
         y, w = ctx.saved_tensors
         need_y, need_w = ctx.needs_input_grad[:2]
-        gy, cols = _conv_and_columns(ctx, gx, w, need_w) if need_y else (None, None)
-        gw = ctx.ops.apply(Conv2dWeight, gx, y, ctx.geometry, ctx.groups, ctx.kernel, cols) if need_w else None
+        g, groups, ops = ctx.geometry, ctx.groups, ctx.ops
+        if need_y and need_w:  # both read gx's windows: one op, one im2col
+            return (*ops.apply(Conv2dAndWeight, gx, w, y, g, groups), None, None, None)
+        gy = ops.apply(Conv2d, gx, w, None, g, groups) if need_y else None
+        gw = ops.apply(Conv2dWeight, gx, y, g, groups, ctx.kernel) if need_w else None
         return gy, gw, None, None, None
 
 
-def _conv_and_columns(ctx, gx, w, keep_cols: bool):
-    """``Conv2d(gx, w)`` in ``ConvTranspose2d``'s backward, and gx's im2col when ``keep_cols`` and
-    nobody records: the weight gradient reads the same windows, so Conv2d's array forward keeps its
-    columns for it (as it does for its own weight gradient) instead of a second im2col. Recorded,
-    the two stay ops of their own (None for the columns)."""
-    if not (ctx.ops.arrays and keep_cols):
-        return ctx.ops.apply(Conv2d, gx, w, None, ctx.geometry, ctx.groups), None
-    return conv_algorithms.conv2d(ctx.xp, gx, w, None, ctx.geometry, ctx.groups, True, _im2col)
+class Conv2dAndWeight(Op):
+    """``ConvTranspose2d``'s two gradients as one op: ``(Conv2d(x, w), Conv2dWeight(x, y))``. Both
+    read the windows of x (the transposed convolution's output gradient, its largest image), so
+    one im2col serves the two products, recorded (a traced step) or not."""
+
+    kind = "matmul"
+    onnx_refused = GRADIENT_OP
+    autocast = "low"
+
+    @staticmethod
+    def forward(ctx, x, w, y, g, groups):
+        ctx.save_for_backward(x, w, y)
+        ctx.geometry, ctx.groups, ctx.hw, ctx.kernel = g, groups, x.shape[2:], w.shape[2:]
+        out, cols = conv_algorithms.conv2d(ctx.xp, x, w, None, g, groups, True, _conv_columns)
+        return out, _weight_gradient(ctx.xp, x, y, g, groups, w.shape[2:], cols)
+
+    @staticmethod
+    def backward(ctx, u, v):
+        """Conv2d's rule for ``u`` and Conv2dWeight's for ``v``, added where both reach x."""
+        x, w, y = ctx.saved_tensors
+        need_x, need_w, need_y = ctx.needs_input_grad[:3]
+        g, groups, ops = ctx.geometry, ctx.groups, ctx.ops
+        gx = None
+        if need_x:
+            gx = ops.apply(ConvTranspose2d, u, w, g, groups, ctx.hw) + ops.apply(ConvTranspose2d, y, v, g, groups, ctx.hw)
+        gw = ops.apply(Conv2dWeight, x, u, g, groups, ctx.kernel) if need_w else None
+        gy = ops.apply(Conv2d, x, v, None, g, groups) if need_y else None
+        return gx, gw, gy, None, None
 
 
 class Conv2dWeight(Op):
@@ -205,15 +269,13 @@ class Conv2dWeight(Op):
 
     @staticmethod
     def forward(ctx, x, y, g, groups, kernel, cols=None):
-        """``cols``: x's im2col when the caller already has it."""
+        """``cols``: x's im2col (``_conv_columns``) when the caller already has it."""
         need_x, need_y = ctx.needs_input_grad[:2]
         ctx.save_for_backward(x if need_y else None, y if need_x else None)
         ctx.geometry, ctx.groups, ctx.hw = g, groups, x.shape[2:]
-        o = y.shape[1]
         if cols is None:
-            cols = _im2col(ctx.xp, x, g, groups)
-        gw = _channels_first(y, groups) @ cols.transpose(0, 2, 1)
-        return gw.reshape(o, x.shape[1] // groups, *kernel)
+            cols = _conv_columns(ctx.xp, x, g, groups)
+        return _weight_gradient(ctx.xp, x, y, g, groups, kernel, cols)
 
     @staticmethod
     def backward(ctx, gw):
@@ -222,6 +284,20 @@ class Conv2dWeight(Op):
         gx = ctx.ops.apply(ConvTranspose2d, y, gw, ctx.geometry, ctx.groups, ctx.hw) if need_x else None
         gy = ctx.ops.apply(Conv2d, x, gw, None, ctx.geometry, ctx.groups) if need_y else None
         return gx, gy, None, None, None, None
+
+
+def _weight_gradient(xp, x, y, g: Geometry, groups: int, kernel: tuple, cols):
+    """Conv2dWeight's array forward: the output gradient ``y`` (N, O, OH, OW) times x's columns."""
+    n, o, oh, ow = y.shape
+    wq = cols.shape[2] // (n * oh) if n * oh else ow
+    if wq == ow:
+        gy = _channels_first(y, groups)
+    else:  # wide columns: the gradient is zero at their wrapped columns
+        gy = xp.zeros((o, n, oh, wq), dtype=y.dtype)
+        gy[..., :ow] = y.transpose(1, 0, 2, 3)
+        gy = gy.reshape(groups, o // groups, n * oh * wq)
+    gw = gy @ cols.transpose(0, 2, 1)
+    return gw.reshape(o, x.shape[1] // groups, *kernel)
 
 
 # -- argument checking ---------------------------------------------------------------------------

@@ -51,10 +51,12 @@ def _finish(xp, y_nchw_t, b, x, o):
 
 
 def im2col(xp, x, w, b, g, groups, columns):
-    """Every window as a column, then one (grouped) matrix product."""
+    """Every window as a column, then one (grouped) matrix product; wide columns (``ops.conv``'s
+    ``_conv_columns``) give wrapped output columns past OW, which ``_finish``'s copy leaves behind."""
     cols = columns(xp, x, g, groups)
-    o = w.shape[0]
-    y = (w.reshape(groups, o // groups, -1) @ cols).reshape(o, x.shape[0], *g.out_size(*x.shape[2:]))
+    n, o, (oh, ow) = x.shape[0], w.shape[0], g.out_size(*x.shape[2:])
+    wq = cols.shape[2] // (n * oh) if n * oh else ow
+    y = (w.reshape(groups, o // groups, -1) @ cols).reshape(o, n, oh, wq)[..., :ow]
     return _finish(xp, y, b, x, o), cols
 
 

@@ -10,9 +10,13 @@ one op, whose backward shares the per-channel sums that the three would each mak
 
 from __future__ import annotations
 
+from minigrad.autograd.binding import TENSOR_OPS, array_ops
+from minigrad.autograd.engine import grad
+from minigrad.autograd.grad_mode import enable_grad
 from minigrad.backend import numpy
+from minigrad.ops import c_loops
 from minigrad.ops.elementwise import Rsqrt
-from minigrad.ops.op import Op
+from minigrad.ops.op import GRADIENT_OP, Op
 
 __all__: list[str] = []  # no function of its own: nn.functional's batch_norm and layer_norm apply it
 
@@ -85,12 +89,12 @@ class BatchNorm(Op):
     mean and biased variance (keepdim shapes), which the running stats read.
 
     As three ops (Standardize, Mul, Add) the backward makes about a dozen passes over the
-    activation; here nine. Weight and bias are constant along ``dims``, so their gradients,
-    ``gw = sum g * xhat`` and ``gb = sum g``, are the sums Standardize's rule takes of
-    ``g_xhat = g * weight`` (divided by weight): ``dx = g * weight * inv + c0 + xhat * c1`` with
-    ``c0 = g_mean / n - weight * inv * gb / n`` and ``c1 = 2 g_var / (n inv) - weight * inv * gw / n``.
-    It saves the input, as PyTorch's batch norm does, and recomputes ``xhat`` from it: under the
-    Tensor binding that ``xhat`` is a function of the input, so the rule differentiates again.
+    activation; as ``BatchNormBackward``, nine in numpy or two in C. Weight and bias are constant
+    along ``dims``, so their gradients, ``gw = sum g * xhat`` and ``gb = sum g``, are the sums
+    Standardize's rule takes of ``g_xhat = g * weight`` (divided by weight):
+    ``dx = g * weight * inv + c0 + xhat * c1`` with ``c0 = g_mean / n - weight * inv * gb / n`` and
+    ``c1 = 2 g_var / (n inv) - weight * inv * gw / n``. It saves the input, as PyTorch's batch norm
+    does, and recomputes ``xhat`` from it. Its forward is one C loop where one was built.
     """
 
     kind = "reduction"
@@ -100,27 +104,76 @@ class BatchNorm(Op):
 
     @staticmethod
     def forward(ctx, x, weight, bias, dims, eps):
-        xhat, mean, var = Standardize.forward(ctx, x, dims, eps)  # sets ctx.dims, ctx.eps, ctx.n
+        fused = c_loops.batch_norm(x, weight, bias, eps) if dims == (0,) + tuple(range(2, x.ndim)) else None
+        if fused is not None:  # one C loop, where one was built: three passes over x
+            y, mean, var = fused
+            ctx.dims, ctx.eps, ctx.n = dims, eps, x.size // max(mean.size, 1)
+        else:
+            xhat, mean, var = Standardize.forward(ctx, x, dims, eps)  # sets ctx.dims, ctx.eps, ctx.n
+            y = xhat * weight.reshape(mean.shape)
+            y += bias.reshape(mean.shape)
         ctx.save_for_backward(x, weight, mean, var)
-        y = xhat * weight.reshape(mean.shape)
-        y += bias.reshape(mean.shape)
         return y, mean, var
 
     @staticmethod
     def backward(ctx, g, g_mean, g_var):
         x, weight, mean, var = ctx.saved_tensors
-        dims, n, ops = ctx.dims, ctx.n, ctx.ops
-        inv = ops.apply(Rsqrt, var + ctx.eps)
-        xhat = (x - mean) * inv
-        scale = ops.reshape(weight, var.shape) * inv  # per channel
-        gb = _channel_sum(ops, g, var.shape)
-        gw = _channel_sum(ops, g * xhat, var.shape)
-        gx = None
-        if ctx.needs_input_grad[0]:
-            c0 = g_mean / n - scale * gb / n
-            c1 = g_var * 2 / (n * inv) - scale * gw / n
-            gx = g * scale + c0 + xhat * c1
-        return gx, ops.reshape(gw, weight.shape), ops.reshape(gb, weight.shape), None, None
+        ops = ctx.ops
+        gx, gw, gb = ops.apply(BatchNormBackward, g, g_mean, g_var, x, weight, mean, var, ctx.eps)
+        return (gx if ctx.needs_input_grad[0] else None), ops.reshape(gw, weight.shape), ops.reshape(gb, weight.shape), \
+            None, None
+
+
+class BatchNormBackward(Op):
+    """``BatchNorm``'s gradients as one op: ``(g, g_mean, g_var, x, weight, mean, var) -> (gx, gw, gb)``
+    from the gradients reaching its three outputs (gw and gb in ``var``'s keepdim shape).
+
+    Its numpy lines (``_batch_norm_grads``) make about nine passes over the activation; a C loop
+    (``ops.c_loops``) makes two, one for the sums and one for ``gx``, where one was built. Both
+    bindings of ``BatchNorm``'s rule apply this op, so their gradients stay the same bits.
+    Differentiable again: the second derivatives are those of the numpy lines' formula, written
+    on Tensors and differentiated by the engine."""
+
+    kind = "reduction"
+    autocast = "fp32"
+    onnx_refused = GRADIENT_OP
+    tensor_backward = True
+
+    @staticmethod
+    def forward(ctx, g, g_mean, g_var, x, weight, mean, var, eps):
+        ctx.save_for_backward(g, g_mean, g_var, x, weight, mean, var)
+        ctx.eps = eps
+        fused = c_loops.batch_norm_backward(g, g_mean, g_var, x, weight, mean, var, eps)
+        if fused is not None:
+            return fused
+        return _batch_norm_grads(array_ops(ctx.device), g, g_mean, g_var, x, weight, mean, var, eps)
+
+    @staticmethod
+    def backward(ctx, u_gx, u_gw, u_gb):
+        wanted = [i for i, t in enumerate(ctx.saved_tensors) if t is not None and t.requires_grad]
+        with enable_grad():
+            # each input through an identity first: mean and var are functions of x, and the partial
+            # derivatives wanted here are those at each input alone (the engine adds the paths)
+            inputs = [t * 1 if i in wanted else t for i, t in enumerate(ctx.saved_tensors)]
+            outputs = _batch_norm_grads(TENSOR_OPS, *inputs, ctx.eps)
+        found = grad(outputs, [inputs[i] for i in wanted], (u_gx, u_gw, u_gb), create_graph=True, allow_unused=True)
+        out = [None] * (len(inputs) + 1)  # and none for eps
+        for i, gi in zip(wanted, found):
+            out[i] = gi
+        return tuple(out)
+
+
+def _batch_norm_grads(ops, g, g_mean, g_var, x, weight, mean, var, eps: float) -> tuple:
+    """``BatchNormBackward``'s formula with ``ops`` (either binding): see ``BatchNorm``."""
+    n = ops.data(x).size // max(ops.data(mean).size, 1)
+    inv = ops.apply(Rsqrt, var + eps)
+    xhat = (x - mean) * inv
+    scale = ops.reshape(weight, var.shape) * inv  # per channel
+    gb = _channel_sum(ops, g, var.shape)
+    gw = _channel_sum(ops, g * xhat, var.shape)
+    c0 = g_mean / n - scale * gb / n
+    c1 = g_var * 2 / (n * inv) - scale * gw / n
+    return g * scale + c0 + xhat * c1, gw, gb
 
 
 def _channel_sum(ops, t, shape: tuple):

@@ -142,6 +142,7 @@ TENSOR_RULES = {
     "ToDevice": "its forward and rule move Tensors between devices",
     "LSTMGatesBackward": "a second-derivative rule, written on Tensors (sigmoid, tanh, cat)",
     "GRUGatesBackward": "a second-derivative rule, written on Tensors (sigmoid, tanh, cat)",
+    "BatchNormBackward": "a second-derivative rule: its formula on Tensors, differentiated by the engine",
 }
 
 

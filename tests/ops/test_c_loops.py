@@ -108,12 +108,17 @@ def _t(*shape):
     return minigrad.tensor(rng.standard_normal(shape), dtype=minigrad.float64, requires_grad=True)
 
 
-@pytest.mark.parametrize("loops", ["c", "numpy"])
-def test_gate_ops_gradcheck_in_float64_either_way(monkeypatch, loops):
-    if loops == "numpy":
+@pytest.fixture(params=["c", "numpy"])
+def loops(request, monkeypatch):
+    """Each test twice: with the C loops, then with the numpy lines (the loops switched off)."""
+    if request.param == "numpy":
         monkeypatch.setattr(c_loops, "_library", [False])
     elif not c_loops.enabled():
-        pytest.skip("no C compiler built the gate loops")
+        pytest.skip("no C compiler built the loops")
+    return request.param
+
+
+def test_gate_ops_gradcheck_in_float64_either_way(loops):
     lstm_in, gru_in = (_t(3, 8), _t(3, 8), _t(3, 2)), (_t(3, 6), _t(3, 6), _t(3, 2))
     assert gradcheck(lstm_gates, lstm_in) and gradgradcheck(lstm_gates, lstm_in)
     assert gradcheck(gru_gates, gru_in) and gradgradcheck(gru_gates, gru_in)
@@ -183,12 +188,7 @@ def test_log_softmax_loop_leaves_other_layouts_to_numpy():
     assert c_loops.log_softmax(a.astype(np.float16), 1) is None
 
 
-@pytest.mark.parametrize("loops", ["c", "numpy"])
-def test_log_softmax_and_cross_entropy_gradcheck_either_way(monkeypatch, loops):
-    if loops == "numpy":
-        monkeypatch.setattr(c_loops, "_library", [False])
-    elif not c_loops.enabled():
-        pytest.skip("no C compiler built the loops")
+def test_log_softmax_and_cross_entropy_gradcheck_either_way(loops):
     x = _t(4, 6)
     target = minigrad.tensor([0, 5, 2, 2])
     assert gradcheck(lambda x: minigrad.log_softmax(x, -1), (x,)) and gradgradcheck(lambda x: minigrad.log_softmax(x, -1), (x,))
@@ -206,3 +206,40 @@ def test_log_softmax_and_its_gradient_equal_torchs(dtype, rtol):
     (ty * torch.tensor(w)).sum().backward()
     np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=rtol, atol=rtol)
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=10 * rtol, atol=10 * rtol)
+
+
+@compiled
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-5), (np.float64, 1e-13)])
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (6, 3, 7), (8, 3), (1, 2, 1, 1)])
+def test_batch_norm_loop_equals_the_numpy_lines(monkeypatch, dtype, rtol, shape):
+    from minigrad.ops.normalize import BatchNorm
+
+    x, w, b = _arrays(dtype, shape, shape[1:2], shape[1:2])
+    x = x + 3  # a mean far from zero: the variance is taken about it
+    dims = (0,) + tuple(range(2, len(shape)))
+    fused, plain = _both(monkeypatch, BatchNorm, x, w, b, dims, 1e-5)
+    for a, p in zip(fused, plain):
+        assert a.dtype == dtype and a.shape == p.shape
+        np.testing.assert_allclose(a, p, rtol=rtol, atol=rtol)
+
+
+@compiled
+@pytest.mark.parametrize("slope", [0.2, 0.0, 1.5, -0.3])
+def test_leaky_relu_loop_gives_the_numpy_lines_bits(monkeypatch, slope):
+    from minigrad.ops.activation import LeakyRelu
+
+    for dtype in (np.float32, np.float64):
+        x = _arrays(dtype, (3, 4, 5))[0]
+        x[0, 0, :3] = (0.0, -0.0, np.nan)
+        for given in (x, x[:, ::2]):  # contiguous (the loop) and strided (numpy's lines, which keep the layout)
+            fused, plain = _both(monkeypatch, LeakyRelu, given, slope)
+            for a, p in zip(fused, plain):
+                assert a.dtype == dtype and a.tobytes() == p.tobytes() and a.strides == p.strides
+
+
+def test_batch_norm_and_leaky_relu_gradcheck_either_way(loops):
+    import minigrad.nn.functional as F
+
+    x, w, b = _t(4, 3, 2, 3), _t(3), _t(3)
+    bn = lambda x, w, b: F.leaky_relu(F.batch_norm(x, None, None, w, b, training=True), 0.1)  # noqa: E731
+    assert gradcheck(bn, (x, w, b)) and gradgradcheck(bn, (x, w, b))

@@ -38,6 +38,11 @@ CONV_CASES = [  # input shape, weight shape, keyword arguments
     ((2, 2, 6, 7), (3, 2, 2, 4), dict(padding="same", dilation=(1, 3))),  # odd total: asymmetric
     ((2, 2, 6, 7), (3, 2, 3, 3), dict(padding="valid", stride=3)),
     ((3, 5, 5), (2, 3, 3, 3), {}),  # unbatched
+    *(WIDE_CASES := [  # wide enough that im2col's rows wrap past the output's width (ops.conv._conv_columns)
+        ((2, 3, 5, 40), (4, 3, 3, 3), dict(padding=1)),
+        ((2, 2, 7, 34), (3, 2, 4, 4), dict(stride=2, padding=1)),  # a phase per stride offset
+        ((1, 4, 6, 81), (6, 2, 3, 3), dict(stride=2, padding=(0, 2), dilation=2, groups=2)),
+    ]),
 ]
 
 
@@ -79,6 +84,49 @@ def test_conv2d_gradcheck_and_gradgradcheck():
 
     assert gradcheck(fn, (x, w, b))
     assert gradgradcheck(fn, (x, w, b))
+
+
+@pytest.mark.parametrize("xs, ws, kw", WIDE_CASES)
+def test_wide_columns_give_the_plain_ones_values_and_gradients(monkeypatch, xs, ws, kw):
+    # the wrapped columns are computed and dropped (the output) or multiplied by zeros (the weight
+    # gradient): values and gradients equal those of the plain im2col, and pass gradcheck
+    from minigrad.ops import conv
+    from minigrad.ops.conv import Geometry, _conv_columns
+
+    x, w = _arr(*xs), _arr(*ws)
+    pad = (kw["padding"],) * 2 if isinstance(kw["padding"], int) else kw["padding"]
+    stride, dilation = kw.get("stride", 1), kw.get("dilation", 1)
+    g = Geometry(ws[2:], (stride, stride), (pad[0], pad[0], pad[1], pad[1]), (dilation, dilation))
+    oh, ow = g.out_size(*xs[2:])
+    assert _conv_columns(np, x, g, kw.get("groups", 1)).shape[2] > xs[0] * oh * ow  # the wide form ran
+
+    def run():
+        xt, wt = minigrad.Tensor(x, requires_grad=True), minigrad.Tensor(w, requires_grad=True)
+        y = conv2d(xt, wt, **kw)
+        y.backward(minigrad.Tensor(np.cos(np.arange(y.numel())).reshape(y.shape)))
+        return y.detach().numpy(), xt.grad.numpy(), wt.grad.numpy()
+
+    wide = run()
+    monkeypatch.setattr(conv, "_conv_columns", conv._im2col)
+    for a, b in zip(wide, run()):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    monkeypatch.undo()
+    xt, wt = minigrad.Tensor(x, requires_grad=True), minigrad.Tensor(w, requires_grad=True)
+    assert gradcheck(lambda a, b: conv2d(a, b, **kw), (xt, wt))
+
+
+@pytest.mark.parametrize("size", [5, 17])  # 17: the gradient's image is wide enough for wide columns
+def test_conv_transpose2d_gradcheck_and_gradgradcheck(size):
+    # its backward takes both gradients from one op (Conv2dAndWeight), whose own rule gives the
+    # second derivatives
+    x = minigrad.Tensor(_arr(2, 4, 3, size), requires_grad=True)
+    w = minigrad.Tensor(_arr(4, 3, 4, 4), requires_grad=True)
+
+    def fn(x, w):
+        return conv_transpose2d(x, w, stride=2, padding=1, groups=2)
+
+    assert gradcheck(fn, (x, w))
+    assert gradgradcheck(fn, (x, w))
 
 
 def test_conv2d_double_backward_matches_torch():
@@ -209,11 +257,19 @@ def test_empty_batch():
         assert y.shape[0] == 0 and x.grad.shape == (0, 3, 8, 8)
 
 
-def test_col2im_adds_every_window_back_where_im2col_took_it():
+@pytest.mark.parametrize("loops", [True, False], ids=["C loop", "numpy lines"])
+def test_col2im_adds_every_window_back_where_im2col_took_it(monkeypatch, loops):
     # col2im sums each stride phase on its own; it must equal the plain scatter-add of every window
     # for any geometry: strides above, at and below the kernel, dilation, uneven padding, a
-    # padded output larger than the windows cover (conv_transpose2d's output_padding)
+    # padded output larger than the windows cover (conv_transpose2d's output_padding); and the C
+    # loop (ops.c_loops) must give the numpy lines' bits, in float32 and float64
+    from minigrad.ops import c_loops
     from minigrad.ops.conv import Geometry, _col2im
+
+    if loops and not c_loops.enabled():
+        pytest.skip("no C compiler built the loops")
+    if not loops:
+        monkeypatch.setattr(c_loops, "_library", [False])
 
     r = np.random.default_rng(3)
     for _ in range(150):
@@ -235,3 +291,9 @@ def test_col2im_adds_every_window_back_where_im2col_took_it():
                         want[:, :, i * sh + u * dh, j * sw + v * dw] += cols[:, u, v, i, j].T
         got = _col2im(np, cols, g, h, w)
         np.testing.assert_allclose(got, want[:, :, pt:pt + h, pl:pl + w], rtol=1e-12, atol=1e-12, err_msg=str(g))
+        if loops:
+            for dtype in (np.float32, np.float64):
+                fused = _col2im(np, cols.astype(dtype), g, h, w)
+                with monkeypatch.context() as m:
+                    m.setattr(c_loops, "_library", [False])
+                    assert fused.tobytes() == _col2im(np, cols.astype(dtype), g, h, w).tobytes(), str(g)
