@@ -172,16 +172,16 @@ class Tracer(Mode):
         meta = {"args": tuple(layout), "kwargs": tuple(kwargs), "ctx_device": device or cpu,
                 "needs_input_grad": ctx.needs_input_grad}
         add = self.graph.add_node
-        if type(outputs) is tuple:
+        roots = tuple((_root(a), self._stamp(a)) for a in args if isinstance(a, Tensor))
+        if type(outputs) is tuple:  # (unbind's outputs become views of its input after apply)
             node = add(cls.__name__, inputs, attrs, fn=cls, meta=meta)
             for i, o in enumerate(outputs):
                 if isinstance(o, Tensor):
-                    self._bind(o, add("getitem", [node], {"index": i}, shape=o.shape, dtype=o.dtype,
-                                      meta={"device": o.device}))
+                    part = add("getitem", [node], {"index": i}, shape=o.shape, dtype=o.dtype, meta={"device": o.device})
+                    self._bind(o, part, _Made(part, (), roots))
         else:
             meta["device"] = outputs.device
             node = add(cls.__name__, inputs, attrs, shape=outputs.shape, dtype=outputs.dtype, fn=cls, meta=meta)
-            roots = tuple((_root(a), self._stamp(a)) for a in args if isinstance(a, Tensor))
             self._bind(outputs, node, _Made(node, args, roots))
         for k, value in self._kept.pop(ctx, ()):  # arrays forward computed and kept for backward
             self._alive.append(value)
@@ -302,7 +302,7 @@ class Tracer(Mode):
         turn if it is such a view itself). Any other tensor was changed by a write the tracer did
         not see, or through a view of it, which would need the view undone: refused."""
         made = entry.made
-        if t._base is None or made is None:
+        if t._base is None or made is None or made.node.op == "getitem":  # one view of several: not replayed
             return self._refuse(t, entry.node)
         op = made.node
         fed = [a for a in made.args if isinstance(a, Tensor) or _is_array(a)]  # the args op.inputs stand for

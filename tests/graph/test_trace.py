@@ -201,6 +201,27 @@ def test_a_write_through_a_view_that_its_base_reads_after_is_refused_at_the_end(
     assert mode.current_modes() == ()
 
 
+def test_unbinds_views_replay_and_a_write_into_its_input_before_a_read_is_refused():
+    # unbind's outputs become views of its input after the op returns: the tracer must take them
+    # as that op's values (an LSTM unbinds its input projection), and refuse what it cannot replay
+    def rows(t):
+        a, b = (t * 1).unbind()
+        return a * 2 + b
+
+    x = randn(2, 3)
+    close(trace(rows, x)(x), rows(x))
+
+    def write_then_read(t):
+        h = t * 1
+        a, _ = h.unbind()
+        with mg.no_grad():
+            h.add_(1)  # a shows h's memory: its new value would need the unbind replayed
+        return a * 2
+
+    with pytest.raises(TraceError, match="changed in place"):
+        trace(write_then_read, randn(2, 3))
+
+
 def test_tensor_valued_indices_are_reported_as_frozen():
     with pytest.warns(TraceWarning, match="holds the value of %i"):
         trace(lambda x, i: x[i], randn(4), mg.tensor([0, 2]))
