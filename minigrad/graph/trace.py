@@ -141,6 +141,7 @@ class Tracer(Mode):
         self._bound: dict[int, _Binding] = {}
         self._arrays: dict[int, Any] = {}  # id(array) -> the tensor holding it, its node, or (op node, k, array) if an op saved it
         self._holders: dict[int, dict[int, Tensor]] = {}  # id(array) -> the bound tensors holding it (t, t.detach(), t.data)
+        self._sharing: dict[int, dict[int, Tensor]] = {}  # id(memory's owner array) -> the bound tensors showing it
         self._uncounted: dict[int, int] = {}  # id(root) -> writes into its memory that its version counter missed
         self._home: dict[int, tuple[Tensor, Node]] = {}  # tensors from outside fn -> their source node
         self._leaves: dict[int, tuple[Tensor, Node, Tensor | None]] = {}  # (leaf, node, .grad at start)
@@ -244,16 +245,12 @@ class Tracer(Mode):
         self._arrays[id(t.array)] = t
 
     def _roots_sharing(self, t: Tensor) -> list[Tensor]:
-        """The roots (tensors that are no view) whose memory ``t`` shows: its own, and through the
-        arrays of those, the roots of every tensor seen on the same array (``t.data``, ``t.detach()``)."""
-        roots: dict[int, Tensor] = {}
-        arrays = [t.array, _root(t).array]
-        while arrays:
-            for u in self._holders.get(id(arrays.pop()), {}).values():
-                r = _root(u)
-                if id(r) not in roots:
-                    roots[id(r)] = r
-                    arrays.append(r.array)
+        """The roots (tensors that are no view) of every bound tensor on ``t``'s memory: its own
+        root, and those of ``t.data``, ``t.detach()``, and of their views and theirs, however far
+        (``t.reshape(-1).data`` is a root of its own on a view of t's array)."""
+        roots = {id(_root(t)): _root(t)}
+        for u in self._sharing.get(id(_memory(t.array)), {}).values():
+            roots.setdefault(id(_root(u)), _root(u))
         return list(roots.values())
 
     # -- tensors to nodes ---------------------------------------------------------------------------
@@ -327,6 +324,9 @@ class Tracer(Mode):
         self._alive.append(t.array)
         self._arrays.setdefault(id(t.array), t)
         self._holders.setdefault(id(t.array), {})[id(t)] = t
+        memory = _memory(t.array)
+        self._alive.append(memory)
+        self._sharing.setdefault(id(memory), {})[id(t)] = t
 
     def _source_node(self, t: Tensor) -> Node:
         """A node for a tensor no traced op produced."""
@@ -439,6 +439,13 @@ def _param_names(cls: type, n: int) -> tuple[str, ...]:
 
 def _root(t: Tensor) -> Tensor:
     return t._base if t._base is not None else t
+
+
+def _memory(a: Any) -> Any:
+    """The array that owns ``a``'s memory: numpy and cupy point a view's ``base`` at it (a buffer
+    that is no array, e.g. under ``frombuffer``, ends the walk)."""
+    base = getattr(a, "base", None)
+    return a if base is None or not hasattr(base, "shape") else _memory(base)
 
 
 def _is_array(a: Any) -> bool:

@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import minigrad as mg
@@ -110,6 +110,7 @@ def memory_program(steps, p):
 @pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=40, deadline=None)
 @given(st.lists(MEMORY_STEP, min_size=1, max_size=12))
+@example(steps=[("v", 0, 0, 0), ("v", 0, 1, 20), ("v", 0, 2, 0), ("W", 0, 0, 0), ("r", 0, 2, 0)])  # t.reshape(-1).data
 def test_views_and_in_place_writes_compile_to_the_same_results(backend, steps):
     """Whatever the order of views, writes and reads, a compiled program computes what eager does
     (inputs and closed-over tensors written in place included), or runs eagerly where the graph
