@@ -40,7 +40,14 @@ def _write_back(t: Tensor, result: Tensor, op: str) -> None:
         )
     if not t.device.xp.can_cast(result.dtype, t.dtype, casting="same_kind"):
         raise DTypeError(f"{op}: result type {result.dtype} can't be cast to the tensor's dtype {t.dtype} in place")
-    t.device.xp.copyto(t.array, result.array, casting="same_kind")
+    try:
+        t.device.xp.copyto(t.array, result.array, casting="same_kind")
+    except ValueError:  # equal shapes but unequal arrays: the result holds a vmap's batch, t one example
+        raise ShapeError(
+            f"{op}: the result holds a batch of shape {tuple(result.array.shape)} (one value per example "
+            f"of a vmap), which does not fit in place into a tensor the vmap does not batch (shape "
+            f"{tuple(t.array.shape)}); write into a batched tensor, or use the out-of-place op"
+        ) from None
     t._bump_version()
     if mode.current_modes():  # a traced training step replays this write (optimizer updates)
         mode.inplace_write(t, result)
