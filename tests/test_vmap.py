@@ -643,3 +643,97 @@ def test_an_in_place_write_of_a_batch_into_an_unbatched_tensor_is_a_shape_error(
         vmap(f)(rand(3, 4))
     with pytest.raises(minigrad.errors.ShapeError, match="does not batch"):
         vmap(lambda t: minigrad.zeros(4, dtype=f64).add_(t))(rand(3, 4))
+
+
+# -- ops that name a dim, and index ops with an index the vmap batches ------------------------------
+DIM_OPS = {  # f(t) of one example of shape (4, 5)
+    "topk along the last dim": lambda t: t.topk(2)[0],
+    "topk along dim 0, its indices": lambda t: t.topk(3, dim=0, largest=False)[1],
+    "topk of a 0-d tensor": lambda t: t[0, 0].topk(1)[0],
+    "max along a dim and its index": lambda t: t.max(dim=0)[0] + t.max(dim=-1, keepdim=True)[1],
+    "min along a dim": lambda t: t.min(dim=1)[0],
+    "argmax, argmin": lambda t: t.argmax(dim=0) * 10 + t.argmin(dim=0),
+    "argmax of all": lambda t: t.argmax(),
+    "cumsum": lambda t: t.cumsum(0) + t.cumsum(-1),
+}
+
+
+@pytest.mark.parametrize("name", DIM_OPS)
+@pytest.mark.parametrize("in_dim", [0, 2])
+def test_ops_that_name_a_dim_name_the_examples_dim(name, in_dim):
+    """``topk`` sorted the batch's array along the example's dim number (the batch dim, for dim 0)
+    and then failed in gather: every op that names a dim names the same one of each example."""
+    x = rand(3, 4, 5).permute(*{0: (0, 1, 2), 2: (1, 2, 0)}[in_dim])
+    np.testing.assert_allclose(vmap(DIM_OPS[name], in_dims=in_dim)(x).numpy(),
+                               per_example(DIM_OPS[name], x, in_dims=in_dim), rtol=1e-12)
+
+
+def test_topk_under_vmap_sends_the_gradient_to_each_examples_largest():
+    x = rand(3, 6).requires_grad_()
+    values, indices = vmap(lambda t: minigrad.topk(t, 2))(x)
+    values.sum().backward()
+    want = np.zeros((3, 6))
+    np.put_along_axis(want, np.argsort(-x.detach().numpy(), axis=1)[:, :2], 1.0, axis=1)
+    np.testing.assert_array_equal(x.grad.numpy(), want)
+    np.testing.assert_array_equal(indices.numpy(), np.argsort(-x.detach().numpy(), axis=1, kind="stable")[:, :2])
+
+
+INDEX_OPS = {  # f(x, index, src) of one example: x (4, 5), index (2,) or (4, 2), src (4, 2)
+    "index_add": (lambda x, i, s: x.index_add(1, i, s, alpha=2.0), (2,)),
+    "index_add along dim 0": (lambda x, i, s: x.transpose(0, 1).index_add(0, i, s.transpose(0, 1)), (2,)),
+    "scatter_add": (lambda x, j, s: x.scatter_add(1, j, s), (4, 2)),
+    "index_select": (lambda x, i, s: x.index_select(1, i) * s, (2,)),
+    "gather": (lambda x, j, s: x.gather(1, j) * s, (4, 2)),
+}
+IN_DIMS = [(0, 0, 0), (0, None, 0), (None, 0, 0), (None, 0, None), (0, 0, None)]
+
+
+def _index_case(name, in_dims):
+    f, index_shape = INDEX_OPS[name]
+    full = [rand(3, 4, 5), _ints(5, 3, *index_shape), rand(3, 4, 2)]
+    return f, [a if d == 0 else a[0] for a, d in zip(full, in_dims)]
+
+
+@pytest.mark.parametrize("name", INDEX_OPS)
+@pytest.mark.parametrize("in_dims", IN_DIMS)
+def test_index_ops_with_an_index_the_vmap_batches_use_each_examples_index(name, in_dims):
+    """index_add and scatter_add read the batched index's array whole (every example's indices
+    into each example); values and gradients are the per-example loop's."""
+    f, args = _index_case(name, in_dims)
+
+    def run(mapped):
+        xs = [a.detach().requires_grad_() if a.dtype == f64 else a for a in args]
+        if mapped:
+            out = vmap(f, in_dims=in_dims)(*xs)
+        else:
+            out = minigrad.stack([f(*[a[k] if d == 0 else a for a, d in zip(xs, in_dims)]) for k in range(3)])
+        (out * out).sum().backward()
+        return [out.detach().numpy()] + [xs[k].grad.numpy() for k in (0, 2)]
+    for got, want in zip(run(True), run(False)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_an_index_batched_by_an_outer_vmap_indexes_each_example():
+    f = INDEX_OPS["index_add"][0]
+    x, i, s = rand(2, 3, 4, 5), _ints(5, 3, 2), rand(2, 3, 4, 2)
+    got = vmap(vmap(f, in_dims=(0, None, 0)), in_dims=(1, 0, 1))(x, i, s).numpy()
+    want = np.stack([np.stack([f(x[q, p], i[p], s[q, p]).numpy() for q in range(2)]) for p in range(3)])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_dim_and_index_ops_under_vmap_against_torch_func():
+    torch = pytest.importorskip("torch")
+    x = rand(3, 4, 5)
+    for name in ("topk along the last dim", "topk along dim 0, its indices", "max along a dim and its index"):
+        np.testing.assert_allclose(vmap(DIM_OPS[name])(x).numpy(),
+                                   torch.func.vmap(DIM_OPS[name])(torch.tensor(x.numpy())).numpy(), rtol=1e-12)
+    for name in ("index_add", "scatter_add"):
+        f, args = _index_case(name, (0, 0, 0))
+        ours = [a.detach().requires_grad_() if a.dtype == f64 else a for a in args]
+        theirs = [torch.tensor(a.numpy(), requires_grad=a.dtype == f64) for a in args]
+        outs = [vmap(f)(*ours), torch.func.vmap(f)(*theirs)]
+        for o in outs:
+            (o * o).sum().backward()
+        np.testing.assert_allclose(outs[0].detach().numpy(), outs[1].detach().numpy(), rtol=1e-12)
+        for a, b in ((ours[0], theirs[0]), (ours[2], theirs[2])):
+            np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12)
