@@ -16,7 +16,9 @@ an outer level, and each mode handles only its own. A random op (a factory such 
 vmap's ``randomness``, as in torch.func: ``"error"`` refuses it, ``"different"`` draws for each
 example, ``"same"`` draws once for the batch. An index tensor the vmap batches (``t[i]``) indexes
 each example with its own (``index_batched``); the core asks the mode for both (``Mode.random_call``,
-``Mode.index_by_tensors``), since neither is one op.
+``Mode.index_by_tensors``), since neither is one op. An in-place op on a batch (``t.mul_(2)``,
+``t[i] = v``) writes into its value, and the node it records and the version it bumps are the
+value's too: a BatchedTensor keeps no autograd state of its own.
 """
 
 from __future__ import annotations

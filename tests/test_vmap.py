@@ -737,3 +737,13 @@ def test_dim_and_index_ops_under_vmap_against_torch_func():
         np.testing.assert_allclose(outs[0].detach().numpy(), outs[1].detach().numpy(), rtol=1e-12)
         for a, b in ((ours[0], theirs[0]), (ours[2], theirs[2])):
             np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12)
+
+
+def test_fill_with_a_value_the_vmap_batches_fills_each_example_with_its_own():
+    """``t.fill_(v)`` with a 0-d ``v`` the vmap batches: its array (one number per example) was
+    broadcast against the batch's trailing dim, so example i got every example's number."""
+    x, v = rand(3, 4), rand(3)
+    np.testing.assert_array_equal(vmap(lambda t, s: (t * 1.0).fill_(s))(x, v).numpy(),
+                                  per_example(lambda t, s: (t * 1.0).fill_(s), x, v))
+    with pytest.raises(minigrad.errors.ShapeError, match="does not batch"):
+        vmap(lambda s: minigrad.zeros(2, dtype=f64).fill_(s))(v)

@@ -118,7 +118,15 @@ def fill_(t: Tensor, value: Any) -> Tensor:
     """``t.fill_(v)`` / ``t.zero_()``: every element set to ``value`` (no gradient flows to t's old value)."""
     recording = grad_mode.is_grad_enabled() and t.requires_grad
     _check_target(t, "fill_", recording)
-    t.array[...] = value.array if isinstance(value, Tensor) else value
+    raw = value.array if isinstance(value, Tensor) else value
+    if isinstance(value, Tensor) and raw.ndim > value.ndim:
+        # a vmap's batch of values, one per example in the leading dims: each example fills with its own
+        raw = raw.reshape(raw.shape + (1,) * t.ndim)
+        if raw.ndim > t.array.ndim:
+            raise ShapeError(f"fill_: a value holding a batch of array shape {tuple(value.array.shape)} (one per "
+                             f"example of a vmap) cannot fill a tensor the vmap does not batch (array shape "
+                             f"{tuple(t.array.shape)})")
+    t.array[...] = raw
     if recording:
         t.grad_fn = None
         t.requires_grad = False
