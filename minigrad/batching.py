@@ -16,7 +16,9 @@ an outer level, and each mode handles only its own. A random op (a factory such 
 vmap's ``randomness``, as in torch.func: ``"error"`` refuses it, ``"different"`` draws for each
 example, ``"same"`` draws once for the batch. An index tensor the vmap batches (``t[i]``) indexes
 each example with its own (``index_batched``); the core asks the mode for both (``Mode.random_call``,
-``Mode.index_by_tensors``), since neither is one op.
+``Mode.index_by_tensors``), since neither is one op. An in-place op on a batch (``t.mul_(2)``,
+``t[i] = v``) writes into its value, and the node it records and the version it bumps are the
+value's too: a BatchedTensor keeps no autograd state of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +34,16 @@ from minigrad._tensor import Tensor
 __all__ = ["BatchedTensor", "VmapMode", "index_batched", "rule_of"]
 
 
+def _forwarded(name: str) -> property:
+    """A BatchedTensor attribute that is its value's attribute ``name``."""
+    def get(self: BatchedTensor) -> Any:
+        return getattr(self.value, name)
+
+    def set(self: BatchedTensor, new: Any) -> None:
+        setattr(self.value, name, new)
+    return property(get, set)
+
+
 class BatchedTensor(Tensor):
     """A batch of tensors seen as one example: ``value`` holds the batch in dim 0, ``level`` is
     the vmap it belongs to. Shape queries answer for one example; ops go to the vmap mode."""
@@ -41,8 +53,16 @@ class BatchedTensor(Tensor):
     def __init__(self, value: Tensor, level: int) -> None:
         self.value, self.level = value, level
         self.array, self.device = value.array, value.device
-        self.requires_grad, self.grad, self.grad_fn = value.requires_grad, None, value.grad_fn
-        self._output_nr, self._vc, self._base, self._accum, self._hooks = value._output_nr, 0, None, None, None
+        self.grad, self._accum, self._hooks = None, None, None
+
+    # The autograd state of a batch is its value's (these shadow Tensor's slots): an in-place op
+    # on the wrapper (``t.mul_(2)``, ``t[i] = v``, ``t.zero_()``) records its node, and bumps the
+    # version, where the value the vmap returns, and the nodes that saved it, see them.
+    grad_fn = _forwarded("grad_fn")
+    requires_grad = _forwarded("requires_grad")
+    _output_nr = _forwarded("_output_nr")
+    _vc = _forwarded("_vc")
+    _base = _forwarded("_base")
 
     @property
     def shape(self) -> Size:

@@ -500,3 +500,250 @@ def test_writes_at_an_index_under_vmap_write_each_examples_own_elements():
     def put(t, j):
         return minigrad.ops.index_put(t, (j,), minigrad.tensor(7.0, dtype=f64))
     np.testing.assert_array_equal(vmap(put)(x[:, 0], j).numpy(), per_example(put, x[:, 0], j))
+
+
+# -- in-place ops under vmap: the node they record is the one the returned batch carries ----------
+def _clone_write(t, v):
+    y = t * 1.0
+    y[0] = v[1] * 2.0
+    return y
+
+
+IN_PLACE = {  # f(t, v) of one example (t and v of shape (4,)), through in-place ops
+    "mul_": lambda t, v: (t * v).mul_(2.0),
+    "add_": lambda t, v: t.clone().add_(v, alpha=2.0),
+    "sub_": lambda t, v: t.clone().sub_(v),
+    "div_": lambda t, v: (t * v).div_(3.0),
+    "+= and *=": lambda t, v: _iadd_imul(t, v),
+    "copy_ of a batched source": lambda t, v: (t * 3.0).copy_(v) * t,
+    "clamp_": lambda t, v: (t * v).clamp_(-0.3, 0.5),
+    "setitem at an int": _clone_write,
+    "setitem at a slice": lambda t, v: _write(t * 1.0, slice(1, 3), v[:2] * t[0]),
+    "masked_fill_": lambda t, v: (t * v).masked_fill_(t > 0, 0.5),
+    "zero_": lambda t, v: (t * v).zero_() + t,
+    "fill_": lambda t, v: (t * v).fill_(2.0) * t,
+    "a chain": lambda t, v: (t * v).add_(t).mul_(2.0).sub_(v).clamp_(-1.0, 1.0),
+}
+
+
+def _iadd_imul(t, v):
+    y = t * v
+    y += t
+    y *= 2.0
+    return y
+
+
+def _write(y, index, value):
+    y[index] = value
+    return y
+
+
+def _values_and_grads(f, x, v, mapped):
+    x, v = x.detach().requires_grad_(), v.detach().requires_grad_()
+    out = vmap(f)(x, v) if mapped else minigrad.stack([f(x[i], v[i]) for i in range(x.shape[0])])
+    (out * out).sum().backward()
+    return [out.detach().numpy()] + [np.zeros(a.shape) if a.grad is None else a.grad.numpy() for a in (x, v)]
+
+
+@pytest.mark.parametrize("name", IN_PLACE)
+def test_gradients_through_in_place_ops_under_vmap_are_the_per_example_loops(name):
+    """An in-place op under vmap records its node on the batch the vmap returns (it stayed on the
+    wrapper, and ``t.clone().mul_(2)`` had a gradient of 1): values and gradients, to the target and
+    to the value written, are the per-example loop's."""
+    x, v = rand(3, 4), rand(3, 4)
+    for got, want in zip(_values_and_grads(IN_PLACE[name], x, v, True), _values_and_grads(IN_PLACE[name], x, v, False)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_an_in_place_op_under_vmap_bumps_the_version_the_saved_values_check():
+    """A node that saved a batch's value notices an in-place write to the batch (the wrapper's own
+    counter moved, the value's did not, and backward silently used the new values), as the loop does."""
+    def f(t):
+        y = t * 1.0
+        z = y * y  # saves y
+        y.mul_(2.0)
+        return z
+    x = rand(3, 4).requires_grad_()
+    with pytest.raises(minigrad.errors.AutogradError, match="modified by an in-place operation"):
+        minigrad.stack([f(x[i]) for i in range(3)]).sum().backward()
+    with pytest.raises(minigrad.errors.AutogradError, match="modified by an in-place operation"):
+        vmap(f)(x).sum().backward()
+
+
+def test_setitem_under_vmap_sends_gradients_to_the_target_and_the_value():
+    """``y[j] = v`` with an index the vmap batches, or one it does not: each example's gradient."""
+    def batched(t, v, j):
+        y = t * 1.0
+        y[j] = v
+        return y * t
+
+    def shared(t, v, j):
+        y = t * 1.0
+        y[minigrad.tensor([1, 3])] = v
+        return y * t
+    j, x0, v0 = minigrad.tensor([[0, 2], [1, 3], [3, 0]]), rand(3, 4), rand(3, 2)
+    for f in (batched, shared):
+        got, want = [], []
+        for out in (got, want):
+            x, v = x0.detach().requires_grad_(), v0.detach().requires_grad_()
+            y = vmap(f)(x, v, j) if out is got else minigrad.stack([f(x[i], v[i], j[i]) for i in range(3)])
+            (y * y).sum().backward()
+            out += [y.detach().numpy(), x.grad.numpy(), v.grad.numpy()]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_transforms_through_in_place_ops_under_vmap():
+    """vmap(grad), jacrev and vmap(jacrev) of a function that writes in place, against the loop
+    of grad and jacrev over the examples."""
+    def loss(t):
+        y = t * 1.0
+        y.mul_(3.0)
+        y[0] = t[1] * 2.0
+        y.clamp_(-1.0, 1.0)
+        return (y * y).sum()
+
+    def f(t):
+        y = t * 1.0
+        y.mul_(3.0)
+        y[0] = t[1] * 2.0
+        y.add_(t)
+        return y * y
+    x = rand(3, 4) * 0.4
+    np.testing.assert_allclose(vmap(minigrad.func.grad(loss))(x).numpy(),
+                               np.stack([minigrad.func.grad(loss)(x[i]).numpy() for i in range(3)]), rtol=1e-12)
+    np.testing.assert_allclose(vmap(jacrev(f))(x).numpy(),
+                               np.stack([jacrev(f)(x[i]).numpy() for i in range(3)]), rtol=1e-12)
+    jac = jacrev(f)(x[0]).numpy()
+    eps, x0 = 1e-6, x[0].numpy()
+    fd = np.stack([(f(minigrad.tensor(x0 + eps * e)).numpy() - f(minigrad.tensor(x0 - eps * e)).numpy()) / (2 * eps)
+                   for e in np.eye(4)], axis=1)
+    np.testing.assert_allclose(jac, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_in_place_ops_under_vmap_against_torch_func():
+    torch = pytest.importorskip("torch")
+    x, v = rand(3, 4), rand(3, 4)
+    for name in ("mul_", "add_", "setitem at an int", "masked_fill_", "zero_", "a chain"):
+        ours = _values_and_grads(IN_PLACE[name], x, v, True)
+        tx, tv = (torch.tensor(a.numpy(), requires_grad=True) for a in (x, v))
+        out = torch.func.vmap(IN_PLACE[name])(tx, tv)
+        (out * out).sum().backward()
+        theirs = [out.detach().numpy()] + [np.zeros(a.shape) if a.grad is None else a.grad.numpy() for a in (tx, tv)]
+        for got, want in zip(ours, theirs):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_an_in_place_write_of_a_batch_into_an_unbatched_tensor_is_a_shape_error():
+    def f(t):
+        y = minigrad.zeros(4, dtype=f64)
+        y[0] = t[1]
+        return y
+    with pytest.raises(minigrad.errors.ShapeError, match="does not batch"):
+        vmap(f)(rand(3, 4))
+    with pytest.raises(minigrad.errors.ShapeError, match="does not batch"):
+        vmap(lambda t: minigrad.zeros(4, dtype=f64).add_(t))(rand(3, 4))
+
+
+# -- ops that name a dim, and index ops with an index the vmap batches ------------------------------
+DIM_OPS = {  # f(t) of one example of shape (4, 5)
+    "topk along the last dim": lambda t: t.topk(2)[0],
+    "topk along dim 0, its indices": lambda t: t.topk(3, dim=0, largest=False)[1],
+    "topk of a 0-d tensor": lambda t: t[0, 0].topk(1)[0],
+    "max along a dim and its index": lambda t: t.max(dim=0)[0] + t.max(dim=-1, keepdim=True)[1],
+    "min along a dim": lambda t: t.min(dim=1)[0],
+    "argmax, argmin": lambda t: t.argmax(dim=0) * 10 + t.argmin(dim=0),
+    "argmax of all": lambda t: t.argmax(),
+    "cumsum": lambda t: t.cumsum(0) + t.cumsum(-1),
+}
+
+
+@pytest.mark.parametrize("name", DIM_OPS)
+@pytest.mark.parametrize("in_dim", [0, 2])
+def test_ops_that_name_a_dim_name_the_examples_dim(name, in_dim):
+    """``topk`` sorted the batch's array along the example's dim number (the batch dim, for dim 0)
+    and then failed in gather: every op that names a dim names the same one of each example."""
+    x = rand(3, 4, 5).permute(*{0: (0, 1, 2), 2: (1, 2, 0)}[in_dim])
+    np.testing.assert_allclose(vmap(DIM_OPS[name], in_dims=in_dim)(x).numpy(),
+                               per_example(DIM_OPS[name], x, in_dims=in_dim), rtol=1e-12)
+
+
+def test_topk_under_vmap_sends_the_gradient_to_each_examples_largest():
+    x = rand(3, 6).requires_grad_()
+    values, indices = vmap(lambda t: minigrad.topk(t, 2))(x)
+    values.sum().backward()
+    want = np.zeros((3, 6))
+    np.put_along_axis(want, np.argsort(-x.detach().numpy(), axis=1)[:, :2], 1.0, axis=1)
+    np.testing.assert_array_equal(x.grad.numpy(), want)
+    np.testing.assert_array_equal(indices.numpy(), np.argsort(-x.detach().numpy(), axis=1, kind="stable")[:, :2])
+
+
+INDEX_OPS = {  # f(x, index, src) of one example: x (4, 5), index (2,) or (4, 2), src (4, 2)
+    "index_add": (lambda x, i, s: x.index_add(1, i, s, alpha=2.0), (2,)),
+    "index_add along dim 0": (lambda x, i, s: x.transpose(0, 1).index_add(0, i, s.transpose(0, 1)), (2,)),
+    "scatter_add": (lambda x, j, s: x.scatter_add(1, j, s), (4, 2)),
+    "index_select": (lambda x, i, s: x.index_select(1, i) * s, (2,)),
+    "gather": (lambda x, j, s: x.gather(1, j) * s, (4, 2)),
+}
+IN_DIMS = [(0, 0, 0), (0, None, 0), (None, 0, 0), (None, 0, None), (0, 0, None)]
+
+
+def _index_case(name, in_dims):
+    f, index_shape = INDEX_OPS[name]
+    full = [rand(3, 4, 5), _ints(5, 3, *index_shape), rand(3, 4, 2)]
+    return f, [a if d == 0 else a[0] for a, d in zip(full, in_dims)]
+
+
+@pytest.mark.parametrize("name", INDEX_OPS)
+@pytest.mark.parametrize("in_dims", IN_DIMS)
+def test_index_ops_with_an_index_the_vmap_batches_use_each_examples_index(name, in_dims):
+    """index_add and scatter_add read the batched index's array whole (every example's indices
+    into each example); values and gradients are the per-example loop's."""
+    f, args = _index_case(name, in_dims)
+
+    def run(mapped):
+        xs = [a.detach().requires_grad_() if a.dtype == f64 else a for a in args]
+        if mapped:
+            out = vmap(f, in_dims=in_dims)(*xs)
+        else:
+            out = minigrad.stack([f(*[a[k] if d == 0 else a for a, d in zip(xs, in_dims)]) for k in range(3)])
+        (out * out).sum().backward()
+        return [out.detach().numpy()] + [xs[k].grad.numpy() for k in (0, 2)]
+    for got, want in zip(run(True), run(False)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_an_index_batched_by_an_outer_vmap_indexes_each_example():
+    f = INDEX_OPS["index_add"][0]
+    x, i, s = rand(2, 3, 4, 5), _ints(5, 3, 2), rand(2, 3, 4, 2)
+    got = vmap(vmap(f, in_dims=(0, None, 0)), in_dims=(1, 0, 1))(x, i, s).numpy()
+    want = np.stack([np.stack([f(x[q, p], i[p], s[q, p]).numpy() for q in range(2)]) for p in range(3)])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_dim_and_index_ops_under_vmap_against_torch_func():
+    torch = pytest.importorskip("torch")
+    x = rand(3, 4, 5)
+    for name in ("topk along the last dim", "topk along dim 0, its indices", "max along a dim and its index"):
+        np.testing.assert_allclose(vmap(DIM_OPS[name])(x).numpy(),
+                                   torch.func.vmap(DIM_OPS[name])(torch.tensor(x.numpy())).numpy(), rtol=1e-12)
+    for name in ("index_add", "scatter_add"):
+        f, args = _index_case(name, (0, 0, 0))
+        ours = [a.detach().requires_grad_() if a.dtype == f64 else a for a in args]
+        theirs = [torch.tensor(a.numpy(), requires_grad=a.dtype == f64) for a in args]
+        outs = [vmap(f)(*ours), torch.func.vmap(f)(*theirs)]
+        for o in outs:
+            (o * o).sum().backward()
+        np.testing.assert_allclose(outs[0].detach().numpy(), outs[1].detach().numpy(), rtol=1e-12)
+        for a, b in ((ours[0], theirs[0]), (ours[2], theirs[2])):
+            np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12)
+
+
+def test_fill_with_a_value_the_vmap_batches_fills_each_example_with_its_own():
+    """``t.fill_(v)`` with a 0-d ``v`` the vmap batches: its array (one number per example) was
+    broadcast against the batch's trailing dim, so example i got every example's number."""
+    x, v = rand(3, 4), rand(3)
+    np.testing.assert_array_equal(vmap(lambda t, s: (t * 1.0).fill_(s))(x, v).numpy(),
+                                  per_example(lambda t, s: (t * 1.0).fill_(s), x, v))
+    with pytest.raises(minigrad.errors.ShapeError, match="does not batch"):
+        vmap(lambda s: minigrad.zeros(2, dtype=f64).fill_(s))(v)

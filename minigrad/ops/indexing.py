@@ -411,6 +411,10 @@ def index_select(x: Tensor, dim: int, index: Any) -> Tensor:
 
 def index_add(x: Tensor, dim: int, index: Any, source: Tensor, alpha: float = 1) -> Tensor:
     """A copy of ``x`` with ``alpha * source[..., i, ...]`` added at ``x[..., index[i], ...]``."""
+    if isinstance(index, Tensor) and current_modes():  # a vmap's, when it batches the index: per example
+        out = index_by_tensors(lambda x, idx, source: index_add(x, dim, idx[0], source, alpha), x, (index,), source)
+        if out is not NotImplemented:
+            return out
     d = _dim(dim, x.ndim, "index_add")
     idx = _index_array(index, x, "index_add").reshape(-1)
     expected = x.shape[:d] + (len(idx),) + x.shape[d + 1:]
@@ -425,6 +429,10 @@ def index_add(x: Tensor, dim: int, index: Any, source: Tensor, alpha: float = 1)
 def scatter_add(x: Tensor, dim: int, index: Any, src: Tensor) -> Tensor:
     """A copy of ``x`` with ``src[i][j][k]`` added at ``x[i][index[i][j][k]][k]`` for ``dim=1``:
     the transpose of ``gather``."""
+    if isinstance(index, Tensor) and current_modes():  # a vmap's, when it batches the index: per example
+        out = index_by_tensors(lambda x, idx, src: scatter_add(x, dim, idx[0], src), x, (index,), src)
+        if out is not NotImplemented:
+            return out
     d = _dim(dim, x.ndim, "scatter_add")
     idx = _index_array(index, x, "scatter_add")
     _check_like("scatter_add", x, d, idx)

@@ -40,7 +40,14 @@ def _write_back(t: Tensor, result: Tensor, op: str) -> None:
         )
     if not t.device.xp.can_cast(result.dtype, t.dtype, casting="same_kind"):
         raise DTypeError(f"{op}: result type {result.dtype} can't be cast to the tensor's dtype {t.dtype} in place")
-    t.device.xp.copyto(t.array, result.array, casting="same_kind")
+    try:
+        t.device.xp.copyto(t.array, result.array, casting="same_kind")
+    except ValueError:  # equal shapes but unequal arrays: the result holds a vmap's batch, t one example
+        raise ShapeError(
+            f"{op}: the result holds a batch of shape {tuple(result.array.shape)} (one value per example "
+            f"of a vmap), which does not fit in place into a tensor the vmap does not batch (shape "
+            f"{tuple(t.array.shape)}); write into a batched tensor, or use the out-of-place op"
+        ) from None
     t._bump_version()
     if mode.current_modes():  # a traced training step replays this write (optimizer updates)
         mode.inplace_write(t, result)
@@ -111,7 +118,15 @@ def fill_(t: Tensor, value: Any) -> Tensor:
     """``t.fill_(v)`` / ``t.zero_()``: every element set to ``value`` (no gradient flows to t's old value)."""
     recording = grad_mode.is_grad_enabled() and t.requires_grad
     _check_target(t, "fill_", recording)
-    t.array[...] = value.array if isinstance(value, Tensor) else value
+    raw = value.array if isinstance(value, Tensor) else value
+    if isinstance(value, Tensor) and raw.ndim > value.ndim:
+        # a vmap's batch of values, one per example in the leading dims: each example fills with its own
+        raw = raw.reshape(raw.shape + (1,) * t.ndim)
+        if raw.ndim > t.array.ndim:
+            raise ShapeError(f"fill_: a value holding a batch of array shape {tuple(value.array.shape)} (one per "
+                             f"example of a vmap) cannot fill a tensor the vmap does not batch (array shape "
+                             f"{tuple(t.array.shape)})")
+    t.array[...] = raw
     if recording:
         t.grad_fn = None
         t.requires_grad = False

@@ -16,7 +16,7 @@ from minigrad.errors import DTypeError, ShapeError
 from minigrad.ops.elementwise import Op, absolute as abs, cast, power as pow, where
 from minigrad.ops.indexing import gather
 from minigrad.ops.reduce import amax, amin, reduce_sum as sum
-from minigrad._tensor import Tensor, _dim, _wrap
+from minigrad._tensor import Tensor, _dim
 
 __all__ = ["masked_fill", "norm", "topk", "tril", "triu"]
 
@@ -70,19 +70,30 @@ class TopK(NamedTuple):
     indices: Tensor
 
 
+class TopKIndices(Op):
+    """The indices of the ``k`` largest (or smallest) entries along ``dim``, in order (a stable
+    sort): an op, not a read of the array, so that a vmap shifts ``dim`` past its batch dim."""
+
+    kind = "other"
+    batch = "dim"
+    onnx_refused = "no emitter written yet: ONNX TopK (its indices output)"
+
+    @staticmethod
+    def forward(ctx, a, dim, k, largest):
+        order = ctx.xp.argsort(-a if largest else a, axis=dim, kind="stable")
+        return ctx.xp.take(order, ctx.xp.arange(k), axis=dim).astype("int64")
+
+
 def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> TopK:
     """The ``k`` largest (or smallest) entries along ``dim`` and their indices, largest first."""
     d = _dim(dim, input.ndim, "topk")
     n = input.shape[d] if input.ndim else 1
     if not 0 <= k <= n:
         raise ShapeError(f"topk: k ({k}) must be between 0 and the size of dim {d} ({n})")
-    xp = input.device.xp
-    raw = input.array if input.ndim else input.array.reshape(1)
-    order = xp.argsort(-raw if largest else raw, axis=d, kind="stable")
-    indices = _wrap(xp.take(order, xp.arange(k), axis=d).astype("int64"), input.device)
     if input.ndim == 0:
-        indices = _wrap(indices.array.reshape(()), input.device)
+        indices = TopKIndices.apply(input.detach().reshape(1), 0, k, largest).reshape(())
         return TopK(input.clone() if k else input[()], indices)
+    indices = TopKIndices.apply(input.detach(), d, k, largest)
     return TopK(gather(input, d, indices), indices)
 
 
