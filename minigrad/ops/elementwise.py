@@ -88,8 +88,14 @@ class Mul(Op):
     @staticmethod
     def forward(ctx, a, b):
         need_a, need_b = ctx.needs_input_grad  # save b for a's gradient, a for b's
-        ctx.save_positions(0 if need_b else None, 1 if need_a else None)
-        return a * (_operand(b, a) if type(b) is float else b)
+        if type(b) is not float:
+            ctx.save_positions(0 if need_b else None, 1 if need_a else None)
+            return a * b
+        c = _operand(b, a)
+        # the array binding's g * b multiplies by c, on numpy's faster path: the same bits when g
+        # has the output's dtype (NEP 50), and when it is wider too if c holds b exactly
+        ctx.save_positions(0 if need_b else None, ((1, c) if c is not b and c.item() == b else 1) if need_a else None)
+        return a * c
 
     @staticmethod
     def backward(ctx, g):
