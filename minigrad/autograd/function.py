@@ -103,7 +103,10 @@ class Function:
     def save_positions(self, *positions: int | str | None) -> None:
         """Keep forward's inputs by index, or its output (``OUTPUT``), for backward: the built-in
         ops' form of ``save_for_backward``, which says where each value is instead of leaving it
-        to be searched for among the inputs and outputs. ``None`` keeps a slot empty."""
+        to be searched for among the inputs and outputs. ``None`` keeps a slot empty, and
+        ``(i, operand)`` keeps argument ``i``, a Python number, which the array binding reads as
+        ``operand`` instead: the 0-d array of the output's dtype forward computed with, the same
+        bits by NEP 50 (a Python float is cast to the array's dtype) on numpy's faster path."""
         self._saved = positions  # a tuple: where each value is (save_for_backward's list says what it is)
 
     def mark_non_differentiable(self, *outputs: Any) -> None:
@@ -126,7 +129,7 @@ class Function:
             if arrays:  # (the commonest entries read here, without _unpack's call)
                 kind, value, version = s
                 if kind >= SAVED_ARRAY:  # a constant or a Python value: as it was saved
-                    tensors.append(value)
+                    tensors.append(value if kind != SAVED_NUMBER else version)  # (a number: its operand)
                     continue
                 if kind == SAVED_TENSOR:
                     if version == (value._vc if value._base is None else value._base._vc):
@@ -386,6 +389,8 @@ def _pack_positions(positions: tuple, args: tuple, arrays: list, outputs: Any, r
             packed.append(kept)
         elif p is None:
             packed.append(_NOTHING)
+        elif type(p) is tuple:  # a number, and the operand array the array binding reads instead
+            packed.append((SAVED_NUMBER, args[p[0]], p[1]))
         else:
             a = args[p]
             if isinstance(a, Tensor):
@@ -398,10 +403,11 @@ def _pack_positions(positions: tuple, args: tuple, arrays: list, outputs: Any, r
     return tuple(packed)
 
 
-# A saved entry is (kind, value, version), of one of four kinds: a tensor kept as is (an input); an
+# A saved entry is (kind, value, version), of one of five kinds: a tensor kept as is (an input); an
 # output of this node, kept as its data plus a weak reference (so the node does not keep its output
-# alive); a constant array (no gradient flows through it); a plain Python value.
-SAVED_TENSOR, SAVED_OUTPUT, SAVED_ARRAY, SAVED_VALUE = 0, 1, 2, 3
+# alive); a constant array (no gradient flows through it); a plain Python value; a Python number
+# whose third field is not a version but the operand array the array binding reads in its place.
+SAVED_TENSOR, SAVED_OUTPUT, SAVED_ARRAY, SAVED_VALUE, SAVED_NUMBER = 0, 1, 2, 3, 4
 _PLAIN = (int, float, bool, tuple)  # plain Python values forward often keeps
 _NOTHING = (SAVED_VALUE, None, 0)
 OUTPUT = "output"  # what save_positions names forward's output by (its first, when it returns several)
@@ -439,7 +445,7 @@ def _pack(s: Any, args: tuple, arrays: list, outputs: tuple, raws: tuple) -> Any
 def _unpack(ctx: Function, entry: Any, arrays: bool = False) -> Any:
     """A saved entry as the rule reads it: a Tensor, or its array under the array binding."""
     kind, value, version = entry
-    if kind == SAVED_VALUE:
+    if kind >= SAVED_VALUE:  # a Python value (a number's operand array is for the fast path above)
         return value
     if kind == SAVED_ARRAY:
         return value if arrays else _wrap(value, ctx.device)

@@ -48,6 +48,15 @@ def _operand(s: float, like: Any) -> Any:
 _ndarray = backend.numpy.ndarray
 
 
+def _number_position(i: int, s: float, c: Any) -> Any:
+    """What forward saves of argument ``i``, the Python float ``s`` it computed with as ``c``
+    (``_operand``): ``(i, c)``, so that the array binding's ``g * s`` or ``g / s`` reads the 0-d
+    array on numpy's faster path (``save_positions``), when ``c`` holds ``s`` exactly. Then the
+    result is the same bit for bit: for ``g`` of ``c``'s dtype by NEP 50, and for a wider ``g``
+    (a float64 gradient passed for a float32 output) since ``c`` widens back to ``s``."""
+    return (i, c) if c is not s and c.item() == s else i
+
+
 # -- arithmetic ------------------------------------------------------------------------------------
 class Add(Op):
     kind = "elementwise"
@@ -88,8 +97,12 @@ class Mul(Op):
     @staticmethod
     def forward(ctx, a, b):
         need_a, need_b = ctx.needs_input_grad  # save b for a's gradient, a for b's
-        ctx.save_positions(0 if need_b else None, 1 if need_a else None)
-        return a * (_operand(b, a) if type(b) is float else b)
+        if type(b) is not float:
+            ctx.save_positions(0 if need_b else None, 1 if need_a else None)
+            return a * b
+        c = _operand(b, a)
+        ctx.save_positions(0 if need_b else None, _number_position(1, b, c) if need_a else None)
+        return a * c
 
     @staticmethod
     def backward(ctx, g):
@@ -114,8 +127,12 @@ class Div(Op):
 
     @staticmethod
     def forward(ctx, a, b):
-        ctx.save_positions(0 if ctx.needs_input_grad[1] else None, 1)
-        return a / (_operand(b, a) if type(b) is float else b)
+        if type(b) is not float:
+            ctx.save_positions(0 if ctx.needs_input_grad[1] else None, 1)
+            return a / b
+        c = _operand(b, a)
+        ctx.save_positions(None, _number_position(1, b, c))
+        return a / c
 
     @staticmethod
     def backward(ctx, g):

@@ -18,7 +18,7 @@ import pytest
 import minigrad
 import minigrad.ops as M
 from minigrad.autograd import binding
-from minigrad.autograd.function import Function
+from minigrad.autograd.function import SAVED_NUMBER, SAVED_VALUE, Function, saved_entries
 from minigrad.autograd.mode import Mode
 from minigrad.ops.op import Op
 from op_table import OPS, OpInfo
@@ -111,6 +111,31 @@ def test_the_engine_binds_arrays_only_when_nobody_records():
         Spy.apply(x).sum().backward()
     assert seen[-1] == (minigrad.Tensor, False)
     del Probe
+
+
+@pytest.mark.parametrize("root", ["own", "float64"])
+@pytest.mark.parametrize("number", [1.5, -3.0, 0.1])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("op", ["mul", "div"])
+def test_a_product_with_a_number_keeps_its_bits_when_read_as_an_operand_array(op: str, dtype: str, number: float,
+                                                                              root: str):
+    # the array binding reads the 0-d array forward computed with (numpy's faster path) where it
+    # holds the number exactly, the number itself elsewhere: bit for bit numpy's g * number (g /
+    # number), with a gradient of the output's dtype or a wider one
+    f = (lambda t: t * number) if op == "mul" else (lambda t: t / number)
+    x = minigrad.tensor(np.linspace(-2, 3, 7).astype(dtype), requires_grad=True)
+    y = f(x)
+    exact = float(np.asarray(number, dtype)) == number
+    assert [k for k, _ in saved_entries(y.grad_fn)] == [SAVED_VALUE, SAVED_NUMBER if exact else SAVED_VALUE]
+    g = np.random.default_rng(1).standard_normal(7).astype(dtype if root == "own" else root)
+    grads = []
+    for mode in (_Nothing(), Mode()):
+        with mode:
+            (got,) = minigrad.grad(f(x), [x], minigrad.tensor(g))
+        grads.append(got.numpy())
+    want = (g * number if op == "mul" else g / number).astype(dtype)
+    for got in grads:
+        assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
 def test_a_user_function_reads_tensors_under_the_array_binding():
