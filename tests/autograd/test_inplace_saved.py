@@ -146,3 +146,31 @@ def test_an_argument_whose_node_saved_the_written_tensor_is_still_refused():
     a.mul_(b)
     with pytest.raises(AutogradError, match="Sin"):
         a.sum().backward()
+
+
+def _step_through_in_place_ops(w):
+    def step(x):
+        w.grad = None
+        a = x * 1
+        a.mul_(w)  # keeps a copy of a's old values for w's gradient: the replay must remake it
+        loss = F.silu(a, inplace=True).sum()
+        loss.backward()
+        return loss.detach() + 0, w.grad * 1
+    return step
+
+
+@pytest.mark.parametrize("how", ["trace", "compile"])
+def test_a_traced_step_replays_the_copy_of_the_old_values(how):
+    from minigrad.graph import trace
+
+    w = mg.tensor(W, requires_grad=True)
+    step = _step_through_in_place_ops(w)
+    x = mg.tensor(X)
+    replayed = trace(step, x) if how == "trace" else mg.compile(step)
+    for _ in range(3):  # compile traces on the first call and replays the graph after
+        x = mg.randn(4)
+        got, want = replayed(x), step(x)
+        for g, e in zip(got, want):
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-6)
+    if how == "compile":
+        assert all(g is not None for g in replayed.graphs.values())  # replayed, not run eagerly
