@@ -4,7 +4,9 @@ An in-place op writes into the tensor's own memory, so every view of it sees the
 bumps the version counter it shares with those views. When autograd needs to record it, it is
 applied out of place and the result is written back: the tensor's ``grad_fn`` becomes the new
 node, and any node that saved the old value notices the version change and refuses to run
-backward with a wrong value (PyTorch's rule, chapter 02).
+backward with a wrong value (PyTorch's rule, chapter 02). The op's own node is the exception:
+where it saved the very tensor it is about to overwrite (``a.mul_(w)`` keeps ``a`` for ``w``'s
+gradient), it is given a copy of the values from before the write instead, as PyTorch does.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Callable
 
 from minigrad import backend
 from minigrad.autograd import grad_mode, mode
+from minigrad.autograd.function import SAVED_TENSOR
 from minigrad.errors import AutogradError, DTypeError, ShapeError
 from minigrad._tensor import Tensor
 
@@ -67,10 +70,65 @@ def inplace(t: Tensor, fn: Callable[..., Tensor], *args: Any) -> Tensor:
             result = fn(t, *args)
         _write_back(t, result, op)
         return t
+    known = {a.grad_fn for a in _tensors((t,) + args) if a.grad_fn is not None}
     result = fn(t, *args)
+    _keep_pre_write_values(t, result, known)
     _write_back(t, result, op)
     t.grad_fn, t._output_nr, t.requires_grad = result.grad_fn, result._output_nr, True
     return t
+
+
+def _tensors(args: tuple) -> list[Tensor]:
+    """The Tensors among an op's arguments, also those inside a tuple or list (an index)."""
+    found = []
+    for a in args:
+        if isinstance(a, Tensor):
+            found.append(a)
+        elif isinstance(a, (tuple, list)):
+            found.extend(x for x in a if isinstance(x, Tensor))
+    return found
+
+
+def _keep_pre_write_values(t: Tensor, result: Tensor, known: set) -> None:
+    """Give the nodes ``fn`` just recorded a copy of ``t`` where they saved ``t`` itself (or a view
+    sharing its memory), taken now, before the write: the write would otherwise change what they
+    read in backward (``a.mul_(w)``: ``w``'s gradient is ``a``'s old value), and they would refuse
+    to run. The nodes are the ones between ``result`` and the nodes that made the op's arguments
+    (``known``); a node recorded earlier that saved ``t`` still refuses, as in PyTorch. The copy
+    is a recorded ``clone``, so a gradient of the backward pass (``create_graph=True``) flows
+    through it to ``t``'s history; only an op that saved ``t`` pays for one (``mul_`` does when
+    the other factor requires grad)."""
+    from minigrad.ops.elementwise import clone
+
+    storage = t._base if t._base is not None else t
+    version = storage._vc
+    copies: dict = {}
+    stack, seen = [result.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in known or node in seen:
+            continue
+        seen.add(node)
+        saved = node._saved
+        if type(saved) is tuple and any(_shares(e, storage, version) for e in saved):
+            entries = []
+            for e in saved:
+                if _shares(e, storage, version):
+                    c = copies.get(id(e[1]))
+                    if c is None:
+                        c = copies[id(e[1])] = clone(e[1])
+                    e = (SAVED_TENSOR, c, c._version)
+                entries.append(e)
+            node._saved = tuple(entries)
+        stack.extend(edge[0] for edge in node._edges)
+
+
+def _shares(entry: Any, storage: Tensor, version: int) -> bool:
+    """Whether a saved entry is a tensor of ``storage``'s memory, kept at its current version."""
+    if type(entry) is not tuple or len(entry) != 3 or entry[0] != SAVED_TENSOR:
+        return False
+    v = entry[1]
+    return (v._base if v._base is not None else v) is storage and entry[2] == version
 
 
 def _arithmetic_in_place(t: Tensor, fn: Callable, args: tuple) -> bool:
