@@ -533,6 +533,7 @@ class Tensor:
     __isub__ = sub_
     __imul__ = mul_
     __itruediv__ = div_
+    __ipow__ = pow_
 
     def _bump_version(self) -> None:
         (self._base if self._base is not None else self)._vc += 1

@@ -27,6 +27,7 @@ OPS = {
     "pow_ tensor": (lambda a, w: a.abs().pow_(w), True),
     "pow_ number": (lambda a, w: a.pow_(3) * w, True),
     "pow_ both": (lambda a, w: a.abs().mul_(w.abs() + 1).pow_(w), True),
+    "ipow": (lambda a, w: a.abs().__ipow__(w), True),
     "silu inplace": (lambda a, w: F.silu(a.mul_(w), inplace=True), True),
     "hardswish inplace": (lambda a, w: F.hardswish(a.mul_(w), inplace=True), True),
     "mul_ then div_": (lambda a, w: a.mul_(w).div_(w * w + 1).mul_(w), True),
@@ -174,3 +175,10 @@ def test_a_traced_step_replays_the_copy_of_the_old_values(how):
             np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-6)
     if how == "compile":
         assert all(g is not None for g in replayed.graphs.values())  # replayed, not run eagerly
+
+
+def test_ipow_writes_in_place_as_torch():
+    a = mg.tensor([2.0, 3.0])
+    b = a
+    b **= 2
+    assert b is a and a.tolist() == [4.0, 9.0]
