@@ -88,6 +88,30 @@ def test_strided_and_broadcast_inputs_are_read_as_numpy_reads_them(monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-14)
 
 
+@compiled
+def test_read_only_inputs_give_the_writable_ones_values():
+    """A step's loop asks its arrays' buffers for their addresses, which a read-only array (a
+    constant, a frozen buffer) refuses: it is read as the same values all the same."""
+    n = 4
+    xg, hg, c, dh, dc = _arrays(np.float32, (3, 4 * n), (3, 4 * n), (3, n), (3, n), (3, n))
+    gx, gh = xg[:, :3 * n].copy(), hg[:, :3 * n].copy()
+    frozen = [a.copy() for a in (xg, hg, c, dh, dc, gx, gh)]
+    for a in frozen:
+        a.setflags(write=False)
+    fxg, fhg, fc, fdh, fdc, fgx, fgh = frozen
+    h, c_next, s, t = c_loops.lstm_forward(xg, hg, c)
+    for a, b in zip(c_loops.lstm_forward(fxg, fhg, fc), (h, c_next, s, t)):
+        np.testing.assert_array_equal(a, b)
+    s.setflags(write=False)
+    for a, b in zip(c_loops.lstm_backward(fdh, fdc, fc, s, t), c_loops.lstm_backward(dh, dc, c, s.copy(), t)):
+        np.testing.assert_array_equal(a, b)
+    out, rz, m = c_loops.gru_forward(gx, gh, c)
+    for a, b in zip(c_loops.gru_forward(fgx, fgh, fc), (out, rz, m)):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(c_loops.gru_backward(fdh, fgh, fc, rz, m), c_loops.gru_backward(dh, gh, c, rz, m)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_without_a_compiler_the_numpy_lines_run(monkeypatch):
     monkeypatch.setattr(c_loops, "_library", [False])
     xg, hg, c = _arrays(np.float64, (2, 8), (2, 8), (2, 2))

@@ -32,8 +32,9 @@ from typing import Any, Callable, Sequence
 
 from minigrad.backend import cpu as _cpu_device
 from minigrad.graph.codegen.program import Program, program, reduces_rows
+from minigrad.graph.interpret import node_runner
 from minigrad.graph.ir import Graph, Node, op_kind
-from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG, run_node
+from minigrad.graph.trace import ARRAY_ARG, TENSOR_ARG
 
 __all__ = ["BLOCK_SIZE", "CpuKernel", "NUM_THREADS", "NodeForward", "PARALLEL_MIN_SIZE", "generate",
            "generate_program", "one_ufunc", "row_program", "rows_shape", "run_blocked", "run_rows", "statements"]
@@ -247,13 +248,21 @@ def _bind(env: dict[str, Any], node: Node) -> str:
 
 
 class NodeForward:
-    """``node``'s op forward as a function of its input arrays (attributes as the trace saw them)."""
+    """``node``'s op forward as a function of its input arrays (attributes as the trace saw them).
+    A fused kernel's anchor (the matrix product of a ``Matmul, Add`` group) runs on every call of
+    a compiled step, 29 times in an LSTM's: through ``node_runner``, which looks the node's
+    device, argument layout and keyword arguments up once (at the first call, when every pass
+    has run), not ``run_node``, which looks them up each time."""
 
     def __init__(self, node: Node) -> None:
         self.node = node
+        self._run: Callable[[Sequence[Any]], tuple[Any, Any]] | None = None
 
     def __call__(self, *arrays: Any) -> Any:
-        return run_node(self.node, arrays)[0]
+        run = self._run
+        if run is None:
+            run = self._run = node_runner(self.node)
+        return run(arrays)[0]
 
 
 def _describe(node: Node) -> str:
