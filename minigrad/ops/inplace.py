@@ -31,13 +31,23 @@ def _check_target(t: Tensor, op: str, recording: bool) -> None:
             f"{op}: a leaf tensor that requires grad is being used in an in-place operation; "
             "wrap the update in `with minigrad.no_grad():`"
         )
-    base = t._base
+    base = _view_base(t)
     if base is not None and base.requires_grad and (base.grad_fn is None or not _made_by_an_op(t)):
         raise AutogradError(
             f"{op}: in-place modification of a view of a leaf tensor that requires grad, or of a view "
             "returned by a custom Function, is not supported by minigrad's autograd (nor by PyTorch's); "
             "use out-of-place ops"
         )
+
+
+def _view_base(t: Tensor) -> Tensor | None:
+    """The tensor whose graph a recorded write into ``t`` changes too: t's base, unless t is the
+    base's own array under another name (``y.detach()``), which PyTorch cuts from y's graph; a
+    custom Function's output that returns its input's array is a view all the same."""
+    base = t._base
+    if base is None or t.array is base.array and _made_by_an_op(t):
+        return None
+    return base
 
 
 def _made_by_an_op(t: Tensor) -> bool:
@@ -85,7 +95,7 @@ def inplace(t: Tensor, fn: Callable[..., Tensor], *args: Any) -> Tensor:
         return t
     from minigrad.ops.indexing import getitem, index_put  # indexing imports this module
 
-    where = _positions(t) if t._base is not None else None
+    where = _positions(t) if _view_base(t) is not None else None
     if where is not None and t._base.requires_grad:
         _set_graph(t, getitem(t._base, where))  # the view's old value, as its base's graph has it now
     known = {a.grad_fn for a in _tensors((t,) + args) if a.grad_fn is not None}
@@ -94,9 +104,17 @@ def inplace(t: Tensor, fn: Callable[..., Tensor], *args: Any) -> Tensor:
     _write_back(t, result, op)
     _set_graph(t, result)
     if where is not None:
-        base = t._base  # its memory now holds result at the view's positions: so does its graph
-        _set_graph(base, index_put(base if base.requires_grad else base.detach(), where, result))
+        _copy_slices(t, result, where)
     return t
+
+
+def _copy_slices(view: Tensor, value: Tensor, where: tuple) -> None:
+    """The base of ``view`` now holds ``value`` at the view's positions ``where``: so does its graph
+    (PyTorch's CopySlices: the old base's gradient is zero there, ``value``'s is read from there)."""
+    from minigrad.ops.indexing import index_put  # indexing imports this module
+
+    base = view._base
+    _set_graph(base, index_put(base if base.requires_grad else base.detach(), where, value))
 
 
 def _set_graph(t: Tensor, value: Tensor) -> None:
@@ -248,5 +266,8 @@ def fill_(t: Tensor, value: Any) -> Tensor:
     t.array[...] = raw
     t._bump_version()
     if recording:  # t's old history stays in the graph, with a zero gradient
-        _set_graph(t, _overwrite(t, t.detach()))
+        value = _overwrite(t, t.detach())
+        _set_graph(t, value)
+        if _view_base(t) is not None:
+            _copy_slices(t, value, _positions(t))
     return t

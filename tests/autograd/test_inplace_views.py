@@ -113,3 +113,46 @@ def test_writes_through_views_match_torch():
         results[-1].append(x.grad.numpy().copy())
     for got, want in zip(*results):
         assert np.allclose(got, want, atol=1e-6)
+
+
+def test_fill_through_a_view_zeroes_the_base_gradient_there():
+    w = mg.tensor(W, dtype=mg.float64, requires_grad=True)
+    base = w * 1
+    base[1:3].zero_()
+    assert np.array_equal(base.detach().numpy(), [W[0], 0.0, 0.0])
+    (base * mg.tensor([1.0, 2.0, 3.0], dtype=mg.float64)).sum().backward()
+    assert np.array_equal(w.grad.numpy(), [1.0, 0.0, 0.0])
+    assert gradcheck(lambda w: (lambda b: (b[0:2].fill_(0.5), b * b)[1])(w * w), (w,))
+
+
+def test_a_detached_alias_is_cut_from_the_graph():
+    """``y.detach()`` shares y's memory (and version counter) but not its graph, as in PyTorch: a
+    recorded write into it leaves y's ``grad_fn`` alone, and a leaf's detach may be written twice."""
+    x, w = mg.tensor(X, requires_grad=True), mg.tensor(W, requires_grad=True)
+    y = x * 2
+    node = y.grad_fn
+    d = y.detach()
+    d.add_(w)
+    assert y.grad_fn is node and d.grad_fn is not None
+    e = x.detach()
+    e.add_(w)
+    e.mul_(w)
+    e.sum().backward()
+    assert x.grad is None and np.allclose(w.grad.numpy(), [b + 2 * a for a, b in zip(W, X)])
+
+
+def test_detached_alias_and_view_fill_match_torch():
+    torch = pytest.importorskip("torch")
+    results = []
+    for lib in (mg, torch):
+        x = lib.tensor(X, requires_grad=True)
+        w = lib.tensor(W, requires_grad=True)
+        y = x * 2
+        d = y.detach()
+        d.add_(w)
+        base = w * 1
+        base[1:3].zero_()
+        (y.sum() + d.sum() + (base * lib.tensor([1.0, 2.0, 3.0])).sum()).backward()
+        results.append([x.grad.numpy().copy(), w.grad.numpy().copy(), y.detach().numpy().copy()])
+    for got, want in zip(*results):
+        assert np.allclose(got, want, atol=1e-6)
