@@ -156,3 +156,16 @@ def test_detached_alias_and_view_fill_match_torch():
         results.append([x.grad.numpy().copy(), w.grad.numpy().copy(), y.detach().numpy().copy()])
     for got, want in zip(*results):
         assert np.allclose(got, want, atol=1e-6)
+
+
+def test_a_strided_view_of_a_view_writes_the_right_base_positions():
+    w = mg.tensor(np.arange(1.0, 5.0).reshape(2, 2), dtype=mg.float64, requires_grad=True)
+    base = mg.zeros((3, 4), dtype=mg.float64)
+    v = base.t()[1:3, ::2]  # base[0:3:2, 1:3] transposed
+    v.add_(w)
+    want = np.zeros((3, 4))
+    want[0:3:2, 1:3] = w.detach().numpy().T
+    assert np.array_equal(base.detach().numpy(), want)
+    (base * mg.tensor(np.arange(12.0).reshape(3, 4), dtype=mg.float64)).sum().backward()
+    assert np.array_equal(w.grad.numpy(), np.arange(12.0).reshape(3, 4)[0:3:2, 1:3].T)
+    assert gradcheck(lambda w: (lambda b: (b.t()[1:3, ::2].mul_(w), b)[1])(mg.ones((3, 4), dtype=mg.float64) * 1), (w,))
