@@ -134,10 +134,13 @@ def _positions(view: Tensor) -> tuple:
             off = off + (xp.arange(n, dtype=xp.int64) * s).reshape((n,) + (1,) * (a.ndim - d - 1))
         return off
 
-    ob = offsets(base.array, 0).ravel()
-    order = xp.argsort(ob, kind="stable")
     ov = offsets(view.array, _address(view.array) - _address(base.array))
-    flat = order[xp.searchsorted(ob[order], ov)]
+    if base.array.flags.c_contiguous:  # the usual base: an element's offset is its flat index's
+        flat = ov // base.array.itemsize
+    else:  # any other layout: look each offset up among the base's own
+        ob = offsets(base.array, 0).ravel()
+        order = xp.argsort(ob, kind="stable")
+        flat = order[xp.searchsorted(ob[order], ov)]
     return tuple(Tensor(c, device=base.device) for c in xp.unravel_index(flat, base.array.shape))
 
 

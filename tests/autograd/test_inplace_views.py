@@ -169,3 +169,16 @@ def test_a_strided_view_of_a_view_writes_the_right_base_positions():
     (base * mg.tensor(np.arange(12.0).reshape(3, 4), dtype=mg.float64)).sum().backward()
     assert np.array_equal(w.grad.numpy(), np.arange(12.0).reshape(3, 4)[0:3:2, 1:3].T)
     assert gradcheck(lambda w: (lambda b: (b.t()[1:3, ::2].mul_(w), b)[1])(mg.ones((3, 4), dtype=mg.float64) * 1), (w,))
+
+
+def test_a_view_of_a_base_in_no_c_order_writes_the_right_positions():
+    """A base whose own memory is not in C order (a Fortran-ordered array taken as it is) maps
+    each view element to its position by looking its address up among the base's."""
+    w = mg.tensor([[1.0, 2.0]], dtype=mg.float64, requires_grad=True)
+    base = mg.Tensor(np.zeros((2, 3), order="F"))
+    assert not base.array.flags.c_contiguous
+    v = base[1:2, 0:2]
+    v.add_(w)
+    assert np.array_equal(base.detach().numpy(), [[0.0, 0.0, 0.0], [1.0, 2.0, 0.0]])
+    (base * mg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=mg.float64)).sum().backward()
+    assert np.array_equal(w.grad.numpy(), [[4.0, 5.0]])
