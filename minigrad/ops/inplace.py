@@ -7,6 +7,9 @@ node, and any node that saved the old value notices the version change and refus
 backward with a wrong value (PyTorch's rule, chapter 02). The op's own node is the exception:
 where it saved the very tensor it is about to overwrite (``a.mul_(w)`` keeps ``a`` for ``w``'s
 gradient), it is given a copy of the values from before the write instead, as PyTorch does.
+A write through a view also changes its base: the base's ``grad_fn`` becomes an ``index_put`` of
+the view's new value at the view's positions (PyTorch's CopySlices), and the view's old value is
+read afresh from the base's graph, so gradients reach what the base held before and what was written.
 """
 
 from __future__ import annotations
@@ -28,11 +31,31 @@ def _check_target(t: Tensor, op: str, recording: bool) -> None:
             f"{op}: a leaf tensor that requires grad is being used in an in-place operation; "
             "wrap the update in `with minigrad.no_grad():`"
         )
-    if t._base is not None and t._base.requires_grad:
+    base = _view_base(t)
+    if base is not None and base.requires_grad and (base.grad_fn is None or not _made_by_an_op(t)):
         raise AutogradError(
-            f"{op}: in-place modification of a view of a tensor that requires grad is not supported "
-            "by minigrad's autograd; use out-of-place ops"
+            f"{op}: in-place modification of a view of a leaf tensor that requires grad, or of a view "
+            "returned by a custom Function, is not supported by minigrad's autograd (nor by PyTorch's); "
+            "use out-of-place ops"
         )
+
+
+def _view_base(t: Tensor) -> Tensor | None:
+    """The tensor whose graph a recorded write into ``t`` changes too: t's base, unless t is the
+    base's own array under another name (``y.detach()``), which PyTorch cuts from y's graph; a
+    custom Function's output that returns its input's array is a view all the same."""
+    base = t._base
+    if base is None or t.array is base.array and _made_by_an_op(t):
+        return None
+    return base
+
+
+def _made_by_an_op(t: Tensor) -> bool:
+    """Whether ``t``'s node (if any) is a built-in op's: a custom Function's output that is a view
+    of its input cannot be rewritten from its base, since the Function's backward is opaque."""
+    from minigrad.ops.op import Op
+
+    return t.grad_fn is None or isinstance(t.grad_fn, Op)
 
 
 def _write_back(t: Tensor, result: Tensor, op: str) -> None:
@@ -70,12 +93,59 @@ def inplace(t: Tensor, fn: Callable[..., Tensor], *args: Any) -> Tensor:
             result = fn(t, *args)
         _write_back(t, result, op)
         return t
+    from minigrad.ops.indexing import getitem, index_put  # indexing imports this module
+
+    where = _positions(t) if _view_base(t) is not None else None
+    if where is not None and t._base.requires_grad:
+        _set_graph(t, getitem(t._base, where))  # the view's old value, as its base's graph has it now
     known = {a.grad_fn for a in _tensors((t,) + args) if a.grad_fn is not None}
     result = fn(t, *args)
     _keep_pre_write_values(t, result, known)
     _write_back(t, result, op)
-    t.grad_fn, t._output_nr, t.requires_grad = result.grad_fn, result._output_nr, True
+    _set_graph(t, result)
+    if where is not None:
+        _copy_slices(t, result, where)
     return t
+
+
+def _copy_slices(view: Tensor, value: Tensor, where: tuple) -> None:
+    """The base of ``view`` now holds ``value`` at the view's positions ``where``: so does its graph
+    (PyTorch's CopySlices: the old base's gradient is zero there, ``value``'s is read from there)."""
+    from minigrad.ops.indexing import index_put  # indexing imports this module
+
+    base = view._base
+    _set_graph(base, index_put(base if base.requires_grad else base.detach(), where, value))
+
+
+def _set_graph(t: Tensor, value: Tensor) -> None:
+    """Make ``value``'s node the one that produced ``t`` (which holds ``value``'s values)."""
+    t.grad_fn, t._output_nr, t.requires_grad = value.grad_fn, value._output_nr, True
+
+
+def _positions(view: Tensor) -> tuple:
+    """Where each element of ``view`` sits in its base: a tuple of index Tensors of the view's shape,
+    one per dim of the base, found from the two arrays' memory addresses and strides."""
+    base = view._base
+    xp = base.device.xp
+
+    def offsets(a: Any, start: int) -> Any:  # each element's byte offset, in a's shape
+        off = xp.full(a.shape, start, dtype=xp.int64)
+        for d, (n, s) in enumerate(zip(a.shape, a.strides)):
+            off = off + (xp.arange(n, dtype=xp.int64) * s).reshape((n,) + (1,) * (a.ndim - d - 1))
+        return off
+
+    ov = offsets(view.array, _address(view.array) - _address(base.array))
+    if base.array.flags.c_contiguous:  # the usual base: an element's offset is its flat index's
+        flat = ov // base.array.itemsize
+    else:  # any other layout: look each offset up among the base's own
+        ob = offsets(base.array, 0).ravel()
+        order = xp.argsort(ob, kind="stable")
+        flat = order[xp.searchsorted(ob[order], ov)]
+    return tuple(Tensor(c, device=base.device) for c in xp.unravel_index(flat, base.array.shape))
+
+
+def _address(a: Any) -> int:
+    return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]  # cupy, numpy
 
 
 def _tensors(args: tuple) -> list[Tensor]:
@@ -169,11 +239,23 @@ def copy_from(t: Tensor, src: Any) -> Tensor:
         src = Tensor(src, dtype=t.dtype, device=t.device)
     if src.device is not t.device:
         src = to_device(src, t.device)
-    return clone(broadcast_to(cast(src, t.dtype), t.shape))  # a new node, so the gradient reaches src
+    new = broadcast_to(cast(src, t.dtype), t.shape)
+    if grad_mode.is_grad_enabled() and t.requires_grad:
+        return _overwrite(t, new)
+    return clone(new)  # a new node, so the gradient reaches src
+
+
+def _overwrite(t: Tensor, new: Tensor) -> Tensor:
+    """``new``'s values, in a node that keeps ``t`` as an input with a zero gradient: what t held
+    was overwritten, yet t's history stays in the graph and gets zeros (PyTorch's CopyBackwards and
+    FillBackward), not nothing. ``where`` with a false condition is that node, and saves no values."""
+    from minigrad.ops.elementwise import where
+
+    return where(Tensor(False, device=t.device), t, new)
 
 
 def fill_(t: Tensor, value: Any) -> Tensor:
-    """``t.fill_(v)`` / ``t.zero_()``: every element set to ``value`` (no gradient flows to t's old value)."""
+    """``t.fill_(v)`` / ``t.zero_()``: every element set to ``value`` (t's old value gets a zero gradient)."""
     recording = grad_mode.is_grad_enabled() and t.requires_grad
     _check_target(t, "fill_", recording)
     raw = value.array if isinstance(value, Tensor) else value
@@ -185,8 +267,10 @@ def fill_(t: Tensor, value: Any) -> Tensor:
                              f"example of a vmap) cannot fill a tensor the vmap does not batch (array shape "
                              f"{tuple(t.array.shape)})")
     t.array[...] = raw
-    if recording:
-        t.grad_fn = None
-        t.requires_grad = False
     t._bump_version()
+    if recording:  # t's old history stays in the graph, with a zero gradient
+        value = _overwrite(t, t.detach())
+        _set_graph(t, value)
+        if _view_base(t) is not None:
+            _copy_slices(t, value, _positions(t))
     return t
