@@ -33,27 +33,7 @@ Step = Callable[[dict, dict], None]  # step(env, ctxs): puts one node's value in
 
 def run_node(node: Node, arrays: Sequence[Any]) -> tuple[Any, Any]:
     """Run an op node's Function forward on raw input arrays; returns (value, ctx)."""
-    cls = node.fn
-    if not isinstance(cls, type):  # a generated kernel (a fused group, chapter 03): arrays in, array out
-        return cls(*arrays), None
-    ctx = object.__new__(cls)
-    device = node.meta.get("ctx_device", cpu)
-    ctx.device, ctx.xp = device, device.xp
-    layout = node.meta["args"]
-    ctx.needs_input_grad = node.meta.get("needs_input_grad", (False,) * len(layout))
-    it = iter(arrays)
-    kwargs = {k: node.attrs[k] for k in node.meta["kwargs"]}
-    if cls.array_forward:
-        args = [next(it) if k in (TENSOR_ARG, ARRAY_ARG) else node.attrs[k] for k in layout]
-        return cls.forward(ctx, *args, **kwargs), ctx
-    # a user Function's forward takes Tensors (it runs without recording, as in Function.apply)
-    args = [_wrap(next(it), device) if k == TENSOR_ARG else next(it) if k == ARRAY_ARG else node.attrs[k]
-            for k in layout]
-    with grad_mode.no_grad():
-        out = cls.forward(ctx, *args, **kwargs)
-    if type(out) is tuple:
-        return tuple(o.array if isinstance(o, Tensor) else o for o in out), ctx
-    return out.array if isinstance(out, Tensor) else out, ctx
+    return node_runner(node)(arrays)
 
 
 def node_runner(node: Node) -> Callable[[Sequence[Any]], tuple[Any, Any]]:
@@ -61,15 +41,26 @@ def node_runner(node: Node) -> Callable[[Sequence[Any]], tuple[Any, Any]]:
     device, the layout of its arguments, its keyword arguments): the executor runs a node on
     every call of a compiled step, and a small op's own work takes a few microseconds."""
     cls = node.fn
-    if not isinstance(cls, type):  # a generated kernel
+    if not isinstance(cls, type):  # a generated kernel (a fused group, chapter 03): arrays in, array out
         return lambda arrays: (cls(*arrays), None)
-    if not cls.array_forward:  # a user Function: Tensors in, no recording (run_node does it)
-        return functools.partial(run_node, node)
     device = node.meta.get("ctx_device", cpu)
     xp, layout = device.xp, node.meta["args"]
     needs = node.meta.get("needs_input_grad", (False,) * len(layout))
     kwargs = {k: node.attrs[k] for k in node.meta["kwargs"]}
     forward, new = cls.forward, object.__new__
+    if not cls.array_forward:  # a user Function's forward takes Tensors (it runs without recording, as in apply)
+        def run(arrays: Sequence[Any]) -> tuple[Any, Any]:
+            ctx = new(cls)
+            ctx.device, ctx.xp, ctx.needs_input_grad = device, xp, needs
+            it = iter(arrays)
+            args = [_wrap(next(it), device) if k == TENSOR_ARG else next(it) if k == ARRAY_ARG else node.attrs[k]
+                    for k in layout]
+            with grad_mode.no_grad():
+                out = forward(ctx, *args, **kwargs)
+            if type(out) is tuple:
+                return tuple(o.array if isinstance(o, Tensor) else o for o in out), ctx
+            return out.array if isinstance(out, Tensor) else out, ctx
+        return run
     fixed = [(k in (TENSOR_ARG, ARRAY_ARG), None if k in (TENSOR_ARG, ARRAY_ARG) else node.attrs[k]) for k in layout]
     if all(fed for fed, _ in fixed):
         def run(arrays: Sequence[Any]) -> tuple[Any, Any]:
